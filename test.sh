@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Install KV Lab and its test tools into ./.venv (first run only), then run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")"
+bash scripts/setup_env.sh requirements-dev.txt
+exec .venv/bin/python -m pytest "$@"
