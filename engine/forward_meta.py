@@ -1,0 +1,146 @@
+"""Per-step batch metadata for one forward pass of the model over a packed, paged batch.
+
+One scheduler step runs S sequences. Sequence i contributes `query_lens[i]` new tokens (a prompt chunk, or
+one token in decode) on top of `context_lens[i]` tokens whose K/V already sit in the paged cache (prefix
+cache hits, earlier prompt chunks, earlier decode steps). All new tokens are packed into one 1-D batch of
+T = sum(query_lens) tokens, as in flash-attn's varlen API and vLLM's attention metadata.
+
+The model then, in every layer:
+1. writes the new tokens' K/V into the paged cache through `slot_mapping` (`kernels.ops.store_kv`);
+2. decode step (`is_prefill=False`, every query_len == 1): `paged_attention` over `block_tables` / `seq_lens`;
+   prefill step with no cached context (`has_context=False`): `varlen_attention` over the new K/V only;
+   prefill step with cached context (`has_context=True`, also used for mixed prefill + decode batches):
+   K/V of each sequence's whole context are gathered from the paged cache through `context_slot_mapping`
+   and `varlen_attention` runs with `cu_seqlens_k` over the full context, causal bottom-right aligned,
+   so new token j of a sequence sees the cached prefix plus new tokens 0..j.
+
+This is passed to the model as an argument rather than kept in a module global (nano-vllm's context):
+Streamlit runs each learner in a thread, and a global would leak one learner's batch into another's.
+Build it with `ForwardMeta.build(...)` from plain Python lists; the raw fields are documented below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(slots=True)
+class ForwardMeta:
+    """Metadata for one forward step over S sequences and T = sum(query_lens) new tokens.
+
+    Fields (all tensors on the model's device):
+      positions      int64 [T]      position of each new token inside its sequence (for rotary embeddings)
+      slot_mapping   int64 [T]      cache slot = block_id * block_size + offset for each new token; < 0 skips
+      cu_seqlens_q   int32 [S + 1]  prefix sums of query_lens (new tokens per sequence)
+      cu_seqlens_k   int32 [S + 1]  prefix sums of seq_lens (whole context per sequence, incl. new tokens)
+      max_seqlen_q   int            max(query_lens)
+      max_seqlen_k   int            max(seq_lens)
+      block_tables   int32 [S, max_blocks]  physical block ids per sequence (pad with 0; never read past seq_len)
+      seq_lens       int32 [S]      context_lens + query_lens: tokens in the cache after this step's store
+      is_prefill     bool           False only when every sequence has exactly one new token (pure decode)
+      has_context    bool           True when some sequence has cached tokens before this step (prefill only)
+      context_slot_mapping int64 [sum(seq_lens)] | None  cache slot of every context token, sequence by
+                                    sequence; needed when has_context (gathers K/V for varlen attention)
+    """
+
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    block_tables: torch.Tensor
+    seq_lens: torch.Tensor
+    is_prefill: bool
+    has_context: bool = False
+    context_slot_mapping: torch.Tensor | None = None
+
+    @property
+    def num_seqs(self) -> int:
+        """S, the number of sequences in this step."""
+        return int(self.seq_lens.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """T, the number of new (query) tokens packed in this step."""
+        return int(self.positions.shape[0])
+
+    @property
+    def last_token_indices(self) -> torch.Tensor:
+        """int64 [S]: index in the packed batch of each sequence's last new token (where logits are taken)."""
+        return self.cu_seqlens_q[1:].long() - 1
+
+    @classmethod
+    def build(
+        cls,
+        query_lens: Sequence[int],
+        context_lens: Sequence[int],
+        block_tables: Sequence[Sequence[int]],
+        block_size: int,
+        device: torch.device | str = "cpu",
+    ) -> ForwardMeta:
+        """Build the metadata from per-sequence counts and block tables (plain lists, as a scheduler holds them).
+
+        query_lens[i]: new tokens of sequence i this step (>= 1); context_lens[i]: tokens of sequence i already
+        in the cache (num_computed_tokens); block_tables[i]: its physical blocks, enough for
+        context_lens[i] + query_lens[i] tokens. The step is a pure decode when every query_len is 1 and
+        every sequence has context; otherwise it is a prefill (possibly mixed with decodes).
+        """
+        num_seqs = len(query_lens)
+        if num_seqs == 0:
+            raise ValueError("ForwardMeta.build got no sequences; schedule at least one sequence per step")
+        if len(context_lens) != num_seqs or len(block_tables) != num_seqs:
+            raise ValueError(
+                f"query_lens ({num_seqs}), context_lens ({len(context_lens)}) and block_tables "
+                f"({len(block_tables)}) must have one entry per sequence"
+            )
+        if block_size < 1:
+            raise ValueError(f"block_size={block_size} must be >= 1")
+        positions: list[int] = []
+        slots: list[int] = []
+        context_slots: list[int] = []
+        seq_lens: list[int] = []
+        for i, (q_len, ctx_len, table) in enumerate(zip(query_lens, context_lens, block_tables, strict=True)):
+            if q_len < 1 or ctx_len < 0:
+                raise ValueError(f"sequence {i}: query_len={q_len} must be >= 1 and context_len={ctx_len} >= 0")
+            seq_len = ctx_len + q_len
+            if len(table) * block_size < seq_len:
+                raise ValueError(
+                    f"sequence {i}: block table has {len(table)} blocks of {block_size} slots but needs "
+                    f"{seq_len} tokens; allocate more blocks before the step"
+                )
+            # slot of position p = table[p // block_size] * block_size + p % block_size
+            seq_slots = [table[p // block_size] * block_size + p % block_size for p in range(seq_len)]
+            positions.extend(range(ctx_len, seq_len))
+            slots.extend(seq_slots[ctx_len:])
+            context_slots.extend(seq_slots)
+            seq_lens.append(seq_len)
+        is_prefill = any(q != 1 for q in query_lens) or any(c == 0 for c in context_lens)
+        has_context = is_prefill and any(c > 0 for c in context_lens)
+        max_blocks = max(1, max(len(t) for t in block_tables))
+        padded = [list(t) + [0] * (max_blocks - len(t)) for t in block_tables]
+        cu_q = [0]
+        cu_k = [0]
+        for q_len, seq_len in zip(query_lens, seq_lens, strict=True):
+            cu_q.append(cu_q[-1] + q_len)
+            cu_k.append(cu_k[-1] + seq_len)
+
+        def tensor(values: list, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        return cls(
+            positions=tensor(positions, torch.int64),
+            slot_mapping=tensor(slots, torch.int64),
+            cu_seqlens_q=tensor(cu_q, torch.int32),
+            cu_seqlens_k=tensor(cu_k, torch.int32),
+            max_seqlen_q=max(query_lens),
+            max_seqlen_k=max(seq_lens),
+            block_tables=tensor(padded, torch.int32),
+            seq_lens=tensor(seq_lens, torch.int32),
+            is_prefill=is_prefill,
+            has_context=has_context,
+            context_slot_mapping=tensor(context_slots, torch.int64) if has_context else None,
+        )
