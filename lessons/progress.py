@@ -50,7 +50,7 @@ def validate_name(value: object, what: str = "learner name") -> str:
     """Return ``value`` trimmed, or raise ValueError unless it is 1–40 letters, digits, space, - _ ."""
     if not isinstance(value, str):
         raise ValueError(f"{what} must be text, got {type(value).__name__}")
-    text = " ".join(value.split())  # trim and collapse inner whitespace
+    text = " ".join(part for part in value.split(" ") if part)  # trim, collapse spaces; tabs/newlines refused below
     if not 1 <= len(text) <= NAME_MAX_LEN:
         raise ValueError(f"{what} must be 1–{NAME_MAX_LEN} characters, got {len(text)}; type a shorter one")
     bad = sorted({ch for ch in text if not (ch.isalnum() or ch in NAME_EXTRA_CHARS)})

@@ -1,0 +1,69 @@
+"""Teacher reports over saved progress: per-learner completion and a CSV export (no Streamlit here)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+REPORT_COLUMNS = (
+    "learner",
+    "lessons_visited",
+    "lessons_total",
+    "completion_pct",
+    "quiz_answered",
+    "quiz_correct",
+    "diagnoses",
+    "diagnoses_resolved",
+    "updated_at",
+)
+
+
+def _is_resolved(result: object) -> bool:
+    """A diagnosis result counts as resolved when its grade says so (or it carries resolved=True)."""
+    if not isinstance(result, Mapping):
+        return False
+    return result.get("resolved") is True or str(result.get("grade", "")).lower() == "resolved"
+
+
+def completion_row(learner: str, progress: Mapping[str, Any], lesson_ids: Sequence[str], updated_at: Any = None):
+    """One report row: lessons visited out of ``lesson_ids``, quiz and diagnosis counts."""
+    if not lesson_ids:
+        raise ValueError("lesson_ids is empty; pass the page ids the app records as visited")
+    visited = set(progress.get("visited", [])) & set(lesson_ids)
+    quiz = progress.get("quiz", {}) or {}
+    diagnosis = progress.get("diagnosis", {}) or {}
+    return {
+        "learner": learner,
+        "lessons_visited": len(visited),
+        "lessons_total": len(lesson_ids),
+        "completion_pct": round(100.0 * len(visited) / len(lesson_ids), 1),
+        "quiz_answered": len(quiz),
+        "quiz_correct": sum(1 for a in quiz.values() if isinstance(a, Mapping) and a.get("correct") is True),
+        "diagnoses": len(diagnosis),
+        "diagnoses_resolved": sum(1 for r in diagnosis.values() if _is_resolved(r)),
+        "updated_at": updated_at.isoformat(timespec="seconds") if hasattr(updated_at, "isoformat") else updated_at,
+    }
+
+
+def class_report(records: Iterable[Mapping[str, Any]], lesson_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows for every record returned by ``store.class_records(code)``."""
+    return [completion_row(r["learner"], r["progress"], lesson_ids, r.get("updated_at")) for r in records]
+
+
+def _cell(value: Any) -> Any:
+    """Neutralise spreadsheet formulas: text starting with = + - @ gets a leading quote (OWASP CSV injection)."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return "" if value is None else value
+
+
+def report_csv(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The report as CSV text with a header row."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=REPORT_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _cell(row.get(k)) for k in REPORT_COLUMNS})
+    return buf.getvalue()
