@@ -1,0 +1,190 @@
+"""Triton flash-attention forward over packed variable-length sequences, causal or not, GQA by index.
+
+Follows FlashAttention-2 (Dao, 2023): tiles of queries stream over tiles of keys with an online softmax
+(running max `m_i`, running sum `l_i`, fp32 accumulator `acc`), so the [Lq, Lk] score matrix never exists.
+Packing follows flash-attn's varlen API: sequence `s` owns rows cu_seqlens_q[s]:cu_seqlens_q[s+1] of q.
+
+GQA (Ainslie et al., 2023) without repeating K/V: one program owns (query tile, sequence, KV head) and
+computes all Hq // Hkv query heads that read that KV head. Their rows are stacked into one tile of
+BLOCK_Q tokens x GROUP_P2 heads, so each K/V tile is loaded once per group instead of once per query
+head - the bandwidth saving the GQA lesson teaches.
+
+Causal masking is bottom-right aligned (flash-attn >= 2.1): query i of a sequence sees key j iff
+j <= i + len_k - len_q. Rows that see no key (and sequences with no keys) produce zeros, never NaN, and
+masked loads never touch tokens of a neighbouring sequence or past the packed total.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.backend import triton_interpreting
+
+# Rows per program (query tokens x heads of one KV group) and keys per inner step. 128 x 64 tiles with a
+# head dim up to 128 fit an H100/H200 SM's registers at 8 warps; the interpreter just needs them >= 16.
+ROWS = 128
+BLOCK_N = 64
+
+
+@triton.jit
+def _varlen_attention_kernel(
+    q_ptr,  # [total_q, num_heads, head_dim]
+    k_ptr,  # [total_k, num_kv_heads, head_dim]
+    v_ptr,  # [total_k, num_kv_heads, head_dim]
+    o_ptr,  # [total_q, num_heads, head_dim]
+    cu_seqlens_q_ptr,  # int32 [batch + 1]
+    cu_seqlens_k_ptr,  # int32 [batch + 1]
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    qk_scale,  # softmax scale * log2(e): the kernel works in base 2
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_P2: tl.constexpr,
+    QUERIES_PER_KV: tl.constexpr,
+    GROUP_P2: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    seq = tl.program_id(1)
+    kv_head = tl.program_id(2)
+    q_start = tl.load(cu_seqlens_q_ptr + seq)
+    len_q = tl.load(cu_seqlens_q_ptr + seq + 1) - q_start
+    k_start = tl.load(cu_seqlens_k_ptr + seq)
+    len_k = tl.load(cu_seqlens_k_ptr + seq + 1) - k_start
+    tile_start = tile * BLOCK_Q
+    if tile_start >= len_q:  # the grid is sized for the longest sequence; shorter ones stop here
+        return
+
+    # Row r of the tile is query token tile_start + r // GROUP_P2, head (r % GROUP_P2) of this KV group.
+    ROWS: tl.constexpr = BLOCK_Q * GROUP_P2
+    rows = tl.arange(0, ROWS)
+    tok = tile_start + rows // GROUP_P2  # position within the sequence
+    head = kv_head * QUERIES_PER_KV + rows % GROUP_P2
+    row_ok = (tok < len_q) & (rows % GROUP_P2 < QUERIES_PER_KV)
+    offs_d = tl.arange(0, HEAD_DIM_P2)
+    d_ok = offs_d < HEAD_DIM
+    q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh  # [ROWS]
+    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+
+    diag = len_k - len_q  # bottom-right alignment offset
+    hi = len_k
+    if CAUSAL:
+        last_tok = tl.minimum(tile_start + BLOCK_Q, len_q) - 1
+        hi = tl.maximum(tl.minimum(len_k, last_tok + diag + 1), 0)
+
+    m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([ROWS], dtype=tl.float32)
+    acc = tl.zeros([ROWS, HEAD_DIM_P2], dtype=tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(0, hi, BLOCK_N):
+        key = start_n + offs_n  # [BLOCK_N] position within the sequence
+        key_ok = key < len_k
+        kv_mask = key_ok[:, None] & d_ok[None, :]
+        k_rows = (k_start + key).to(tl.int64)
+        k = tl.load(
+            k_ptr + k_rows[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0
+        )
+        v = tl.load(
+            v_ptr + k_rows[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0
+        )
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # [ROWS, BLOCK_N]
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (key[None, :] <= tok[:, None] + diag)
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps exp2 finite (it gives 0).
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # rows that saw no key stay exactly zero
+    o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
+    tl.store(
+        o_ptr + o_rows[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :]
+    )
+
+
+def varlen_attention_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Launch the packed varlen kernel; q [total_q, Hq, D], k/v [total_k, Hkv, D] -> [total_q, Hq, D].
+
+    Inputs are assumed validated by kernels.ops.varlen_attention (shapes, int32 offsets, stride(-1) == 1).
+    """
+    total_q, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        raise ValueError("q, k and v need stride(-1) == 1 for the Triton kernel; pass .contiguous() tensors")
+    queries_per_kv = num_heads // num_kv_heads
+    scale = head_dim**-0.5 if scale is None else scale
+    out = torch.empty(total_q, num_heads, head_dim, dtype=q.dtype, device=q.device)
+    batch = cu_seqlens_q.numel() - 1
+    if total_q == 0 or batch == 0:
+        return out
+    group_p2 = triton.next_power_of_2(queries_per_kv)
+    block_q = max(ROWS // group_p2, 1)
+    rows = block_q * group_p2
+    if rows < 16:  # tl.dot needs at least 16 rows; only reachable with > 128 query heads per KV head
+        block_q = triton.cdiv(16, group_p2)
+    interpreting = triton_interpreting()
+    grid = (triton.cdiv(max(max_seqlen_q, 1), block_q), batch, num_kv_heads)
+    _varlen_attention_kernel[grid](
+        q,
+        k,
+        v,
+        out,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        out.stride(0),
+        out.stride(1),
+        scale * 1.4426950408889634,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_P2=max(triton.next_power_of_2(head_dim), 16),
+        QUERIES_PER_KV=queries_per_kv,
+        GROUP_P2=group_p2,
+        BLOCK_Q=block_q,
+        BLOCK_N=BLOCK_N,
+        CAUSAL=causal,
+        # 2026-11: Triton 3.7's interpreter returns garbage from tl.dot on bf16 operands, so under
+        # TRITON_INTERPRET=1 the kernel upcasts q/k/v/p to fp32 first. Compiled GPU code keeps bf16/fp16.
+        UPCAST=interpreting and q.dtype != torch.float32,
+        # fp32 inputs get true fp32 dots (not TF32) so they match the reference to ~1e-5.
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=8 if head_dim > 64 else 4,
+        num_stages=2,
+    )
+    return out
