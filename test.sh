@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/setup_env.sh requirements-dev.txt
+bash scripts/install_browser.sh  # Debian chromium for tests/browser (no browser downloads)
 exec .venv/bin/python -m pytest "$@"
