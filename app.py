@@ -1,18 +1,26 @@
-"""KV Lab: the Streamlit router. Pages live in pages/; this file only builds navigation and the sidebar."""
+"""KV Lab: the Streamlit router. Builds the page list and the shared sidebar; pages live in pages/.
+
+The course order lives in `pages/_ui.PAGES`; a page whose file does not exist yet is left out, so the app
+runs while the course is being written and picks new pages up when their files land.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import streamlit as st
 
-from kernels.backend import describe
+from pages._ui import available_pages, ensure_progress, sidebar
 
-st.set_page_config(page_title="KV Lab", page_icon="🧠", layout="wide")
+ROOT = Path(__file__).resolve().parent
 
-
-def home() -> None:
-    st.title("KV Lab")
-    st.write("An interactive course on how LLMs are served, built on a real inference engine.")
-
-
-nav = st.navigation([st.Page(home, title="Welcome", default=True)])
-info = describe()
-st.sidebar.caption(f"Backend: **{info['label']}** · {info['device']}")
+st.set_page_config(page_title="KV Lab", page_icon=":material/memory:", layout="wide")
+ensure_progress()
+nav = st.navigation(
+    [
+        st.Page(str(ROOT / path), title=title, icon=icon, default=(i == 0))
+        for i, (path, title, icon) in enumerate(available_pages())
+    ]
+)
+sidebar()
 nav.run()
