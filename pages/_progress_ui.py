@@ -109,7 +109,9 @@ def persist(progress: dict[str, Any]) -> None:
     except ValueError as exc:
         st.error(f"Progress not saved: {exc}")
         return
-    st.session_state[PROGRESS_KEY] = clean
+    if st.session_state.get(PROGRESS_KEY) is not progress:
+        # Pages mutate the session's dict in place and hold references to it: keep that object, never a copy.
+        st.session_state[PROGRESS_KEY] = progress
     if LEARNER_KEY not in st.session_state:
         return
     text = json.dumps(clean, sort_keys=True)
