@@ -1,0 +1,281 @@
+"""Paged decode attention: one new query token per sequence against a KV cache stored in fixed-size blocks.
+
+PagedAttention (Kwon et al., SOSP 2023, "Efficient Memory Management for Large Language Model Serving with
+PagedAttention") keeps each sequence's keys and values in blocks of `block_size` tokens scattered anywhere
+in one pool; a block table maps a sequence's logical block i to a physical block. Token t of a sequence
+lives in slot `block_table[t // block_size] * block_size + t % block_size`.
+
+Two implementations with one contract (see kernels/ops.py, which validates inputs and picks one):
+- `paged_attention_triton`: one program per (sequence, KV head) computes every query head of that GQA
+  group (Ainslie et al., 2023), so each K/V tile is read once, with the online softmax of FlashAttention
+  (Dao et al., 2022) over tiles of BLOCK_N tokens. Tokens past `seq_len` are never loaded.
+- `paged_attention_torch`: the CPU production path. It gathers K/V through the block table chunk by chunk
+  and lets SDPA attend to each chunk, merging chunks by their log-sum-exp (flash-decoding's split-K).
+
+q [num_seqs, Hq, D]; k_cache/v_cache [num_blocks, block_size, Hkv, D]; block_tables int32
+[num_seqs, max_blocks_per_seq]; seq_lens int32 [num_seqs] -> out [num_seqs, Hq, D]. A sequence of length 0
+outputs zeros. Slots past a sequence's length (and table entries past its last block) may hold anything,
+NaN included; they never reach the output.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kernels.backend import HAS_TRITON, triton_interpreting
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+# Tokens per tile in the Triton kernel. 64 rows of K/V per load keep the loads wide on GPU and the number of
+# interpreted loop trips low on CPU; tiles may span several cache blocks, since each row looks up its block.
+BLOCK_N = 64
+# Target bytes of gathered K (and of V) per chunk in the torch path: big enough to amortize per-call costs,
+# small enough that the gathered copy is still in cache when SDPA reads it (measured on a 2-core Xeon).
+TORCH_CHUNK_BYTES = 8 << 20
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _paged_decode_kernel(
+        q_ptr,  # [num_seqs, num_q_heads, head_dim]
+        k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        block_tables_ptr,  # [num_seqs, max_blocks_per_seq] int32
+        seq_lens_ptr,  # [num_seqs] int32
+        out_ptr,  # [num_seqs, num_q_heads, head_dim]
+        scale,
+        stride_qs,
+        stride_qh,
+        stride_kb,
+        stride_ks,
+        stride_kh,
+        stride_vb,
+        stride_vs,
+        stride_vh,
+        stride_bt,
+        stride_os,
+        stride_oh,
+        QUERIES_PER_KV: tl.constexpr,
+        BLOCK_G: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        UPCAST: tl.constexpr,
+        DOT_PRECISION: tl.constexpr,
+    ):
+        seq = tl.program_id(0)
+        kv_head = tl.program_id(1)
+        seq_len = tl.load(seq_lens_ptr + seq)
+
+        offs_g = tl.arange(0, BLOCK_G)  # query heads of this KV group, padded to a tl.dot-friendly size
+        offs_d = tl.arange(0, BLOCK_D)
+        offs_n = tl.arange(0, BLOCK_N)
+        in_group = offs_g < QUERIES_PER_KV
+        in_dim = offs_d < HEAD_DIM
+        q_heads = kv_head * QUERIES_PER_KV + offs_g
+
+        q_ptrs = q_ptr + seq.to(tl.int64) * stride_qs + q_heads[:, None] * stride_qh + offs_d[None, :]
+        q = tl.load(q_ptrs, mask=in_group[:, None] & in_dim[None, :], other=0.0)  # [BLOCK_G, BLOCK_D]
+        if UPCAST:
+            # 2026-11: Triton 3.7's interpreter computes tl.dot on bf16 operands wrongly; fp32 is exact.
+            q = q.to(tl.float32)
+        # exp2 is the hardware instruction; fold log2(e) into the scale once.
+        qk_scale = scale * 1.4426950408889634
+
+        m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+        table_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
+        for start in range(0, seq_len, BLOCK_N):
+            tok = start + offs_n
+            in_seq = tok < seq_len
+            # Never touch table entries or slots past seq_len: they may be stale, out of range, or NaN.
+            block = tl.load(table_row + tok // BLOCK_SIZE, mask=in_seq, other=0).to(tl.int64)
+            offset = tok % BLOCK_SIZE
+            kv_mask = in_seq[:, None] & in_dim[None, :]
+            k_rows = block * stride_kb + offset * stride_ks + kv_head * stride_kh
+            v_rows = block * stride_vb + offset * stride_vs + kv_head * stride_vh
+            k = tl.load(k_cache_ptr + k_rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+            v = tl.load(v_cache_ptr + v_rows[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+            if UPCAST:
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+
+            scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # [BLOCK_G, BLOCK_N]
+            scores = tl.where(in_seq[None, :], scores, float("-inf"))
+            # Every tile holds at least one token of the sequence, so m_new is finite and p is NaN-free.
+            m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(scores - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+            m_i = m_new
+
+        # seq_len == 0 never enters the loop: acc and l_i are 0, and the output is 0.
+        out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+        out_ptrs = out_ptr + seq.to(tl.int64) * stride_os + q_heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=in_group[:, None] & in_dim[None, :])
+
+
+def _check_last_dim_contiguous(**tensors: torch.Tensor) -> None:
+    for name, t in tensors.items():
+        if t.stride(-1) != 1:
+            raise ValueError(
+                f"{name} must have stride(-1) == 1, got strides {tuple(t.stride())}; pass a contiguous tensor"
+            )
+
+
+def paged_attention_triton(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Triton paged decode attention; inputs as validated by kernels.ops.paged_attention."""
+    if not HAS_TRITON:
+        raise ValueError("paged_attention_triton needs triton; install it (Linux) or use backend='torch'")
+    num_seqs, num_q_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    q = q.contiguous() if q.stride(-1) != 1 else q
+    _check_last_dim_contiguous(k_cache=k_cache, v_cache=v_cache)
+    block_tables = block_tables.to(torch.int32)
+    seq_lens = seq_lens.to(torch.int32).contiguous()
+    out = torch.empty(num_seqs, num_q_heads, head_dim, dtype=q.dtype, device=q.device)
+    if num_seqs == 0:
+        return out
+    queries_per_kv = num_q_heads // num_kv_heads
+    upcast = triton_interpreting() and q.dtype == torch.bfloat16
+    # tl.dot needs every dimension >= 16; padded query rows and head-dim columns are masked to zero.
+    block_g = max(16, triton.next_power_of_2(queries_per_kv))
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    grid = (num_seqs, num_kv_heads)
+    _paged_decode_kernel[grid](
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        out,
+        float(scale),
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        QUERIES_PER_KV=queries_per_kv,
+        BLOCK_G=block_g,
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_SIZE=block_size,
+        BLOCK_N=BLOCK_N,
+        UPCAST=upcast,
+        # fp32 inputs would otherwise run through tf32 tensor cores (10-bit mantissa) on GPU.
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 or upcast else "tf32",
+    )
+    return out
+
+
+# Returns (output, logsumexp); the log-sum-exp lets chunk results merge exactly. A private op, so the torch
+# path falls back to one whole gather when a torch build lacks it.
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _token_slots(
+    block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slot of every token position ([num_seqs, max_len] int64) and which positions hold a real token."""
+    pos = torch.arange(max_len, device=block_tables.device)  # [max_len]
+    blocks = block_tables.long()[:, pos // block_size]  # [num_seqs, max_len] physical block of each position
+    slots = blocks * block_size + pos % block_size
+    valid = pos[None, :] < seq_lens.long()[:, None]  # [num_seqs, max_len]
+    # Positions past seq_len re-read the sequence's first token: a finite value that the mask then hides
+    # (a NaN under a -inf mask would still poison the softmax). Empty sequences read slot 0; the caller
+    # zeroes their output.
+    first = torch.where(seq_lens > 0, slots[:, 0], 0)  # [num_seqs]
+    return torch.where(valid, slots, first[:, None]), valid
+
+
+def paged_attention_torch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Plain-torch paged decode attention (any device); inputs as validated by kernels.ops.paged_attention."""
+    num_seqs, num_q_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    head_dim_v = v_cache.shape[-1]
+    if num_seqs == 0 or int(seq_lens.max()) == 0:
+        return torch.zeros(num_seqs, num_q_heads, head_dim_v, dtype=q.dtype, device=q.device)
+    max_len = int(seq_lens.max())
+    slots, valid = _token_slots(block_tables, seq_lens, max_len, block_size)
+    flat_k = k_cache.reshape(-1, num_kv_heads, head_dim)  # [num_slots, Hkv, D]
+    flat_v = v_cache.reshape(-1, num_kv_heads, head_dim_v)  # [num_slots, Hkv, Dv]
+    # GQA without repeating K/V: the query heads of one KV group become that group's query rows.
+    qg = q.reshape(num_seqs, num_kv_heads, num_q_heads // num_kv_heads, head_dim)  # [S, Hkv, G, D]
+    chunk = max(64, TORCH_CHUNK_BYTES // (num_seqs * num_kv_heads * head_dim * k_cache.element_size()))
+    if _FLASH_CPU is None or q.device.type != "cpu" or max_len <= chunk:
+        out = _attend_gathered(qg, flat_k, flat_v, slots, valid, scale)  # [S, Hkv, G, Dv]
+    else:
+        out = _attend_chunked(qg, flat_k, flat_v, slots, valid, scale, chunk)
+    out = out.reshape(num_seqs, num_q_heads, head_dim_v)
+    # Empty sequences attended to nothing (and may have read a NaN slot): their output is zeros.
+    return torch.where(seq_lens[:, None, None] > 0, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def _gather(flat: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Rows of `flat` [num_slots, Hkv, D] at `slots` [S, L] -> [S, Hkv, L, D] (a transposed view)."""
+    num_seqs, length = slots.shape
+    rows = flat.index_select(0, slots.reshape(-1))  # [S * L, Hkv, D]
+    return rows.view(num_seqs, length, flat.shape[1], flat.shape[2]).transpose(1, 2)
+
+
+def _attend_gathered(
+    qg: torch.Tensor, flat_k: torch.Tensor, flat_v: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """One gather of every sequence's K/V, one SDPA call under the length mask -> [S, Hkv, G, Dv]."""
+    k, v = _gather(flat_k, slots), _gather(flat_v, slots)  # [S, Hkv, L, D]
+    return F.scaled_dot_product_attention(qg, k, v, attn_mask=valid[:, None, None, :], scale=scale)
+
+
+def _attend_chunked(
+    qg: torch.Tensor,
+    flat_k: torch.Tensor,
+    flat_v: torch.Tensor,
+    slots: torch.Tensor,
+    valid: torch.Tensor,
+    scale: float,
+    chunk: int,
+) -> torch.Tensor:
+    """Split-K over token chunks: attend to each gathered chunk while it is cache-hot, merge by log-sum-exp."""
+    num_seqs, num_kv_heads, group, _ = qg.shape
+    max_len = slots.shape[1]
+    bias = torch.zeros(num_seqs, 1, 1, max_len, dtype=qg.dtype, device=qg.device)
+    bias.masked_fill_(~valid[:, None, None, :], float("-inf"))  # [S, 1, 1, L]
+    starts = list(range(0, max_len, chunk))
+    outs = torch.empty(len(starts), num_seqs, num_kv_heads, group, flat_v.shape[-1], device=qg.device)
+    lses = torch.empty(len(starts), num_seqs, num_kv_heads, group, device=qg.device)
+    for i, start in enumerate(starts):
+        end = min(start + chunk, max_len)
+        k, v = _gather(flat_k, slots[:, start:end]), _gather(flat_v, slots[:, start:end])  # [S, Hkv, c, D]
+        out, lse = _FLASH_CPU(qg, k, v, attn_mask=bias[..., start:end], scale=scale)
+        outs[i] = out
+        # A chunk wholly past a sequence's end reports lse 0, not -inf; it must get zero weight.
+        lses[i] = lse.masked_fill(~valid[:, start, None, None], float("-inf"))
+    weights = torch.softmax(lses, dim=0)  # [C, S, Hkv, G]
+    return (outs * weights[..., None]).sum(dim=0).to(qg.dtype)  # [S, Hkv, G, Dv]
