@@ -4,7 +4,7 @@ Follows PagedAttention (Kwon et al., SOSP 2023, "Efficient Memory Management for
 Serving with PagedAttention") and vLLM v1's prefix caching: the cache is cut into fixed-size blocks, a
 block is shared by reference counting, and a *full* block can be found again by a hash chained over
 its parent block's hash and its own token ids. Sequence-level bookkeeping (block tables, prefix hits,
-copy-on-write, snapshots) is `engine.kv_cache.BlockManager`, built on this class.
+copy-on-write, snapshots) is `engine.block_manager.BlockManager`, built on this class.
 
 Public API (every call is O(1)):
     BlockAllocator(num_blocks, block_size, enable_prefix_caching=False)
@@ -38,14 +38,14 @@ from engine.sequence import check_block_size
 class OutOfBlocksError(RuntimeError):
     """Raised when more KV-cache blocks are requested than are free."""
 
-    def __init__(self, requested: int, free: int, num_blocks: int | None = None) -> None:
+    def __init__(self, requested: int, free: int, num_blocks: int | None = None, unit: str = "blocks") -> None:
         self.requested = requested
         self.free = free
         self.num_blocks = num_blocks
         pool = f" of {num_blocks}" if num_blocks is not None else ""
         super().__init__(
-            f"out of KV-cache blocks: asked for {requested} but only {free}{pool} are free; free or preempt "
-            f"a running sequence, wait for one to finish, or give the cache more blocks (num_blocks / memory budget)"
+            f"out of KV-cache {unit}: asked for {requested} but only {free}{pool} are free; free or preempt "
+            f"a running sequence, wait for one to finish, or give the cache more memory (num_blocks / budget)"
         )
 
 
