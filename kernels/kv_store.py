@@ -1,0 +1,120 @@
+"""Write new K/V rows into the paged cache through a slot mapping (vLLM's `reshape_and_cache`).
+
+PagedAttention (Kwon et al., SOSP 2023) stores token t of a sequence in slot
+`block_table[t // block_size] * block_size + t % block_size` of a pool of blocks. Each step the scheduler
+hands the model one slot per new token (`slot_mapping`); this file copies the new tokens' keys and values
+there. A negative slot means "no slot" (a padding token) and is skipped.
+
+k/v [num_tokens, Hkv, D]; k_cache/v_cache [num_blocks, block_size, Hkv, D]; slot_mapping int32/int64
+[num_tokens]. kernels/ops.py validates inputs (slots in range and distinct) before either function runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.backend import HAS_TRITON
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _store_kv_kernel(
+        k_ptr,  # [num_tokens, num_kv_heads, head_dim]
+        v_ptr,  # [num_tokens, num_kv_heads, head_dim]
+        k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        slot_mapping_ptr,  # [num_tokens] int32 or int64
+        stride_kt,
+        stride_kh,
+        stride_vt,
+        stride_vh,
+        stride_kcb,
+        stride_kcs,
+        stride_kch,
+        stride_vcb,
+        stride_vcs,
+        stride_vch,
+        NUM_KV_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+        BLOCK_D: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+    ):
+        token = tl.program_id(0).to(tl.int64)
+        slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
+        # A negative slot is a padding token: every load and store is masked off (no early return, which
+        # keeps the kernel a single straight-line block for the compiler).
+        live = slot >= 0
+        block = tl.maximum(slot, 0) // BLOCK_SIZE
+        offset = tl.maximum(slot, 0) % BLOCK_SIZE
+        offs_h = tl.arange(0, BLOCK_H)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask = live & (offs_h < NUM_KV_HEADS)[:, None] & (offs_d < HEAD_DIM)[None, :]  # [BLOCK_H, BLOCK_D]
+
+        k = tl.load(k_ptr + token * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mask)
+        v = tl.load(v_ptr + token * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
+        k_dst = k_cache_ptr + block * stride_kcb + offset * stride_kcs + offs_h[:, None] * stride_kch + offs_d[None, :]
+        v_dst = v_cache_ptr + block * stride_vcb + offset * stride_vcs + offs_h[:, None] * stride_vch + offs_d[None, :]
+        tl.store(k_dst, k, mask=mask)
+        tl.store(v_dst, v, mask=mask)
+
+
+def store_kv_triton(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """Triton store: one program per token copies its [Hkv, D] key and value rows into their slot."""
+    if not HAS_TRITON:
+        raise ValueError("store_kv_triton needs triton; install it (Linux) or use backend='torch'")
+    for name, t in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1:
+            raise ValueError(
+                f"{name} must have stride(-1) == 1, got strides {tuple(t.stride())}; pass a contiguous tensor"
+            )
+    num_tokens, num_kv_heads, head_dim = k.shape
+    if num_tokens == 0:
+        return
+    slot_mapping = slot_mapping.contiguous()
+    _store_kv_kernel[(num_tokens,)](
+        k,
+        v,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        NUM_KV_HEADS=num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_H=triton.next_power_of_2(num_kv_heads),
+        BLOCK_D=triton.next_power_of_2(head_dim),
+        BLOCK_SIZE=k_cache.shape[1],
+    )
+
+
+def store_kv_torch(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """Plain-torch store (any device): scatter the rows of k/v into the caches in place."""
+    slots = slot_mapping.long()
+    keep = slots >= 0
+    if not bool(keep.all()):
+        slots, k, v = slots[keep], k[keep], v[keep]
+    if slots.numel() == 0:
+        return
+    for src, cache in ((k, k_cache), (v, v_cache)):
+        if cache.is_contiguous():
+            # One row copy per token into the flat [num_slots, Hkv, D] view of the pool.
+            cache.view(-1, cache.shape[2], cache.shape[3]).index_copy_(0, slots, src.to(cache.dtype))
+        else:
+            # A strided cache has no flat view; index it by (block, offset) so the writes land in place.
+            block_size = cache.shape[1]
+            cache[slots // block_size, slots % block_size] = src.to(cache.dtype)
