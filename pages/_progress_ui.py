@@ -73,7 +73,7 @@ def sidebar_signin() -> dict[str, Any]:
     if PROGRESS_KEY not in st.session_state:
         st.session_state[PROGRESS_KEY] = empty_progress()
     store = get_store()
-    box = st.sidebar.expander("Save my progress", expanded=LEARNER_KEY not in st.session_state)
+    box = st.sidebar.expander("Save my progress", expanded=False)
     with box:
         if LEARNER_KEY in st.session_state:
             code, learner = st.session_state[LEARNER_KEY]

@@ -1,0 +1,82 @@
+"""Browser test set-up: one `streamlit run app.py` per session on a free loopback port, one headless
+system Chromium, a fresh browser context per test, screenshots into test-artifacts/screenshots/.
+
+Run only these with ``pytest -m browser``; with KVLAB_REFRESH_SCREENSHOTS=1 the screenshots are also copied
+into the README gallery (docs/screenshots/) — scripts/refresh_screenshots.sh does that.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.app_server import ROOT, chromium_browser, find_chromium, running_app, wait_for_app
+
+ARTIFACTS = ROOT / "test-artifacts"
+SHOTS = ARTIFACTS / "screenshots"
+GALLERY = ROOT / "docs" / "screenshots"
+VIEWPORT = {"width": 1280, "height": 860}
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        msg = "BROWSER TESTS SKIPPED: no chromium on PATH; run scripts/install_browser.sh (or set KVLAB_CHROMIUM)"
+        print(f"\n*** {msg} ***", file=sys.stderr)
+        pytest.skip(msg)
+    return path
+
+
+@pytest.fixture(scope="session")
+def app_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """KVLAB_DATA_DIR of the app under test (its SQLite progress file lands here)."""
+    return tmp_path_factory.mktemp("kvlab-data")
+
+
+@pytest.fixture(scope="session")
+def app_url(app_data_dir: Path) -> str:
+    """Base URL of the running app."""
+    with running_app(app_data_dir, ARTIFACTS / "streamlit.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path: str):
+    with chromium_browser(chromium_path) as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser, app_url: str):
+    """A new browser context (its own Streamlit session) already showing the app's home page."""
+    context = browser.new_context(viewport=VIEWPORT, base_url=app_url)
+    context.set_default_timeout(30_000)
+    pg = context.new_page()
+    pg.goto("/")
+    wait_for_app(pg)
+    yield pg
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def shoot():
+    """``shoot(page, name)`` saves a full-page PNG to test-artifacts/screenshots/NAME.png."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    taken: list[Path] = []
+
+    def _shoot(pg, name: str) -> Path:
+        path = SHOTS / f"{name}.png"
+        pg.screenshot(path=str(path), full_page=False, animations="disabled")
+        taken.append(path)
+        return path
+
+    yield _shoot
+    if os.environ.get("KVLAB_REFRESH_SCREENSHOTS") == "1":
+        GALLERY.mkdir(parents=True, exist_ok=True)
+        for path in taken:
+            shutil.copy2(path, GALLERY / path.name)
