@@ -1,0 +1,72 @@
+"""Teacher view: a class code in, its learners' completion out (table + CSV export).
+
+Reads the same progress store as the sidebar sign-in (lessons/progress.py). When the server sets
+KVLAB_TEACHER_KEY, the page asks for that key first, so learners who know the class code cannot list
+their classmates.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+
+import streamlit as st
+
+from lessons.progress import ProgressStoreError, validate_name
+from lessons.progress_report import REPORT_COLUMNS, class_report, report_csv
+from pages._progress_ui import get_store
+from pages._ui import LESSON_PAGES
+
+st.title("Teacher view")
+st.write(
+    "Enter a class code to see who has signed in with it, how many lessons each learner has opened, "
+    "their check answers and their diagnosis grades. Learners sign in from the sidebar."
+)
+
+store = get_store()
+if not store.persistent:
+    st.warning(store.message)
+
+teacher_key = os.environ.get("KVLAB_TEACHER_KEY", "")
+if teacher_key:
+    given = st.text_input("Teacher key", type="password", key="teacher_key")
+    if not hmac.compare_digest(given.encode(), teacher_key.encode()):
+        st.info("This server asks for the teacher key (set by whoever runs it in KVLAB_TEACHER_KEY).")
+        st.stop()
+
+raw_code = st.text_input("Class code", key="teacher_class_code", max_chars=40)
+if not raw_code.strip():
+    st.stop()
+try:
+    code = validate_name(raw_code, "class code")
+    rows = class_report(store.class_records(code), LESSON_PAGES)
+except ValueError as exc:
+    st.error(f"{exc}.")
+    st.stop()
+except ProgressStoreError as exc:
+    st.error(str(exc))
+    st.stop()
+
+if not rows:
+    st.info(f"No learner has signed in with the class code {code!r} yet (codes are not case-sensitive).")
+    st.stop()
+
+done = sum(1 for r in rows if r["lessons_visited"] == r["lessons_total"])
+c1, c2, c3 = st.columns(3)
+c1.metric("Learners", len(rows))
+c2.metric("Visited every lesson", done)
+c3.metric("Mean completion", f"{sum(r['completion_pct'] for r in rows) / len(rows):.0f} %")
+st.dataframe(
+    [{k: r[k] for k in REPORT_COLUMNS} for r in rows],
+    hide_index=True,
+    key="teacher_table",
+    column_config={"completion_pct": st.column_config.ProgressColumn("completion", format="%.0f%%", max_value=100)},
+)
+st.caption(f"{len(rows)} learners in class {code}; completion counts the {len(LESSON_PAGES)} lesson pages.")
+st.download_button(
+    "Download class report (CSV)",
+    report_csv(rows),
+    file_name=f"kvlab-{code.replace(' ', '_').casefold()}-progress.csv",
+    mime="text/csv",
+    key="teacher_csv",
+)
