@@ -107,10 +107,9 @@ class BlockAllocator:
 
     def allocate(self) -> int:
         """Take a free block (ref count 1); evicts the least recently freed cached block if needed."""
-        try:
-            block_id = self._free.popleft()
-        except IndexError:
-            block_id = self._evict()
+        # A truth test, not try/except: raising IndexError costs more than the whole call when the pool
+        # runs on evictions (prefix caching with a full cache).
+        block_id = self._free.popleft() if self._free else self._evict()
         self._ref_counts[block_id] = 1
         return block_id
 
@@ -184,9 +183,13 @@ class BlockAllocator:
         """Register a full, referenced block under `block_hash`; False if another block already holds it."""
         if not self.enable_prefix_caching:
             raise ValueError("cache_block() needs BlockAllocator(..., enable_prefix_caching=True)")
-        if self.ref_count(block_id) == 0:
+        try:
+            count = self._ref_counts[block_id]
+        except (IndexError, TypeError):
+            raise self._bad_block(block_id, "cache") from None
+        if count <= 0 or block_id < 0:
             raise self._bad_block(block_id, "cache")
-        tokens = tuple(token_ids)
+        tokens = token_ids if type(token_ids) is tuple else tuple(token_ids)
         if len(tokens) != self.block_size:
             raise ValueError(
                 f"only full blocks are cached: block {block_id} got {len(tokens)} token ids, block_size is "
@@ -207,7 +210,9 @@ class BlockAllocator:
     def lookup(self, block_hash: int, token_ids: Sequence[int]) -> int | None:
         """The cached block with this hash and exactly these tokens (ref count unchanged), else None."""
         block_id = self._hash_to_block.get(block_hash)
-        if block_id is None or self._block_tokens[block_id] != tuple(token_ids):
+        if block_id is None or self._block_tokens[block_id] != (
+            token_ids if type(token_ids) is tuple else tuple(token_ids)
+        ):
             return None  # a miss, or a hash collision caught by comparing the tokens
         return block_id
 
