@@ -21,6 +21,7 @@ nav = st.navigation(
         st.Page(str(ROOT / path), title=title, icon=icon, default=(i == 0))
         for i, (path, title, icon) in enumerate(available_pages())
     ]
+    + [st.Page(str(ROOT / "pages/teacher.py"), title="Teacher view", icon=":material/groups:")]
 )
 sidebar()
 nav.run()

@@ -49,7 +49,6 @@ PAGES: list[tuple[str, str, str]] = [
     ("pages/6_diagnosis.py", "6 · Production diagnosis", ":material/medical_services:"),
     ("pages/7_golden_rules.py", "7 · Golden rules", ":material/verified:"),
     ("pages/8_playground.py", "8 · Engine playground", ":material/play_circle:"),
-    ("pages/teacher.py", "Teacher view", ":material/groups:"),  # class progress + CSV (not a lesson)
 ]
 
 
