@@ -186,13 +186,14 @@ def varlen_attention_torch(
         elif causal and len_q > 1:
             # len_q < len_k: a per-sequence [len_q, len_k] mask (never [total, total]).
             mask = torch.ones(len_q, len_k, dtype=torch.bool, device=q.device).tril(len_k - len_q)
-        qs = q[q0:q1].transpose(0, 1)  # [Hq, len_q, D]
-        ks = k[k0:k1].transpose(0, 1)  # [Hkv, len_k, D]
-        vs = v[k0:k1].transpose(0, 1)  # [Hkv, len_k, D]
+        # 4-D views on purpose: CPU SDPA sends 3-D inputs to its slow math path, 4-D to the flash kernel.
+        qs = q[q0:q1].transpose(0, 1)[None]  # [1, Hq, len_q, D]
+        ks = k[k0:k1].transpose(0, 1)[None]  # [1, Hkv, len_k, D]
+        vs = v[k0:k1].transpose(0, 1)[None]  # [1, Hkv, len_k, D]
         o = F.scaled_dot_product_attention(
-            qs, ks, vs, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=ks.shape[0] != qs.shape[0]
-        )  # [Hq, len_q, D]
-        out[q0:q1] = o.transpose(0, 1)
+            qs, ks, vs, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=ks.shape[1] != qs.shape[1]
+        )  # [1, Hq, len_q, D]
+        out[q0:q1] = o[0].transpose(0, 1)
     return out
 
 

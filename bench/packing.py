@@ -1,0 +1,114 @@
+"""Packed varlen attention vs the padded batch a user would write without varlen support.
+
+Padded side (BENCHMARKS.md fairness rules): one SDPA call on [B, Hq, Lmax, D] with a key-padding mask
+combined with the causal mask, same dtype. Packed side: kernels.ops.varlen_attention (auto backend) on the
+[total, Hq, D] tensor of the same tokens. Both run interleaved in one process on identical values.
+`ideal_speedup` = padded attention FLOPs / packed FLOPs (causal counted as half on both sides).
+
+    python -m bench.packing --json
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from bench._util import emit, env_info, log, parser, save, time_interleaved
+from kernels.backend import resolve_backend
+from kernels.ops import varlen_attention
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def make_workload(args, device: str) -> dict:
+    """Lengths from a fixed seed, the packed tensors, and the same values scattered into a padded batch."""
+    gen = torch.Generator().manual_seed(args.seed)
+    lens = torch.randint(args.min_len, args.max_len + 1, (args.batch,), generator=gen).tolist()
+    lens[0] = args.max_len  # pin the longest request so Lmax is the configured maximum
+    dtype = DTYPES[args.dtype]
+    total, l_max = sum(lens), max(lens)
+    q = torch.randn(total, args.heads, args.head_dim, generator=gen).to(device=device, dtype=dtype)
+    k = torch.randn(total, args.kv_heads, args.head_dim, generator=gen).to(device=device, dtype=dtype)
+    v = torch.randn(total, args.kv_heads, args.head_dim, generator=gen).to(device=device, dtype=dtype)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+
+    def pad(x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(args.batch, l_max, x.shape[1], x.shape[2], dtype=dtype, device=device)
+        for i, n in enumerate(lens):
+            out[i, :n] = x[cu[i] : cu[i] + n]
+        return out.transpose(1, 2).contiguous()  # [B, H, Lmax, D]
+
+    valid = torch.arange(l_max, device=device)[None, :] < torch.tensor(lens, device=device)[:, None]  # [B, Lmax]
+    mask = valid[:, None, None, :]  # [B, 1, 1, Lmax]: key padding
+    if args.causal:
+        mask = mask & torch.ones(l_max, l_max, dtype=torch.bool, device=device).tril()  # [B, 1, Lmax, Lmax]
+    return {"lens": lens, "q": q, "k": k, "v": v, "cu": cu, "qp": pad(q), "kp": pad(k), "vp": pad(v), "mask": mask}
+
+
+def main() -> None:
+    """Time padded SDPA vs packed varlen_attention and print one JSON line."""
+    p = parser("packed varlen attention vs padded SDPA")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--min-len", type=int, default=64)
+    p.add_argument("--max-len", type=int, default=2048)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--no-causal", dest="causal", action="store_false")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    args.dtype = args.dtype or ("bfloat16" if device == "cuda" else "float32")
+    w = make_workload(args, device)
+    lens, l_max = w["lens"], max(w["lens"])
+    log(f"packing: lengths {lens}, device {device}, dtype {args.dtype}")
+    gqa = args.heads != args.kv_heads
+
+    def padded() -> torch.Tensor:
+        return F.scaled_dot_product_attention(w["qp"], w["kp"], w["vp"], attn_mask=w["mask"], enable_gqa=gqa)
+
+    def packed() -> torch.Tensor:
+        return varlen_attention(w["q"], w["k"], w["v"], w["cu"], w["cu"], l_max, l_max, causal=args.causal)
+
+    # Same answer on both sides (real rows only) before anything is timed.
+    out_pad, out_pack = padded(), packed()
+    err = max(
+        (out_pad[i, :, :n].transpose(0, 1).float() - out_pack[w["cu"][i] : w["cu"][i] + n].float()).abs().max().item()
+        for i, n in enumerate(lens)
+    )
+    log(f"max |padded - packed| on real tokens: {err:.2e}")
+    times = time_interleaved({"padded": padded, "packed": packed}, repeats=args.repeats, warmup=args.warmup)
+    padded_flops = args.batch * l_max * l_max
+    packed_flops = sum(n * n for n in lens)
+    result = {
+        "benchmark": "packing",
+        "padded_s": times["padded"],
+        "packed_s": times["packed"],
+        "speedup": times["padded"] / times["packed"],
+        "ideal_speedup": padded_flops / packed_flops,
+        "real_token_fraction": sum(lens) / (args.batch * l_max),
+        "max_abs_diff": err,
+        "seq_lens": lens,
+        "batch": args.batch,
+        "max_seqlen": l_max,
+        "total_tokens": sum(lens),
+        "num_heads": args.heads,
+        "num_kv_heads": args.kv_heads,
+        "head_dim": args.head_dim,
+        "dtype": args.dtype,
+        "causal": args.causal,
+        "packed_backend": resolve_backend("auto", device),
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        **env_info(),
+    }
+    result["speedup_over_ideal"] = result["speedup"] / result["ideal_speedup"]
+    if args.save:
+        log(f"saved {save('packing', result)}")
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
