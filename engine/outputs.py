@@ -1,0 +1,129 @@
+"""What the engine hands back: a finished request (`RequestOutput`) and a record of one step (`StepTrace`).
+
+`RequestOutput` follows vLLM's offline API (prompt_token_ids, token_ids, text, finish_reason) plus the
+per-request timings a serving lesson needs (arrival, first token, finish: TTFT and latency). `StepTrace` is
+what the engine playground draws after every step: which requests ran and how many tokens each computed,
+who was admitted, preempted or finished, every block table, the allocator's per-block snapshot and the KV
+usage. It holds plain Python values (copies), so drawing it later never races with the next step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine.block_manager import BlockInfo, BlockUsage
+
+if TYPE_CHECKING:
+    from engine.scheduler import Scheduler, SchedulerOutput
+    from engine.sequence import Sequence
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """One request's prompt, generated tokens, text, why it stopped and when things happened."""
+
+    request_id: int
+    prompt: str | None  # the text prompt, None when token ids were given
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # generated tokens (a stop token is included)
+    text: str  # decoded generated tokens ("" without a tokenizer)
+    finish_reason: str | None  # "stop" | "length" | None while running
+    arrival_time: float  # time.perf_counter() clock
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    num_cached_tokens: int = 0  # prompt tokens reused from the prefix cache at the last admission
+    num_preemptions: int = 0  # times the request was evicted and recomputed
+
+    @property
+    def finished(self) -> bool:
+        """True once the request stopped."""
+        return self.finish_reason is not None
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first token in seconds (queueing + prefill)."""
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+    @property
+    def latency(self) -> float | None:
+        """Arrival to finish in seconds."""
+        return None if self.finish_time is None else self.finish_time - self.arrival_time
+
+
+@dataclass(slots=True)
+class ScheduledRequest:
+    """One request's part in a step."""
+
+    request_id: int
+    num_new_tokens: int  # tokens computed this step (a prompt chunk, or 1 for a decode)
+    num_computed_tokens: int  # tokens already in the cache before the step
+    phase: str  # "prefill" (prompt or recompute chunk) or "decode"
+    sampled_token: int | None  # token drawn this step, None after a partial prompt chunk
+
+
+@dataclass(slots=True)
+class StepTrace:
+    """Everything one engine step did, as plain values for the playground."""
+
+    step: int
+    start_time: float  # time.perf_counter() when the step began
+    duration_s: float
+    scheduled: list[ScheduledRequest]
+    admitted: list[int]
+    preempted: list[int]
+    finished: list[int]
+    copies: list[tuple[int, int]]  # copy-on-write block copies performed before the step
+    waiting: list[int]  # request ids still queued after the step, in order
+    running: list[int]  # request ids holding blocks after the step, oldest first
+    block_tables: dict[int, list[int]]  # running request id -> physical block ids
+    blocks: list[BlockInfo]  # every physical block after the step
+    usage: BlockUsage
+    num_blocks: int
+    num_free_blocks: int
+
+    @property
+    def num_batched_tokens(self) -> int:
+        """New tokens computed in this step."""
+        return sum(r.num_new_tokens for r in self.scheduled)
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of blocks in use (referenced) after the step."""
+        return 1.0 - self.num_free_blocks / self.num_blocks
+
+    @classmethod
+    def capture(
+        cls,
+        step: int,
+        start_time: float,
+        out: SchedulerOutput,
+        sampled: list[int | None],
+        finished: list[Sequence],
+        scheduler: Scheduler,
+        bytes_per_slot: int = 0,
+    ) -> StepTrace:
+        """Record a step right after `scheduler.update()`."""
+        bm = scheduler.block_manager
+        scheduled = [
+            ScheduledRequest(seq.seq_id, n, c, "decode" if n == 1 and c >= seq.num_prompt_tokens else "prefill", tok)
+            for seq, n, c, tok in zip(out.seqs, out.num_new_tokens, out.num_computed_tokens, sampled, strict=True)
+        ]
+        return cls(
+            step=step,
+            start_time=start_time,
+            duration_s=time.perf_counter() - start_time,
+            scheduled=scheduled,
+            admitted=list(out.admitted),
+            preempted=list(out.preempted),
+            finished=[s.seq_id for s in finished],
+            copies=list(out.copies),
+            waiting=[s.seq_id for s in scheduler.waiting],
+            running=[s.seq_id for s in scheduler.running],
+            block_tables={s.seq_id: list(s.block_table) for s in scheduler.running},
+            blocks=bm.snapshot(),
+            usage=bm.usage(bytes_per_slot),
+            num_blocks=bm.num_blocks,
+            num_free_blocks=bm.num_free_blocks,
+        )
