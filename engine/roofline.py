@@ -171,8 +171,10 @@ class StepTimeModel:
     ) -> StepTimeModel:
         """Constants for one model on one GPU (per-GPU shares under tensor parallelism)."""
         m, g = _model(model), _gpu(gpu)
+        # the embedding table is gathered one row per token, not streamed, unless it doubles as the lm_head
+        table = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size * dtype_bytes(weight_dtype)
         return cls(
-            weight_bytes(m, weight_dtype, tensor_parallel),
+            weight_bytes(m, weight_dtype, tensor_parallel) - table / tensor_parallel,
             kv_bytes_per_token(m, kv_dtype, tensor_parallel),
             2 * m.active_params / tensor_parallel,
             4 * m.num_layers * m.num_heads * m.head_dim / tensor_parallel,
