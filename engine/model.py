@@ -1,0 +1,210 @@
+"""Llama-family decoder (Llama 2/3, Mistral, Qwen2) that serves a packed, paged batch through kernels.ops.
+
+Architecture as in Llama (Touvron et al., 2023, arXiv 2302.13971): pre-norm RMSNorm (Zhang & Sennrich, 2019),
+rotary embeddings (engine/rope.py), grouped-query attention (Ainslie et al., 2023, arXiv 2305.13245) and
+a SwiGLU MLP (Shazeer, 2020, arXiv 2002.05202). Module and parameter names equal Hugging Face's, so a
+checkpoint's safetensors keys load one to one.
+
+Two forward paths share the weights:
+- `forward(input_ids [T], meta, kv_caches)`: the serving path. The T new tokens of S sequences are packed in
+  one batch (no padding); each layer writes its K/V into the paged cache (`store_kv`), then attends with
+  `varlen_attention` (prefill, bottom-right causal, optionally over cached context gathered from the cache)
+  or `paged_attention` (decode). See engine/forward_meta.py. Returns logits of each sequence's last token.
+- `forward_full(input_ids [B, T])`: plain causal attention with no cache, for training and as a reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.forward_meta import ForwardMeta
+from engine.model_config import ModelConfig
+from engine.rope import apply_rope, rope_cos_sin, rope_inv_freq
+from kernels import ops
+
+KVCaches = Sequence[tuple[torch.Tensor, torch.Tensor]]  # per layer: k_cache, v_cache [blocks, block_size, Hkv, D]
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm with a learned scale, computed in fp32 as Llama does."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention: Hq query heads share Hkv K/V heads."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim**-0.5
+        hidden, q_out, kv_out = config.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(hidden, q_out, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(hidden, kv_out, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(hidden, kv_out, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(q_out, hidden, bias=config.o_bias)
+
+    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [..., T, hidden] -> q [..., T, Hq, D], k and v [..., T, Hkv, D], rotary applied to q and k."""
+        q = self.q_proj(x).unflatten(-1, (self.num_heads, self.head_dim))  # [..., T, Hq, D]
+        k = self.k_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))  # [..., T, Hkv, D]
+        v = self.v_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))  # [..., T, Hkv, D]
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        meta: ForwardMeta,
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        backend: str,
+    ) -> torch.Tensor:
+        """Packed tokens x [T, hidden] -> [T, hidden]; stores this step's K/V into kv_cache first."""
+        q, k, v = self._qkv(x, cos, sin)  # [T, Hq, D], [T, Hkv, D], [T, Hkv, D]
+        k_cache, v_cache = kv_cache  # [num_blocks, block_size, Hkv, D]
+        ops.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
+        if not meta.is_prefill:
+            # Decode: one query per sequence reads its whole context through the block table.
+            out = ops.paged_attention(
+                q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale=self.scale, backend=backend
+            )
+        elif meta.has_context:
+            # Prefill on top of cached tokens: gather each sequence's full context (cached + new) from the cache.
+            slots = meta.context_slot_mapping
+            k_ctx = k_cache.flatten(0, 1)[slots]  # [sum(seq_lens), Hkv, D]
+            v_ctx = v_cache.flatten(0, 1)[slots]  # [sum(seq_lens), Hkv, D]
+            out = ops.varlen_attention(
+                q, k_ctx, v_ctx, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q, meta.max_seqlen_k,
+                causal=True, scale=self.scale, backend=backend,
+            )  # fmt: skip
+        else:
+            # Fresh prompts: the new K/V are the whole context, no need to read the cache back.
+            out = ops.varlen_attention(
+                q, k, v, meta.cu_seqlens_q, meta.cu_seqlens_q, meta.max_seqlen_q, meta.max_seqlen_q,
+                causal=True, scale=self.scale, backend=backend,
+            )  # fmt: skip
+        return self.o_proj(out.flatten(-2))  # [T, Hq, D] -> [T, Hq * D] -> [T, hidden]
+
+    def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Causal attention over whole sequences, no cache: x [B, T, hidden] -> [B, T, hidden]."""
+        q, k, v = self._qkv(x, cos, sin)  # [B, T, Hq, D], [B, T, Hkv, D], [B, T, Hkv, D]
+        group = self.num_heads // self.num_kv_heads
+        k = k.repeat_interleave(group, dim=2)  # [B, T, Hq, D]: query head h reads KV head h // group
+        v = v.repeat_interleave(group, dim=2)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=self.scale
+        )  # [B, Hq, T, D]
+        return self.o_proj(out.transpose(1, 2).flatten(-2))  # [B, T, Hq * D] -> [B, T, hidden]
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+
+class DecoderStack(nn.Module):
+    """Embedding, decoder layers and final norm (Hugging Face's `model.` prefix)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    """A Llama-family causal language model; parameter names match Hugging Face's *ForCausalLM."""
+
+    def __init__(self, config: ModelConfig, backend: str = "auto") -> None:
+        super().__init__()
+        self.config = config
+        self.backend = backend
+        self.model = DecoderStack(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # [D/2], derived from the config
+
+    def _check_ids(self, input_ids: torch.Tensor) -> None:
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"token ids must be in [0, {self.config.vocab_size}); got min {int(input_ids.min())}, "
+                f"max {int(input_ids.max())}"
+            )
+
+    def _check_window(self, context_len: int) -> None:
+        window = self.config.sliding_window
+        if window is not None and context_len > window:
+            raise ValueError(
+                f"context of {context_len} tokens exceeds the sliding window of {window} tokens; this engine does "
+                f"not implement sliding-window attention, so keep max_model_len <= {window}"
+            )
+
+    def forward(self, input_ids: torch.Tensor, meta: ForwardMeta, kv_caches: KVCaches) -> torch.Tensor:
+        """Packed new tokens input_ids [T] -> fp32 logits [S, vocab] of each sequence's last new token."""
+        if input_ids.dim() != 1 or input_ids.shape[0] != meta.num_tokens:
+            raise ValueError(
+                f"input_ids must be 1-D with one id per new token ({meta.num_tokens}), got shape "
+                f"{tuple(input_ids.shape)}"
+            )
+        if len(kv_caches) != len(self.model.layers):
+            raise ValueError(f"got {len(kv_caches)} layer caches for {len(self.model.layers)} layers")
+        self._check_ids(input_ids)
+        self._check_window(meta.max_seqlen_k)
+        h = self.model.embed_tokens(input_ids)  # [T, hidden]
+        cos, sin = rope_cos_sin(meta.positions, self.inv_freq, h.dtype)  # [T, D] each
+        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+            h = h + layer.self_attn(layer.input_layernorm(h), cos, sin, meta, kv_cache, self.backend)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        last = h[meta.last_token_indices]  # [S, hidden]: only the tokens whose next token gets sampled
+        return self.lm_head(self.model.norm(last)).float()  # [S, vocab]
+
+    def forward_full(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Whole sequences input_ids [B, T] -> logits [B, T, vocab] (no cache; training and reference path)."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"forward_full expects input_ids [B, T], got shape {tuple(input_ids.shape)}")
+        self._check_ids(input_ids)
+        self._check_window(input_ids.shape[1])
+        h = self.model.embed_tokens(input_ids)  # [B, T, hidden]
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, h.dtype)  # [T, D], broadcast over B
+        for layer in self.model.layers:
+            h = h + layer.self_attn.forward_full(layer.input_layernorm(h), cos, sin)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.lm_head(self.model.norm(h))  # [B, T, vocab]

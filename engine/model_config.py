@@ -1,0 +1,175 @@
+"""ModelConfig: the architecture numbers of a Llama-family decoder, read from a Hugging Face config.json.
+
+Covers the three families the engine runs: Llama 2/3 (Touvron et al., 2023, arXiv 2307.09288; Llama 3 adds
+"llama3" rope scaling), Mistral (Jiang et al., 2023, arXiv 2310.06825; sliding-window attention) and Qwen2
+(Yang et al., 2024, arXiv 2407.10671; biases on the q/k/v projections). Both config.json dialects are read:
+transformers 4 writes `rope_theta` + `rope_scaling`, transformers 5 writes `rope_parameters`.
+Anything the engine does not implement is rejected here with a message, not silently run wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# config.json "architectures" entry -> family name used below.
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+}
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    """Architecture of a Llama-family decoder; validates itself on construction."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int | None = None  # None: hidden_size // num_attention_heads
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None  # {"rope_type": "linear" | "llama3", "factor": ..., ...}
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False  # Qwen2, or Llama with attention_bias
+    o_bias: bool = False  # Llama with attention_bias also biases o_proj; Qwen2 does not
+    sliding_window: int | None = None  # Mistral: each token sees only the last `sliding_window` tokens
+    architecture: str = "LlamaForCausalLM"
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(
+                f"architecture {self.architecture!r} is not supported; supported: {', '.join(ARCHITECTURES)}"
+            )
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.num_key_value_heads < 1 or self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} must be a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads} (grouped-query attention)"
+            )
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                    f"{self.num_attention_heads}; give head_dim explicitly"
+                )
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.head_dim < 2 or self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate pairs)")
+        if self.rope_theta <= 0:
+            raise ValueError(f"rope_theta={self.rope_theta} must be > 0")
+        if self.rope_scaling is not None:
+            rope_type = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
+            if rope_type not in ROPE_TYPES:
+                raise ValueError(f"rope_type {rope_type!r} is not supported; supported: {', '.join(ROPE_TYPES)}")
+            needed = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+            for key in needed.get(rope_type, ()):
+                if key not in self.rope_scaling:
+                    raise ValueError(f"rope scaling {rope_type!r} needs {key!r} in the config")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window={self.sliding_window} must be >= 1 or None")
+
+    @property
+    def num_queries_per_kv(self) -> int:
+        """Query heads sharing one K/V head (1 = MHA, num_attention_heads = MQA)."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest context the engine serves: max positions, capped by the sliding window (not implemented)."""
+        if self.sliding_window is not None:
+            return min(self.max_position_embeddings, self.sliding_window)
+        return self.max_position_embeddings
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """K and V bytes one token occupies across all layers: 2 * layers * kv_heads * head_dim * bytes."""
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
+
+    @classmethod
+    def from_hf(cls, cfg: dict[str, Any]) -> ModelConfig:
+        """Read a Hugging Face config.json dict (transformers 4 or 5 layout)."""
+        archs = cfg.get("architectures") or []
+        if not archs:
+            family = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+            archs = [family.get(cfg.get("model_type"), f"model_type={cfg.get('model_type')!r}")]
+        arch = archs[0]
+        if arch not in ARCHITECTURES:
+            raise ValueError(f"architecture {arch!r} is not supported; supported: {', '.join(ARCHITECTURES)}")
+        family = ARCHITECTURES[arch]
+        if cfg.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"hidden_act={cfg['hidden_act']!r} is not supported; only 'silu' (SwiGLU)")
+        if cfg.get("mlp_bias", False):
+            raise ValueError("mlp_bias=true is not supported; Llama-family checkpoints have bias-free MLPs")
+        if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError(f"partial_rotary_factor={cfg['partial_rotary_factor']} is not supported; only 1.0")
+        try:
+            required = {k: int(cfg[k]) for k in ("vocab_size", "hidden_size", "intermediate_size")}
+            required["num_hidden_layers"] = int(cfg["num_hidden_layers"])
+            required["num_attention_heads"] = int(cfg["num_attention_heads"])
+        except KeyError as exc:
+            raise ValueError(f"config.json is missing required key {exc.args[0]!r}") from exc
+        # transformers 5: rope_parameters {"rope_type", "rope_theta", ...}; transformers 4: rope_theta + rope_scaling.
+        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        rope_theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        rope_scaling = None if rope_type == "default" else rope
+        sliding_window = cfg.get("sliding_window")
+        if family == "qwen2" and not cfg.get("use_sliding_window", False):
+            sliding_window = None  # Qwen2 configs carry a window size even when windowing is off
+        if family == "llama":
+            sliding_window = None
+        eos = cfg.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+        attention_bias = bool(cfg.get("attention_bias", False))
+        return cls(
+            **required,
+            num_key_value_heads=int(cfg.get("num_key_value_heads") or required["num_attention_heads"]),
+            head_dim=cfg.get("head_dim"),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            qkv_bias=family == "qwen2" or attention_bias,
+            o_bias=family != "qwen2" and attention_bias,
+            sliding_window=None if sliding_window is None else int(sliding_window),
+            architecture=arch,
+            bos_token_id=cfg.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+        )
+
+    def to_hf(self) -> dict[str, Any]:
+        """A config.json dict in the transformers 4 layout (readable by transformers 4 and 5)."""
+        cfg: dict[str, Any] = {
+            "architectures": [self.architecture],
+            "model_type": ARCHITECTURES[self.architecture],
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": self.rope_scaling,
+            "max_position_embeddings": self.max_position_embeddings,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.qkv_bias,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_ids[0] if len(self.eos_token_ids) == 1 else list(self.eos_token_ids),
+        }
+        if self.sliding_window is not None:
+            cfg["sliding_window"] = self.sliding_window
+        return cfg
