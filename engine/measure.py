@@ -1,0 +1,205 @@
+"""Live measurements on this machine: how fast can it stream weights, and how fast can it multiply them?
+
+A decode step multiplies every weight matrix by one token vector (a GEMV): each weight is read once and
+used for one multiply-add, about 2 FLOPs per element, so the step is limited by memory bandwidth. A prefill
+step multiplies the same weights by many token vectors at once (a GEMM), reusing each weight it reads, so
+it is limited by compute. Timing both on the same matrix puts two measured points on this machine's own
+roofline (Williams, Waterman and Patterson, "Roofline", CACM 2009). `measure_llm_decode` times real decode
+steps of the engine's model when one is loaded.
+
+Measurements are kept small (tens of MB, a handful of repeats) so they finish in about a second on a
+2-core CPU; the median of the repeats is reported because a shared machine is noisy.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+MiB = 1024**2
+MAX_WEIGHT_BYTES = 1024 * MiB  # a lesson measurement must never hog the learner's machine
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One timed kernel: what it moved and computed, and the achieved rates (median over repeats)."""
+
+    name: str
+    shape: str
+    dtype: str
+    device: str
+    threads: int
+    bytes_moved: float
+    flops: float
+    seconds: float
+    repeats: int
+    batch: int = 1  # token vectors per weight read (1 = decode-like)
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Achieved memory bandwidth in bytes per second."""
+        return self.bytes_moved / self.seconds
+
+    @property
+    def flops_per_s(self) -> float:
+        """Achieved FLOP/s."""
+        return self.flops / self.seconds
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity of the kernel in FLOP per byte."""
+        return self.flops / self.bytes_moved
+
+    def row(self) -> dict[str, float | str | int]:
+        """A flat dict for tables and downloads (raw fields plus the derived rates)."""
+        return {
+            **asdict(self),
+            "GB_per_s": self.bytes_per_s / 1e9,
+            "GFLOP_per_s": self.flops_per_s / 1e9,
+            "intensity": self.intensity,
+        }
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, warmup: int, device: torch.device) -> float:
+    """Median wall time of fn() over `repeats` calls after `warmup` untimed calls."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_weight_streaming(
+    weight_bytes: int = 64 * MiB,
+    batch: int = 1,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    repeats: int = 5,
+    warmup: int = 1,
+) -> Measurement:
+    """Time y = W @ X for a [rows, 4096] weight of ~weight_bytes and X with `batch` columns.
+
+    batch=1 is a decode-like GEMV (bandwidth-bound); a large batch is a prefill-like GEMM (compute-bound).
+    Bytes moved count W once plus X and Y; FLOPs are 2 * rows * cols * batch.
+    """
+    if not 1 * MiB <= weight_bytes <= MAX_WEIGHT_BYTES:
+        raise ValueError(f"weight_bytes={weight_bytes} must be between 1 MiB and {MAX_WEIGHT_BYTES // MiB} MiB")
+    if not 1 <= batch <= 4096:
+        raise ValueError(f"batch={batch} must be between 1 and 4096 token vectors")
+    device = torch.device(device)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    cols = 4096  # a Llama-7B-class hidden size
+    rows = max(1, weight_bytes // (cols * elem))
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    w = torch.randn(rows, cols, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)  # [rows, cols]
+    x = torch.randn(cols, batch, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)  # [cols, B]
+    if batch == 1:
+        vec = x[:, 0].contiguous()  # [cols]
+        fn: Callable[[], object] = lambda: torch.mv(w, vec)
+    else:
+        fn = lambda: torch.mm(w, x)
+    seconds = median_seconds(fn, repeats, warmup, device)
+    moved = (rows * cols + cols * batch + rows * batch) * elem
+    return Measurement(
+        name="decode-like GEMV" if batch == 1 else f"prefill-like GEMM ({batch} tokens)",
+        shape=f"[{rows}, {cols}] x [{cols}, {batch}]",
+        dtype=str(dtype).replace("torch.", ""),
+        device=str(device),
+        threads=torch.get_num_threads(),
+        bytes_moved=float(moved),
+        flops=float(2 * rows * cols * batch),
+        seconds=seconds,
+        repeats=repeats,
+        batch=batch,
+    )
+
+
+def measure_machine(weight_bytes: int = 64 * MiB, prefill_batch: int = 256, repeats: int = 5) -> list[Measurement]:
+    """The page-1 pair on the same weight size: a decode-like GEMV and a prefill-like GEMM."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    gemv = measure_weight_streaming(weight_bytes, 1, dtype, device, repeats)
+    # The GEMM does `prefill_batch` times the work; a smaller weight keeps it about as quick as the GEMV.
+    gemm = measure_weight_streaming(max(MiB, weight_bytes // 8), prefill_batch, dtype, device, repeats)
+    return [gemv, gemm]
+
+
+def model_weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of every parameter and buffer of a torch module (what one decode step streams)."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    return params + buffers
+
+
+def measure_llm_decode(llm: object, prompt_len: int = 16, new_tokens: int = 8, repeats: int = 3) -> Measurement:
+    """Time real decode steps of an `engine.llm.LLM`: seconds per generated token and weight bytes/s.
+
+    Runs a prompt-only request (1 token) and a full request (`new_tokens` tokens) and takes the
+    difference, so prefill cost cancels and what is left is the per-token decode step.
+    """
+    from engine.llm import SamplingParams  # local: the engine is optional for the other measurements
+
+    if new_tokens < 2:
+        raise ValueError(f"new_tokens={new_tokens} must be >= 2 to separate decode from prefill")
+    model = getattr(llm, "model", None)
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError("llm has no torch `model` attribute to count weight bytes of; pass an engine.llm.LLM")
+    prompt = [[(7 * i + 3) % 100 + 1 for i in range(prompt_len)]]
+    device = next(model.parameters()).device
+
+    def run(n: int) -> Callable[[], object]:
+        params = SamplingParams(max_tokens=n, temperature=0.0, seed=0, ignore_eos=True)
+        return lambda: llm.generate(prompt, params)
+
+    short = median_seconds(run(1), repeats, 1, device)
+    full = median_seconds(run(new_tokens), repeats, 0, device)
+    per_token = max(full - short, 1e-9) / (new_tokens - 1)
+    weights = model_weight_bytes(model)
+    return Measurement(
+        name="engine decode step (demo model)",
+        shape=f"batch 1, prompt {prompt_len}, {new_tokens} new tokens",
+        dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
+        device=str(device),
+        threads=torch.get_num_threads(),
+        bytes_moved=float(weights),
+        flops=float(2 * sum(p.numel() for p in model.parameters())),
+        seconds=per_token,
+        repeats=repeats,
+    )
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1, device: str | torch.device = "cpu"
+) -> dict[str, float]:
+    """Median seconds per named function, timed round-robin (A, B, A, B, ...) so noise hits both sides."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    device = torch.device(device)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in samples.items()}

@@ -1,0 +1,122 @@
+"""Lesson 1 — memory bandwidth: decode vs prefill on the roofline, bytes per token, and this machine."""
+
+import streamlit as st
+
+from engine.measure import measure_machine
+from engine.memory import GPUS, MODELS
+from lessons import bandwidth_lab as lab
+from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table
+from ui import charts
+
+PAGE = "bandwidth"
+MEASURE_KEY = "bw_measurements"  # this learner's live measurements (session state, never shared)
+
+
+@st.cache_data(show_spinner=False)
+def _lesson(model: str, gpu: str, batch: int, context: int, dtype: str) -> lab.BandwidthLesson:
+    return lab.lesson(model, gpu, batch, context, dtype)
+
+
+@st.cache_data(show_spinner=False)
+def _sweep(model: str, gpu: str, context: int) -> list[dict]:
+    return lab.batch_sweep(model, gpu, context)
+
+
+page_header(PAGE)
+
+c1, c2, c3 = st.columns(3)
+model = c1.selectbox("Model", list(MODELS), index=list(MODELS).index("llama-3-8b"), key="bw_model")
+gpu = c2.selectbox(
+    "GPU", list(GPUS), format_func=lambda k: GPUS[k].name, index=list(GPUS).index("h100-sxm"), key="bw_gpu"
+)
+dtype = c3.selectbox("Weight precision", lab.WEIGHT_DTYPES, key="bw_dtype")
+c4, c5 = st.columns(2)
+batch = c4.slider("Sequences decoding together (batch)", 1, 256, 1, key="bw_batch")
+context = c5.number_input(
+    "Context length (tokens in the KV cache per sequence)",
+    min_value=1,
+    max_value=1_000_000,
+    value=4096,
+    step=512,
+    key="bw_context",
+)
+spec = MODELS[model]
+if context > spec.max_context:
+    show_error(
+        f"{model} reads at most {spec.max_context:,} tokens of context; {int(context):,} is an impossible setting.",
+        f"lower the context length to {spec.max_context:,} or less, or pick a model with a longer context.",
+    )
+    st.stop()
+result = run_or_stop(_lesson, model, gpu, int(batch), int(context), dtype, hint="pick a supported setting")
+
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Bytes moved per generated token", f"{result.bytes_per_token / 1e9:,.2f} GB")
+m2.metric("Decode step (roofline bound)", f"{result.ms_per_token:,.2f} ms")
+m3.metric("Decode tokens/s (whole batch)", f"{result.decode_tokens_per_s:,.0f}")
+m4.metric("Decode is limited by", "bandwidth" if result.decode.bound == "memory" else "compute")
+st.markdown(result.verdict())
+
+g = GPUS[gpu]
+show_chart(
+    charts.roofline(g.bf16_flops, g.bandwidth_bytes_per_s, result.points(), f"Roofline of {g.name}"),
+    f"Roofline of {g.name} ({g.bandwidth_bytes_per_s / 1e12:,.2f} TB/s, {g.bf16_flops / 1e12:,.0f} TFLOP/s bf16; "
+    f"source: {g.source}). Points left of the dotted ridge line are bandwidth-bound.",
+    result.summary_rows(),
+    f"roofline-{model}-{gpu}",
+    "bw_roofline",
+)
+per_op = result.bytes_per_token_rows()
+show_chart(
+    charts.bar(
+        [r["op"] for r in per_op],
+        [r["MB per token"] for r in per_op],
+        "Bytes moved per generated token",
+        "MB per token",
+    ),
+    "Every decode step streams all weights once (shared by the batch) plus each sequence's whole KV cache "
+    "('attention'). Raising the batch shares the weight bytes; the KV bytes grow with it.",
+    per_op,
+    f"bytes-per-token-{model}",
+    "bw_bytes",
+)
+prose(PAGE, "Batching")
+sweep = _sweep(model, gpu, int(context))
+show_chart(
+    charts.lines(
+        [r["batch"] for r in sweep],
+        {"decode tokens/s": [r["tokens per s"] for r in sweep]},
+        "Decode throughput as the batch grows",
+        "batch",
+        "tokens/s",
+        log_x=True,
+        log_y=True,
+    ),
+    "Throughput grows with the batch while decode stays bandwidth-bound, until the KV cache fills memory.",
+    sweep,
+    f"batch-sweep-{model}-{gpu}",
+    "bw_sweep",
+)
+
+st.subheader("Measured on this machine")
+prose(PAGE, "Measured here")
+if st.button("Measure this machine's bandwidth", key="bw_measure"):
+    with st.status("Timing a decode-like GEMV and a prefill-like GEMM …", expanded=False) as status:
+        st.session_state[MEASURE_KEY] = [m.row() for m in measure_machine()]
+        status.update(label="Measured", state="complete")
+rows = st.session_state.get(MEASURE_KEY)
+if rows:
+    gemv, gemm = rows
+    a1, a2, a3 = st.columns(3)
+    a1.metric("Decode-like: achieved bandwidth", f"{gemv['GB_per_s']:,.1f} GB/s")
+    a2.metric("Decode-like: achieved compute", f"{gemv['GFLOP_per_s']:,.1f} GFLOP/s")
+    a3.metric("Prefill-like: achieved compute", f"{gemm['GFLOP_per_s']:,.1f} GFLOP/s")
+    st.markdown(
+        f"The same weights did **{gemm['GFLOP_per_s'] / max(gemv['GFLOP_per_s'], 1e-9):,.0f}×** more useful work "
+        f"per second when each byte was reused for {gemm['batch']} tokens: "
+        "the decode-like run was waiting for memory, not arithmetic."
+    )
+    show_table(rows, "bandwidth-measurement", "bw_measure_table", "measurement")
+else:
+    st.caption("Press the button to time your own machine (about a second).")
+
+lesson_check(PAGE)
