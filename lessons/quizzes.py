@@ -7,6 +7,7 @@ whether they were right or not, so the feedback teaches. Grading is plain Python
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -52,12 +53,23 @@ class Grade:
     feedback: str  # "Correct — ..." or "Not quite — the answer is ... because ..."
 
 
+def _place_answer(qid: str, options: list[str], answer: int) -> tuple[tuple[str, ...], int]:
+    """Rotate the options so the right one sits at a stable, id-dependent position (not always first)."""
+    if not 0 <= answer < len(options):
+        raise ValueError(f"question {qid!r}: answer index {answer} outside options 0..{len(options) - 1}")
+    target = zlib.crc32(qid.encode()) % len(options)
+    shift = (answer - target) % len(options)
+    rotated = options[shift:] + options[:shift]
+    return tuple(rotated), target
+
+
 def _build() -> dict[str, Question]:
     out: dict[str, Question] = {}
     for qid, prompt, options, answer, explanation in QUESTIONS:
         if qid in out:
             raise ValueError(f"duplicate question id {qid!r}")
-        out[qid] = Question(qid, prompt, tuple(options), answer, explanation)
+        placed, index = _place_answer(qid, list(options), answer)
+        out[qid] = Question(qid, prompt, placed, index, explanation)
     return out
 
 

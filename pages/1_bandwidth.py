@@ -5,7 +5,7 @@ import streamlit as st
 from engine.measure import measure_machine
 from engine.memory import GPUS, MODELS
 from lessons import bandwidth_lab as lab
-from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table
+from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
 from ui import charts
 
 PAGE = "bandwidth"
@@ -119,4 +119,5 @@ if rows:
 else:
     st.caption("Press the button to time your own machine (about a second).")
 
+sources(PAGE)
 lesson_check(PAGE)

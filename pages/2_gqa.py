@@ -4,7 +4,7 @@ import streamlit as st
 
 from engine.memory import MODELS
 from lessons import gqa_lab as lab
-from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_table
+from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 from ui import charts
 
 PAGE = "gqa"
@@ -107,4 +107,5 @@ st.caption(
     "On a GPU the saved KV reads become saved time, since decode attention is bandwidth-bound (lesson 1)."
 )
 
+sources(PAGE)
 lesson_check(PAGE)

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lessons import packing_lab as lab
-from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_table
+from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 from ui import charts
 
 PAGE = "packing"
@@ -88,4 +88,5 @@ st.caption(
 st.markdown("**Split back into requests** with `bias.split(out)` — one output per request, original lengths:")
 show_table(run.segment_rows(), "packing-segments", "pack_segments", "segments")
 
+sources(PAGE)
 lesson_check(PAGE)

@@ -121,6 +121,15 @@ def record_quiz(question_id: str, answer: str, correct: bool) -> None:
         _persist(progress)
 
 
+def clear_quiz(question_ids: Sequence[str]) -> None:
+    """Forget answers to these questions (progress and radio state); call it from a widget callback."""
+    progress = ensure_progress()
+    for qid in question_ids:
+        progress["quiz"].pop(qid, None)
+        st.session_state[f"quiz_{qid}"] = None
+    _persist(progress)
+
+
 def record_diagnosis(scenario_id: str, result: Mapping[str, Any]) -> None:
     """Record the learner's latest graded diagnosis of one incident scenario."""
     progress = ensure_progress()
@@ -162,6 +171,14 @@ def prose(page_id: str, section: str) -> None:
     text = content.load(page_id).sections.get(section)
     if text:
         st.markdown(text)
+
+
+def sources(page_id: str) -> None:
+    """The lesson's `## Sources` section in a collapsed expander (citations for the page's figures)."""
+    text = content.load(page_id).sections.get("Sources")
+    if text:
+        with st.expander("Sources", expanded=False):
+            st.markdown(text)
 
 
 def show_error(message: str, hint: str | None = None) -> None:
