@@ -1,0 +1,189 @@
+"""Every input error kernels.ops can see raises a ValueError that names the bad value (and never reaches a kernel).
+
+Device mismatches use the "meta" device, so they are testable on a CPU-only machine.
+"""
+
+import pytest
+import torch
+
+from kernels.ops import paged_attention, store_kv, varlen_attention
+from tests.conftest import requires_triton
+
+CU = torch.tensor([0, 2, 5], dtype=torch.int32)
+
+
+def varlen_args(**over):
+    """Valid varlen arguments (2 sequences of 2 and 3 tokens, 4 query heads, 2 KV heads), with overrides."""
+    args = {
+        "q": torch.randn(5, 4, 8),
+        "k": torch.randn(5, 2, 8),
+        "v": torch.randn(5, 2, 8),
+        "cu_seqlens_q": CU,
+        "cu_seqlens_k": CU,
+        "max_seqlen_q": 3,
+        "max_seqlen_k": 3,
+    }
+    args.update(over)
+    return args
+
+
+VARLEN_ERRORS = [
+    ({"q": [[1.0]]}, "q must be a torch.Tensor"),
+    ({"q": torch.randn(5, 32)}, r"q has shape \(5, 32\) but must be 3-D"),
+    ({"k": torch.randn(5, 2, 8, device="meta")}, "devices"),
+    ({"k": torch.randn(5, 2, 8, dtype=torch.float64)}, "dtypes"),
+    (
+        {"q": torch.ones(5, 4, 8, dtype=torch.int32), "k": torch.ones(5, 2, 8, dtype=torch.int32)}
+        | {"v": torch.ones(5, 2, 8, dtype=torch.int32)},
+        "use float32, float16 or bfloat16",
+    ),
+    ({"v": torch.randn(5, 1, 8)}, "k has shape .* but v has"),
+    ({"k": torch.randn(5, 2, 4), "v": torch.randn(5, 2, 4)}, "q has head_dim 8 but k has 4"),
+    ({"k": torch.randn(5, 3, 8), "v": torch.randn(5, 3, 8)}, "q has 4 heads but k has 3; Hq must be a multiple of Hkv"),
+    (
+        {"q": torch.randn(5, 4, 512), "k": torch.randn(5, 2, 512), "v": torch.randn(5, 2, 512)},
+        "head_dim=512 is not supported",
+    ),
+    ({"causal": 1}, "causal=1 must be True or False"),
+    ({"scale": float("nan")}, "scale=nan must be a finite"),
+    ({"scale": torch.tensor(0.1)}, "scale=.* must be a finite"),
+    ({"cu_seqlens_q": [0, 2, 5]}, "cu_seqlens_q must be a torch.Tensor"),
+    ({"cu_seqlens_q": CU.long()}, r"cu_seqlens_q has dtype torch.int64; pass cu_seqlens_q.to\(torch.int32\)"),
+    ({"cu_seqlens_k": CU.to("meta")}, "cu_seqlens_k is on meta but q is on cpu"),
+    ({"cu_seqlens_q": CU[:0]}, "cu_seqlens_q is empty"),
+    ({"cu_seqlens_q": torch.tensor([1, 2, 5], dtype=torch.int32)}, r"cu_seqlens_q\[0\] is 1"),
+    ({"cu_seqlens_q": torch.tensor([0, 4, 3, 5], dtype=torch.int32)}, "decreases at index 2"),
+    (
+        {"cu_seqlens_k": torch.tensor([0, 2, 4], dtype=torch.int32)},
+        r"cu_seqlens_k\[-1\] is 4 but the packed tensor has 5",
+    ),
+    ({"cu_seqlens_k": torch.tensor([0, 5], dtype=torch.int32)}, "describes 2 sequences but cu_seqlens_k 1"),
+    ({"max_seqlen_q": 3.0}, "max_seqlen_q=3.0 must be a Python int"),
+    ({"max_seqlen_k": 2}, "max_seqlen_k=2 but the longest sequence has 3 tokens"),
+    ({"backend": "cuda"}, "backend='cuda' is not supported"),
+]
+
+
+@pytest.mark.parametrize(("over", "match"), VARLEN_ERRORS)
+def test_varlen_errors(over, match):
+    backend = over.pop("backend", "torch")
+    with pytest.raises(ValueError, match=match):
+        varlen_attention(**varlen_args(**over), backend=backend)
+
+
+@requires_triton
+def test_varlen_triton_needs_unit_stride():
+    q = torch.randn(5, 4, 16)[:, :, ::2]  # stride(-1) == 2
+    with pytest.raises(ValueError, match=r"q.stride\(-1\) is 2 but must be 1 for Triton; pass q.contiguous\(\)"):
+        varlen_attention(**varlen_args(q=q), backend="triton")
+
+
+def paged_args(**over):
+    """Valid paged arguments: 2 sequences, 6 blocks of 4 slots, tables 3 wide, 4 query heads on 2 KV heads."""
+    args = {
+        "q": torch.randn(2, 4, 8),
+        "k_cache": torch.randn(6, 4, 2, 8),
+        "v_cache": torch.randn(6, 4, 2, 8),
+        "block_tables": torch.tensor([[5, 0, 2], [1, 3, 4]], dtype=torch.int32),
+        "seq_lens": torch.tensor([9, 4], dtype=torch.int32),
+    }
+    args.update(over)
+    return args
+
+
+PAGED_ERRORS = [
+    ({"q": torch.randn(2, 32)}, r"q has shape \(2, 32\) but must be 3-D"),
+    ({"k_cache": torch.randn(6, 4, 16)}, "k_cache has shape .* must be 4-D"),
+    ({"v_cache": torch.randn(6, 4, 1, 8)}, "k_cache has shape .* but v_cache"),
+    ({"q": torch.randn(2, 4, 8, dtype=torch.float16)}, "dtypes"),
+    ({"q": torch.randn(2, 4, 8, device="meta")}, "devices"),
+    ({"q": torch.randn(2, 4, 16)}, "q has head_dim 16 but k_cache has 8"),
+    ({"q": torch.randn(2, 3, 8)}, "q has 3 heads but k_cache has 2"),
+    ({"scale": float("inf")}, "scale=inf"),
+    ({"block_tables": torch.tensor([5, 0, 2], dtype=torch.int32)}, "block_tables has shape .* must be 2-D"),
+    (
+        {"block_tables": torch.tensor([[5, 0, 2], [1, 3, 4]])},
+        r"block_tables has dtype torch.int64; pass block_tables.to\(torch.int32\)",
+    ),
+    ({"seq_lens": torch.tensor([9, 4])}, "seq_lens has dtype torch.int64"),
+    ({"seq_lens": torch.tensor([9, 4], dtype=torch.int32, device="meta")}, "seq_lens is on meta but q is on cpu"),
+    ({"seq_lens": torch.tensor([9], dtype=torch.int32)}, "seq_lens has 1 rows but q has 2 sequences"),
+    ({"seq_lens": torch.tensor([9, -1], dtype=torch.int32)}, r"negative entry \(-1\)"),
+    (
+        {"seq_lens": torch.tensor([13, 4], dtype=torch.int32)},
+        "seq_lens has 13 tokens but a block table row holds 3 blocks x 4 = 12 slots",
+    ),
+    (
+        {"block_tables": torch.tensor([[5, 0, 6], [1, 3, 4]], dtype=torch.int32)},
+        r"block_tables\[0, 2\] = 6 is outside the cache's 6 blocks",
+    ),
+    ({"block_tables": torch.tensor([[5, 0, 2], [-1, 3, 4]], dtype=torch.int32)}, r"block_tables\[1, 0\] = -1"),
+    ({"backend": "gpu"}, "backend='gpu' is not supported"),
+]
+
+
+@pytest.mark.parametrize(("over", "match"), PAGED_ERRORS)
+def test_paged_errors(over, match):
+    backend = over.pop("backend", "torch")
+    with pytest.raises(ValueError, match=match):
+        paged_attention(**paged_args(**over), backend=backend)
+
+
+def test_paged_unused_table_entries_are_not_checked():
+    """Entries past a sequence's last used block are padding (never read), so any value is accepted."""
+    tables = torch.tensor([[5, 0, 2], [1, -1, 99]], dtype=torch.int32)  # seq 1 uses only its first block
+    out = paged_attention(**paged_args(block_tables=tables), backend="torch")
+    assert out.shape == (2, 4, 8) and not out.isnan().any()
+
+
+@requires_triton
+def test_paged_triton_needs_unit_stride():
+    k_cache = torch.randn(6, 4, 2, 16)[..., ::2]
+    with pytest.raises(ValueError, match=r"k_cache.stride\(-1\) is 2"):
+        paged_attention(**paged_args(k_cache=k_cache, v_cache=k_cache.clone()), backend="triton")
+
+
+def store_args(**over):
+    """Valid store arguments: 3 new tokens into 4 blocks of 4 slots, 2 KV heads."""
+    args = {
+        "k": torch.randn(3, 2, 8),
+        "v": torch.randn(3, 2, 8),
+        "k_cache": torch.zeros(4, 4, 2, 8),
+        "v_cache": torch.zeros(4, 4, 2, 8),
+        "slot_mapping": torch.tensor([5, -1, 15], dtype=torch.int64),
+    }
+    args.update(over)
+    return args
+
+
+STORE_ERRORS = [
+    ({"k": torch.randn(3, 16)}, r"k has shape \(3, 16\) but must be 3-D"),
+    ({"v": torch.randn(2, 2, 8)}, "k has shape .* but v has"),
+    ({"k_cache": torch.zeros(4, 4, 2, 8, dtype=torch.float16)}, "dtypes"),
+    ({"k": torch.randn(3, 1, 8), "v": torch.randn(3, 1, 8)}, r"k rows are \[1, 8\] .* cache holds \[2, 8\]"),
+    ({"slot_mapping": torch.tensor([5.0, 1.0, 2.0])}, "slot_mapping has dtype torch.float32"),
+    ({"slot_mapping": torch.tensor([[5, 1, 2]])}, "slot_mapping has shape"),
+    ({"slot_mapping": torch.tensor([5, 1, 2], device="meta")}, "slot_mapping is on meta but k is on cpu"),
+    ({"slot_mapping": torch.tensor([5, 1])}, "slot_mapping has 2 slots but k has 3 tokens"),
+    ({"slot_mapping": torch.tensor([5, 1, 16])}, "slot 16 but the cache has 4 blocks x 4 = 16 slots"),
+    ({"slot_mapping": torch.tensor([5, 1, 5], dtype=torch.int32)}, "writes the same slot twice"),
+    ({"backend": "fast"}, "backend='fast' is not supported"),
+]
+
+
+@pytest.mark.parametrize(("over", "match"), STORE_ERRORS)
+def test_store_errors(over, match):
+    backend = over.pop("backend", "torch")
+    args = store_args(**over)
+    before = args["k_cache"].clone()
+    with pytest.raises(ValueError, match=match):
+        store_kv(**args, backend=backend)
+    assert torch.equal(args["k_cache"], before)  # nothing was written
+
+
+def test_store_skips_negative_slots():
+    args = store_args()
+    store_kv(**args, backend="torch")
+    flat = args["k_cache"].view(16, 2, 8)  # [num_blocks * block_size, Hkv, D]
+    assert torch.equal(flat[5], args["k"][0]) and torch.equal(flat[15], args["k"][2])
+    assert int((flat.abs().sum((1, 2)) > 0).sum()) == 2  # only the two live slots were written
