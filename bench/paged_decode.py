@@ -1,0 +1,180 @@
+"""Decode attention over a contiguous KV store vs the same K/V in a paged cache (PagedAttention's cost).
+
+vLLM's paper (Kwon et al., SOSP 2023, section 7.1) reports its first paged kernel 20-26% slower than a
+contiguous one; this benchmark measures what paging costs ours. Fairness rules (BENCHMARKS.md): the same
+K/V values stored two ways, same backend on both sides, interleaved repeats.
+
+- contiguous: K/V as [S, Lmax, Hkv, D] plus lengths. On CPU the natural best call is one SDPA over the
+  batch with a key-padding mask, the GQA group's query heads acting as query rows (no repeated K/V). On
+  CUDA it is the same Triton kernel as the paged side, reading the contiguous store as one block per
+  sequence (block_size = Lmax, identity table), so the ratio isolates the cost of scattered blocks.
+- paged: kernels.ops.paged_attention over blocks of `--block-size` tokens under a shuffled block table.
+
+`overhead` = paged_s / contiguous_s. On CUDA also: K/V bytes read / paged_s and its fraction of the
+device's HBM peak (from engine.catalog; null for an unknown device).
+
+    python -m bench.paged_decode --json
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+
+from bench._util import emit, env_info, log, parser, save, time_interleaved
+from engine.catalog import GPUS
+from kernels.backend import resolve_backend
+from kernels.ops import paged_attention
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Device-name pattern -> engine.catalog key, for the HBM peak. Unknown devices report null.
+PEAK_KEYS = [(r"h200", "h200"), (r"h100(?!.*pcie)", "h100-sxm"), (r"\bl4\b", "l4"), (r"4090", "rtx-4090")]
+
+
+def peak_bandwidth(device_name: str) -> float | None:
+    """HBM bytes/s of the named CUDA device from the GPU catalog, or None when it is not listed."""
+    name = device_name.lower()
+    if "a100" in name:  # two memory sizes, two bandwidths
+        key = "a100-80gb" if torch.cuda.get_device_properties(0).total_memory > 50e9 else "a100-40gb"
+        return GPUS[key].bandwidth_bytes_per_s
+    for pattern, key in PEAK_KEYS:
+        if re.search(pattern, name):
+            return GPUS[key].bandwidth_bytes_per_s
+    return None
+
+
+def make_workload(args, device: str) -> dict:
+    """Lengths from a fixed seed; the contiguous store; the same values in a paged cache, shuffled blocks."""
+    gen = torch.Generator().manual_seed(args.seed)
+    dtype = DTYPES[args.dtype]
+    lens = torch.randint(args.max_len // 4, args.max_len + 1, (args.seqs,), generator=gen).tolist()
+    lens[0] = args.max_len  # pin the longest sequence so Lmax is the configured maximum
+    shape = (args.seqs, args.max_len, args.kv_heads, args.head_dim)
+    k_contig = torch.randn(shape, generator=gen).to(dtype)  # [S, Lmax, Hkv, D]
+    v_contig = torch.randn(shape, generator=gen).to(dtype)
+    q = torch.randn(args.seqs, args.heads, args.head_dim, generator=gen).to(dtype)
+
+    bs = args.block_size
+    blocks_per_seq = -(-args.max_len // bs)
+    needed = [-(-n // bs) for n in lens]
+    num_blocks = sum(needed)
+    order = torch.randperm(num_blocks, generator=gen).tolist()  # physical block of each logical block
+    k_cache = torch.zeros(num_blocks, bs, args.kv_heads, args.head_dim, dtype=dtype)
+    v_cache = torch.zeros_like(k_cache)
+    block_tables = torch.zeros(args.seqs, blocks_per_seq, dtype=torch.int32)
+    for i, n in enumerate(lens):
+        for b in range(needed[i]):
+            block = order.pop()
+            block_tables[i, b] = block
+            rows = min(bs, n - b * bs)
+            k_cache[block, :rows] = k_contig[i, b * bs : b * bs + rows]
+            v_cache[block, :rows] = v_contig[i, b * bs : b * bs + rows]
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    valid = torch.arange(args.max_len)[None, :] < seq_lens[:, None]  # [S, Lmax] key-padding mask
+    on = lambda t: t.to(device)
+    return {
+        "lens": lens,
+        "q": on(q),
+        "k_contig": on(k_contig),
+        "v_contig": on(v_contig),
+        "valid": on(valid),
+        "k_cache": on(k_cache),
+        "v_cache": on(v_cache),
+        "block_tables": on(block_tables),
+        "seq_lens": on(seq_lens),
+    }
+
+
+def sdpa_contiguous(w: dict) -> torch.Tensor:
+    """One SDPA call over the contiguous store: [S, Hkv, G, D] queries vs [S, Hkv, Lmax, D] keys, masked."""
+    q, k, v = w["q"], w["k_contig"], w["v_contig"]
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[2]
+    qg = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)  # [S, Hkv, G, D]
+    out = F.scaled_dot_product_attention(qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=w["valid"][:, None, None])
+    return out.reshape(num_seqs, num_heads, head_dim)
+
+
+def main() -> None:
+    """Time contiguous vs paged decode attention and print one JSON line."""
+    p = parser("decode attention: contiguous KV store vs paged cache with a shuffled block table")
+    p.add_argument("--seqs", type=int, default=None, help="default: 8 on CPU, 64 on CUDA")
+    p.add_argument("--max-len", type=int, default=None, help="default: 1024 on CPU, 4096 on CUDA")
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: float32 on CPU, float16 on CUDA")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cuda = device == "cuda"
+    args.seqs = args.seqs or (64 if cuda else 8)
+    args.max_len = args.max_len or (4096 if cuda else 1024)
+    args.dtype = args.dtype or ("float16" if cuda else "float32")
+    backend = resolve_backend("auto", device)
+    w = make_workload(args, device)
+    log(f"paged_decode: {args.seqs} seqs up to {args.max_len} tokens, device {device}, backend {backend}")
+
+    def paged() -> torch.Tensor:
+        return paged_attention(w["q"], w["k_cache"], w["v_cache"], w["block_tables"], w["seq_lens"])
+
+    identity = torch.arange(args.seqs, dtype=torch.int32, device=device)[:, None]  # [S, 1]: one block each
+
+    def contiguous() -> torch.Tensor:
+        if backend == "torch":
+            return sdpa_contiguous(w)
+        return paged_attention(w["q"], w["k_contig"], w["v_contig"], identity, w["seq_lens"])
+
+    out_c, out_p = contiguous(), paged()
+    err = (out_c.float() - out_p.float()).abs().max().item()
+    log(f"max |contiguous - paged| = {err:.2e}")
+    fns = {"contiguous": contiguous, "paged": paged}
+    if cuda:
+        fns["sdpa_contiguous"] = lambda: sdpa_contiguous(w)
+    times = time_interleaved(fns, repeats=args.repeats, warmup=args.warmup)
+    kv_bytes = 2 * sum(w["lens"]) * args.kv_heads * args.head_dim * w["k_cache"].element_size()
+    result = {
+        "benchmark": "paged_decode",
+        "contiguous_s": times["contiguous"],
+        "paged_s": times["paged"],
+        "overhead": times["paged"] / times["contiguous"],
+        "backend": backend,
+        "contiguous_side": "sdpa_key_padding_mask" if backend == "torch" else "same_kernel_identity_table",
+        "max_abs_diff": err,
+        "shapes": {
+            "num_seqs": args.seqs,
+            "max_len": args.max_len,
+            "seq_lens": w["lens"],
+            "num_heads": args.heads,
+            "num_kv_heads": args.kv_heads,
+            "head_dim": args.head_dim,
+            "block_size": args.block_size,
+            "num_blocks": int(w["k_cache"].shape[0]),
+            "dtype": args.dtype,
+        },
+        "kv_bytes_read": kv_bytes,
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "env": env_info(),
+    }
+    if cuda:
+        peak = peak_bandwidth(torch.cuda.get_device_name(0))
+        achieved = kv_bytes / times["paged"]
+        result["sdpa_contiguous_s"] = times["sdpa_contiguous"]
+        result["achieved_bytes_per_s"] = achieved
+        result["peak_bytes_per_s"] = peak
+        result["fraction_of_peak"] = achieved / peak if peak else None
+    log(
+        f"contiguous {times['contiguous'] * 1e3:.2f} ms, paged {times['paged'] * 1e3:.2f} ms, "
+        f"overhead {result['overhead']:.3f}"
+    )
+    if args.save:
+        log(f"saved {save('paged_decode', result)}")
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
