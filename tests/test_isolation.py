@@ -1,0 +1,179 @@
+"""Many learners, one server: sessions never share engine state, progress or results.
+
+Streamlit runs every browser session as a thread of one process, so anything stored at module level is
+shared by the whole class. Two checks follow from that:
+1. engine/, kernels/ and lessons/ keep no mutable state at module level (nothing a function writes
+   with ``global``; module values are constants: immutable, or UPPER_CASE catalogs of immutable values).
+2. Two AppTest sessions of the real app with different settings each see only their own allocator,
+   progress and results.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import importlib
+import inspect
+import pkgutil
+import re
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PACKAGES = ("engine", "kernels", "lessons")
+IMMUTABLE = (
+    torch.dtype,
+    torch.device,
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    bool,
+    type(None),
+    range,
+    Path,
+    re.Pattern,
+    types.UnionType,
+    enum.Enum,
+)
+# Module-level objects that describe things and are never written after import (reason per type).
+DESCRIPTIONS = {
+    "sqlalchemy.sql.schema.MetaData": "a table schema, built once at import",
+    "sqlalchemy.sql.schema.Table": "a table schema, built once at import",
+    "__future__._Feature": "from __future__ import annotations",
+}
+
+
+def _modules() -> list[str]:
+    names = []
+    for pkg in PACKAGES:
+        for info in pkgutil.iter_modules([str(ROOT / pkg)]):
+            names.append(f"{pkg}.{info.name}")
+    return names
+
+
+def _is_frozen_value(value: object, depth: int = 0) -> bool:
+    """True when value cannot be changed in place (recursing into tuples and constant containers)."""
+    if depth > 6:
+        return True
+    if isinstance(value, IMMUTABLE) or callable(value):
+        return True
+    if isinstance(value, torch.Tensor):
+        return False
+    if isinstance(value, tuple | frozenset):
+        return all(_is_frozen_value(v, depth + 1) for v in value)
+    if isinstance(value, types.MappingProxyType):
+        return all(_is_frozen_value(v, depth + 1) for v in value.values())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        params = getattr(type(value), "__dataclass_params__", None)
+        fields = (getattr(value, f.name) for f in dataclasses.fields(value))
+        return bool(params and params.frozen) and all(_is_frozen_value(v, depth + 1) for v in fields)
+    return False
+
+
+def _constant_catalog(value: object, depth: int = 0) -> bool:
+    """UPPER_CASE plain data (dicts, lists, tuples of immutable leaves): a read-only catalog by convention."""
+    if depth > 8 or _is_frozen_value(value):
+        return True
+    if isinstance(value, dict):
+        return all(_is_frozen_value(k) and _constant_catalog(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return all(_constant_catalog(v, depth + 1) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        params = getattr(type(value), "__dataclass_params__", None)
+        fields = (getattr(value, f.name) for f in dataclasses.fields(value))
+        return bool(params and params.frozen) and all(_constant_catalog(v, depth + 1) for v in fields)
+    return False
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_module_has_no_mutable_state(name: str) -> None:
+    source = (ROOT / (name.replace(".", "/") + ".py")).read_text()
+    globals_written = [n.names for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Global)]
+    assert not globals_written, f"{name} rebinds module state from functions: {globals_written}"
+
+    mod = importlib.import_module(name)
+    offenders = []
+    for attr, value in vars(mod).items():
+        if attr.startswith("__") or inspect.ismodule(value) or inspect.isclass(value) or callable(value):
+            continue
+        type_name = f"{type(value).__module__}.{type(value).__qualname__}"
+        if type_name in DESCRIPTIONS or _is_frozen_value(value):
+            continue
+        if attr.isupper() or attr.lstrip("_").isupper():
+            if _constant_catalog(value):
+                continue
+        offenders.append(f"{attr}: {type_name}")
+    assert not offenders, f"{name} holds mutable module-level state (per-learner state belongs in session): {offenders}"
+
+
+def test_the_checker_catches_state() -> None:
+    # The two predicates above must reject the kinds of state that leak between learners.
+    @dataclasses.dataclass
+    class Mutable:
+        x: int = 0
+
+    assert not _is_frozen_value([1, 2])
+    assert not _is_frozen_value(torch.zeros(2))
+    assert not _is_frozen_value(Mutable())
+    assert not _constant_catalog({"a": Mutable()})
+    assert not _constant_catalog({"a": torch.zeros(1)})
+    assert _constant_catalog({"a": (1, "x"), "b": {"c": 2.0}})
+
+
+# --- two live sessions of the real app ----------------------------------------------------------------
+
+
+def _signin_script() -> None:
+    """What app.py does around a page: sidebar sign-in, then a page that records progress."""
+    import streamlit as st
+
+    from pages._progress_ui import persist, sidebar_signin
+
+    progress = sidebar_signin()
+    answer = st.text_input("answer", key="iso_answer")
+    if answer:
+        progress["quiz"]["iso.q"] = {"answer": answer, "correct": answer == "8"}
+        persist(progress)
+
+
+def _session(name: str | None, class_code: str, answer: str) -> AppTest:
+    # AppTest re-runs only the page script of a file-based st.navigation app, so the sidebar is driven
+    # through this stand-in for app.py (sidebar_signin + persist, exactly the calls app.py makes).
+    at = AppTest.from_function(_signin_script, default_timeout=60).run()
+    if name:
+        at.sidebar.text_input(key="progress_name").input(name)
+        at.sidebar.text_input(key="progress_class").input(class_code)
+        at.sidebar.button[0].click().run()
+    at.text_input(key="iso_answer").input(answer).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    return at
+
+
+def test_two_sessions_keep_their_own_progress(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KVLAB_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("KVLAB_DATABASE_URL", raising=False)
+    a = _session("Ana", "room-1", "8")
+    b = _session("Ben", "room-1", "4")
+    c = _session(None, "", "2")  # never signs in
+    a.run()
+    assert a.session_state["progress_learner"] == ("room-1", "Ana")
+    assert b.session_state["progress_learner"] == ("room-1", "Ben")
+    assert "progress_learner" not in c.session_state
+    assert a.session_state["progress"]["quiz"]["iso.q"] == {"answer": "8", "correct": True}
+    assert b.session_state["progress"]["quiz"]["iso.q"] == {"answer": "4", "correct": False}
+    assert c.session_state["progress"]["quiz"]["iso.q"]["answer"] == "2"
+
+    from lessons.progress import ProgressStore
+
+    store = ProgressStore(f"sqlite:///{tmp_path / 'progress.sqlite3'}")
+    saved = {r["learner"]: r["progress"]["quiz"]["iso.q"]["answer"] for r in store.class_records("room-1")}
+    store.close()
+    assert saved == {"Ana": "8", "Ben": "4"}  # the anonymous session stored nothing
