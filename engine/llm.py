@@ -72,7 +72,10 @@ class LLM:
         self.backend = resolve_backend(backend, self.device)
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]")
-        self.model, self.config, self.tokenizer = load_model(model, self.device, _parse_dtype(dtype), self.backend)
+        try:
+            self.model, self.config, self.tokenizer = load_model(model, self.device, _parse_dtype(dtype), self.backend)
+        except FileNotFoundError as exc:  # a user's bad path: a ValueError like every other bad argument
+            raise ValueError(str(exc)) from exc
         cfg = self.config
         self.dtype = self.model.lm_head.weight.dtype
         self.block_size = block_size
