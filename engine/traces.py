@@ -44,6 +44,8 @@ class LengthStats:
 DATASETS: dict[str, LengthStats] = {
     "sharegpt": LengthStats(161.3, 200.0, 338.0, 300.0, "vLLM paper Fig. 11 means; std assumed (higher variance)"),
     "alpaca": LengthStats(19.3, 12.0, 58.5, 45.0, "vLLM paper Fig. 11 means; std assumed (lower variance)"),
+    # Retrieval-augmented QA: a few retrieved passages (~1.8K tokens) and a short answer. Illustrative.
+    "rag": LengthStats(1800.0, 500.0, 200.0, 120.0, "illustrative RAG workload (not from a paper)"),
 }
 
 
