@@ -1,0 +1,83 @@
+"""Quiz bank integrity, grading and scoring (lessons/quizzes.py) and the lesson prose loader."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lessons import content, quizzes
+from lessons.quiz_bank import QUESTIONS
+
+LESSON_PAGES = ["bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis", "playground"]
+
+
+def test_every_lesson_page_has_a_short_check_and_golden_rules_a_quiz():
+    for page in LESSON_PAGES:
+        assert 1 <= len(quizzes.for_page(page)) <= 3, page
+    assert len(quizzes.for_page("golden_rules")) >= 6
+    assert {q.page_id for q in quizzes.BANK.values()} <= set(content.PAGE_IDS)
+
+
+def test_bank_keeps_the_authored_right_answer_and_varies_its_position():
+    for qid, _prompt, options, answer, _ in QUESTIONS:
+        q = quizzes.get(qid)
+        assert q.correct_option == options[answer]  # rotation never changes which text is right
+        assert sorted(q.options) == sorted(options)
+    positions = {q.answer for q in quizzes.BANK.values()}
+    assert len(positions) >= 3  # the right answer is not always in the same place
+
+
+def test_grade_right_and_wrong_answers_explain_the_right_one():
+    q = quizzes.get("gqa.kv_formula")
+    right = quizzes.grade(q.id, q.correct_option)
+    assert right.correct and right.feedback.startswith("Correct")
+    wrong_text = next(o for o in q.options if o != q.correct_option)
+    wrong = quizzes.grade(q.id, wrong_text)
+    assert not wrong.correct and q.correct_option in wrong.feedback and q.explanation in wrong.feedback
+    assert quizzes.grade(q.id, q.answer).correct  # an index works too
+
+
+@pytest.mark.parametrize("bad", ["not an option", 99, -1, True])
+def test_grade_rejects_bad_answers_with_a_clear_error(bad):
+    with pytest.raises(ValueError, match="gqa.kv_formula"):
+        quizzes.grade("gqa.kv_formula", bad)
+
+
+def test_unknown_question_id():
+    with pytest.raises(ValueError, match="unknown question id"):
+        quizzes.grade("nope.q", 0)
+
+
+@given(st.lists(st.sampled_from(sorted(quizzes.BANK)), unique=True), st.booleans())
+def test_score_counts_only_correct_answers(answered, all_right):
+    progress = {}
+    for qid in answered:
+        q = quizzes.get(qid)
+        choice = q.correct_option if all_right else next(o for o in q.options if o != q.correct_option)
+        g = quizzes.grade(qid, choice)
+        progress[qid] = {"answer": g.answer, "correct": g.correct}
+    correct, total = quizzes.score(progress)
+    assert total == len(quizzes.BANK)
+    assert correct == (len(answered) if all_right else 0)
+    for page in content.PAGE_IDS:
+        c, t = quizzes.score(progress, page)
+        assert t == len(quizzes.for_page(page))
+        assert c == (sum(1 for a in answered if a.startswith(page + ".")) if all_right else 0)
+
+
+def test_lesson_files_parse_into_title_intro_and_sources():
+    for page in content.PAGE_IDS:
+        lesson = content.load(page)
+        assert lesson.title and lesson.title != page, page
+        assert len(lesson.section(content.INTRO)) > 50, page
+        if page != "welcome":
+            assert "Sources" in lesson.sections or "Further reading" in lesson.sections, page
+
+
+def test_parse_splits_sections_and_reports_missing_ones():
+    lesson = content.parse("x", "# Title\nintro line\n## A\nbody a\n## B\nbody b\n")
+    assert lesson.title == "Title"
+    assert lesson.sections == {"intro": "intro line", "A": "body a", "B": "body b"}
+    with pytest.raises(KeyError, match="sections are"):
+        lesson.section("C")
+    with pytest.raises(ValueError, match="unknown page id"):
+        content.load("no-such-page")
