@@ -21,12 +21,13 @@ import bisect
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engine.block_allocator import BlockAllocator
 from engine.catalog import GpuSpec, ModelSpec
 from engine.memory import ServingFootprint, serving_footprint
 from engine.roofline import StepTimeModel
+from engine.sim_metrics import COLUMNS, RequestOutcome, SimEvent, SimResult, SimSummary, summarize
 from engine.traces import Request
 
 __all__ = [
@@ -40,19 +41,6 @@ __all__ = [
     "COLUMNS",
 ]
 
-COLUMNS = (
-    "step",
-    "time_s",
-    "stored",
-    "reserved",
-    "internal",
-    "external",
-    "free",
-    "running",
-    "waiting",
-    "finished",
-    "generated",
-)
 POLICIES = ("static", "paged")
 RESERVATIONS = ("max_model_len", "oracle", "pow2")
 
@@ -86,71 +74,6 @@ class SimConfig:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
 
 
-@dataclass(frozen=True, slots=True)
-class SimEvent:
-    """Something a learner should see: admit, finish, preempt, reject (never fits) or oom (failed allocation)."""
-
-    step: int
-    time_s: float
-    kind: str
-    request_id: int
-    detail: str = ""
-
-
-@dataclass(slots=True)
-class RequestOutcome:
-    """What happened to one request."""
-
-    request_id: int
-    status: str = "unfinished"  # finished | rejected | oom | unfinished
-    arrival_s: float = 0.0
-    first_admit_s: float | None = None
-    finish_s: float | None = None
-    generated: int = 0
-    preemptions: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SimSummary:
-    """Headline numbers of a run."""
-
-    avg_waste: float
-    avg_internal: float
-    avg_reserved: float
-    avg_external: float
-    peak_concurrency: int
-    tokens_per_s: float
-    generated_tokens: int
-    num_finished: int
-    num_rejected: int
-    num_oom: int
-    num_preemptions: int
-    num_unfinished: int
-    p95_wait_s: float
-    mean_latency_s: float
-    duration_s: float
-    num_steps: int
-    wall_s: float
-
-
-@dataclass
-class SimResult:
-    """Per-step columns (see COLUMNS), events, per-request outcomes and the summary."""
-
-    config: SimConfig
-    columns: dict[str, list[float]]
-    events: list[SimEvent]
-    requests: list[RequestOutcome]
-    summary: SimSummary
-    capacity_tokens: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
-
-    def to_rows(self) -> list[dict[str, float]]:
-        """One dict per step, for a dataframe or a chart."""
-        names = list(self.columns)
-        return [dict(zip(names, vals, strict=True)) for vals in zip(*self.columns.values(), strict=True)]
-
-
 def _pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
@@ -179,6 +102,12 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
     buckets: dict[int, list[tuple[int, int, int]]] = {}  # step -> [(kind 0=cross 1=finish, idx, epoch)]
     events: list[SimEvent] = []
     cols: dict[str, list[float]] = {c: [] for c in COLUMNS}
+    # bound appends: the per-step bookkeeping is the simulator's inner loop
+    c_step, c_time, c_stored, c_reserved, c_internal, c_external, c_free, c_running, c_waiting, c_finished = (
+        cols[c].append for c in COLUMNS[:10]
+    )
+    c_generated = cols["generated"].append
+    capacity = cfg.capacity_tokens
     running: dict[int, int] = {}  # idx -> admit step, in admission order (preemption victim = last)
     waiting: deque[int] = deque()
     stored = sum_final = sum_res = generated_total = finished_total = 0
@@ -224,6 +153,33 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
             if k <= remaining:
                 buckets.setdefault(admit_step + k, []).append((0, i, epoch[i]))
 
+    def emit(kind: str, i: int, detail: str) -> None:
+        events.append(SimEvent(step, clock, kind, reqs[i].request_id, detail))
+
+    def take_memory(i: int) -> tuple[str, str]:
+        """Take KV memory for request i: ("ok", ""), or ("wait" | "reject" | "oom", why)."""
+        nonlocal sum_res, arena_version
+        if paged:
+            total, need = -(-final[i] // bs), -(-ctx[i] // bs)
+            if total > num_blocks:
+                return "reject", f"needs {total} blocks, the pool has {num_blocks}"
+            margin = watermark_blocks if running and not unchecked else 0
+            if alloc.num_free_blocks < need + margin:
+                return ("oom" if unchecked else "wait"), f"needed {need} blocks, {alloc.num_free_blocks} free"
+            blocks[i] = alloc.allocate_blocks(need)
+            return "ok", ""
+        size = reservation(i)
+        if size > capacity:
+            return "reject", f"reservation of {size} slots exceeds the KV capacity of {capacity}"
+        start = first_fit(size)
+        if start is None:
+            return ("oom" if unchecked else "wait"), f"tried to reserve {size} contiguous slots"
+        res_start[i], res_size[i] = start, size
+        bisect.insort(arena, (start, size))
+        arena_version += 1
+        sum_res += size
+        return "ok", ""
+
     def release(i: int) -> None:
         nonlocal stored, sum_final, sum_res, arena_version
         del running[i]
@@ -248,15 +204,7 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
             r = reqs[nxt]
             if r.prompt_len >= cfg.max_model_len:
                 out[nxt].status = "rejected"
-                events.append(
-                    SimEvent(
-                        step,
-                        clock,
-                        "reject",
-                        r.request_id,
-                        f"prompt of {r.prompt_len} tokens >= max_model_len {cfg.max_model_len}",
-                    )
-                )
+                emit("reject", nxt, f"prompt of {r.prompt_len} tokens >= max_model_len {cfg.max_model_len}")
             else:
                 waiting.append(nxt)
             nxt += 1
@@ -264,58 +212,16 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
         prefill_tokens, prefill_pairs, admitted_now = 0, 0.0, 0
         while waiting and len(running) < cfg.max_num_seqs:
             i = waiting[0]
-            rid = reqs[i].request_id
             if not ctx[i]:
                 ctx[i] = reqs[i].prompt_len  # a preempted request keeps its generated tokens (recompute)
-            if paged:
-                need = -(-ctx[i] // bs)
-                if -(-final[i] // bs) > num_blocks:
-                    waiting.popleft()
-                    out[i].status = "rejected"
-                    events.append(
-                        SimEvent(
-                            step, clock, "reject", rid, f"needs {-(-final[i] // bs)} blocks, pool has {num_blocks}"
-                        )
-                    )
-                    continue
-                margin = watermark_blocks if running and not unchecked else 0
-                if alloc.num_free_blocks < need + margin:
-                    if not unchecked:
-                        break
-                    waiting.popleft()
-                    out[i].status = "oom"
-                    events.append(
-                        SimEvent(step, clock, "oom", rid, f"needed {need} blocks, {alloc.num_free_blocks} free")
-                    )
-                    continue
-                blocks[i] = alloc.allocate_blocks(need)
-            else:
-                size = reservation(i)
-                if size > cfg.capacity_tokens:
-                    waiting.popleft()
-                    out[i].status = "rejected"
-                    events.append(
-                        SimEvent(
-                            step,
-                            clock,
-                            "reject",
-                            rid,
-                            f"reservation of {size} slots exceeds the KV capacity of {cfg.capacity_tokens}",
-                        )
-                    )
-                    continue
-                start = first_fit(size)
-                if start is None:
-                    if not unchecked:
-                        break
-                    waiting.popleft()
-                    out[i].status = "oom"
-                    events.append(SimEvent(step, clock, "oom", rid, f"tried to reserve {size} contiguous slots"))
-                    continue
-                res_start[i], res_size[i] = start, size
-                bisect.insort(arena, (start, size))
-                arena_version += 1
-                sum_res += size
+            verdict, detail = take_memory(i)
+            if verdict == "wait":
+                break
+            if verdict != "ok":
+                waiting.popleft()
+                out[i].status = "rejected" if verdict == "reject" else "oom"
+                emit(verdict, i, detail)
+                continue
             waiting.popleft()
             running[i] = step
             admitted_now += 1
@@ -325,7 +231,7 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
             prefill_pairs += ctx[i] * (ctx[i] + 1) / 2
             if out[i].first_admit_s is None:
                 out[i].first_admit_s = clock
-            events.append(SimEvent(step, clock, "admit", rid, f"{ctx[i]} tokens in cache"))
+            emit("admit", i, f"{ctx[i]} tokens in cache")
             schedule(i, step)
         # ---- decode: every request admitted before this step appends one token
         num_decode = len(running) - admitted_now
@@ -344,15 +250,7 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
             # latest-admitted request (vLLM's recompute preemption) or, unchecked, fail this one with an OOM
             while alloc.num_free_blocks == 0:
                 victim = i if unchecked else next(reversed(running))
-                events.append(
-                    SimEvent(
-                        step,
-                        clock,
-                        "oom" if unchecked else "preempt",
-                        reqs[victim].request_id,
-                        f"no free KV block ({num_blocks} in the pool)",
-                    )
-                )
+                emit("oom" if unchecked else "preempt", victim, f"no free KV block ({num_blocks} in the pool)")
                 ctx[victim] += step - running[victim]  # tokens it holds now, kept for recompute
                 release(victim)
                 epoch[victim] += 1
@@ -369,28 +267,25 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
                 k_next = step + bs
                 if k_next <= running[i] + final[i] - (ctx[i]):
                     buckets.setdefault(k_next, []).append((0, i, epoch[i]))
-        peak = max(peak, len(running))
-        cols["step"].append(step)
-        cols["time_s"].append(clock)
+        num_running = len(running)
+        if num_running > peak:
+            peak = num_running
         if paged:
             allocated = (num_blocks - alloc.num_free_blocks) * bs
             reserved, internal, ext = 0, allocated - stored, 0
         else:
             reserved, internal, ext = sum_final - stored, sum_res - sum_final, external()
             allocated = sum_res
-        free = cfg.capacity_tokens - allocated - ext
-        for c, v in (
-            ("stored", stored),
-            ("reserved", reserved),
-            ("internal", internal),
-            ("external", ext),
-            ("free", free),
-            ("running", len(running)),
-            ("waiting", len(waiting)),
-            ("finished", finished_total),
-            ("generated", num_decode),
-        ):
-            cols[c].append(v)
+        c_step(step)
+        c_time(clock)
+        c_stored(stored)
+        c_reserved(reserved)
+        c_internal(internal)
+        c_external(ext)
+        c_free(capacity - allocated - ext)
+        c_running(num_running)
+        c_waiting(len(waiting))
+        c_generated(num_decode)
         clock += step_time(num_decode, context_before, prefill_tokens, prefill_pairs)
         for i in finishing:
             if i not in running:
@@ -400,61 +295,9 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
             finished_total += 1
             o = out[i]
             o.status, o.finish_s, o.generated = "finished", clock, final[i] - reqs[i].prompt_len
-            events.append(SimEvent(step, clock, "finish", reqs[i].request_id, f"{final[i]} tokens"))
-        cols["finished"][-1] = finished_total
-    return _result(cfg, cols, events, out, peak, generated_total, clock, step, time.perf_counter() - t_start)
-
-
-def _result(
-    cfg: SimConfig,
-    cols: dict[str, list[float]],
-    events: list[SimEvent],
-    out: list[RequestOutcome],
-    peak: int,
-    generated: int,
-    clock: float,
-    steps: int,
-    wall_s: float,
-) -> SimResult:
-    """Summarise the per-step columns: step-averaged waste while requests run, waits, throughput."""
-    waste = internal = reserved = external = 0.0
-    busy = 0
-    for st, rs, it, ex, run in zip(
-        cols["stored"], cols["reserved"], cols["internal"], cols["external"], cols["running"], strict=True
-    ):
-        held = st + rs + it + ex
-        if run and held:
-            busy += 1
-            waste += (rs + it + ex) / held
-            internal += it / held
-            reserved += rs / held
-            external += ex / held
-    busy = max(busy, 1)
-    waits = sorted(o.first_admit_s - o.arrival_s for o in out if o.first_admit_s is not None)
-    latencies = [o.finish_s - o.arrival_s for o in out if o.finish_s is not None]
-    start = min((o.arrival_s for o in out), default=0.0)
-    duration = max(clock - start, 0.0)
-    counts = {k: sum(1 for o in out if o.status == k) for k in ("finished", "rejected", "oom", "unfinished")}
-    summary = SimSummary(
-        avg_waste=waste / busy,
-        avg_internal=internal / busy,
-        avg_reserved=reserved / busy,
-        avg_external=external / busy,
-        peak_concurrency=peak,
-        tokens_per_s=generated / duration if duration > 0 else 0.0,
-        generated_tokens=generated,
-        num_finished=counts["finished"],
-        num_rejected=counts["rejected"],
-        num_oom=counts["oom"],
-        num_preemptions=sum(o.preemptions for o in out),
-        num_unfinished=counts["unfinished"],
-        p95_wait_s=waits[min(len(waits) - 1, int(0.95 * len(waits)))] if waits else 0.0,
-        mean_latency_s=sum(latencies) / len(latencies) if latencies else 0.0,
-        duration_s=duration,
-        num_steps=steps,
-        wall_s=wall_s,
-    )
-    return SimResult(cfg, cols, events, out, summary, capacity_tokens=cfg.capacity_tokens)
+            emit("finish", i, f"{final[i]} tokens")
+        c_finished(finished_total)
+    return summarize(cfg, cols, events, out, peak, generated_total, clock, step, time.perf_counter() - t_start)
 
 
 def simulate_model(

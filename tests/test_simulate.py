@@ -175,3 +175,11 @@ def test_bad_trace_inputs_are_rejected():
         replay_trace([(0.0, 10, 0)])
     with pytest.raises(ValueError, match="lacks"):
         replay_trace([{"arrival_s": 0, "prompt_len": 3}])
+
+
+def test_rows_can_be_thinned_for_charts():
+    res = simulate(generate_trace("alpaca", 200, seed=0), SimConfig("static", 4096, max_model_len=512))
+    full = res.to_rows()
+    thin = res.to_rows(max_points=50)
+    assert len(thin) <= 50 and thin[0] == full[0] and thin[-1] == full[-1]
+    assert res.sampled(None) is res.columns
