@@ -175,16 +175,18 @@ class BlockManager:
             raise ValueError(f"sequence {seq.seq_id} holds no blocks; call allocate_sequence() first")
         start = seq.num_computed_tokens
         end = start + num_new_tokens
-        if num_new_tokens < 1 or end > seq.num_tokens:
+        num_tokens = len(seq.token_ids)
+        if num_new_tokens < 1 or end > num_tokens:
             raise ValueError(
                 f"num_new_tokens={num_new_tokens} for sequence {seq.seq_id} must be in "
-                f"1..{seq.num_tokens - start} ({seq.num_tokens} tokens, {start} computed)"
+                f"1..{num_tokens - start} ({num_tokens} tokens, {start} computed)"
             )
-        bs, table, ref_count = self.block_size, seq.block_table, self.allocator.ref_count
+        bs, table = self.block_size, seq.block_table
+        refs = self.allocator._ref_counts  # hot path (every decode step): index the list directly
         last = -(-end // bs)  # blocks needed to cover positions 0..end-1
         # A block this step writes into must be exclusively ours: shared ones are copied first.
-        shared = [i for i in range(start // bs, min(last, len(table))) if ref_count(table[i]) > 1]
-        return shared, max(0, last - len(table))
+        shared = [i for i in range(start // bs, min(last, len(table))) if refs[table[i]] > 1]
+        return shared, last - len(table) if last > len(table) else 0
 
     def can_append(self, seq: Sequence, num_new_tokens: int = 1) -> bool:
         """Whether `append_slots(seq, num_new_tokens)` would find enough free blocks."""
@@ -223,8 +225,11 @@ class BlockManager:
             alloc.free(old)
             if i * self.block_size < seq.num_computed_tokens:  # holds computed tokens: copy them over
                 copies.append((old, new))
-        table.extend(alloc.allocate_blocks(grow))
-        self._num_slots[seq.seq_id] = max(self._num_slots[seq.seq_id], seq.num_computed_tokens + num_new_tokens)
+        for _ in range(grow):
+            table.append(alloc.allocate())
+        end = seq.num_computed_tokens + num_new_tokens
+        if end > self._num_slots[seq.seq_id]:
+            self._num_slots[seq.seq_id] = end
         return copies
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
@@ -265,6 +270,8 @@ class BlockManager:
             return
         hashes, bs, table = self._hashes[seq.seq_id], self.block_size, seq.block_table
         num_full = min(seq.num_computed_tokens // bs, len(table))
+        if num_full <= len(hashes):
+            return
         parent = hashes[-1] if hashes else None
         for i in range(len(hashes), num_full):
             chunk = tuple(seq.token_ids[i * bs : (i + 1) * bs])
