@@ -23,9 +23,63 @@ import triton.language as tl
 from kernels.backend import triton_interpreting
 
 # Rows per program (query tokens x heads of one KV group) and keys per inner step. 128 x 64 tiles with a
-# head dim up to 128 fit an H100/H200 SM's registers at 8 warps; the interpreter just needs them >= 16.
-ROWS = 128
+# head dim up to 128 fit an H100/H200 SM's registers at 8 warps (FlashAttention-2's forward tiles); tl.dot
+# needs every tile dim >= 16, which these and HEAD_DIM_P2 >= 16 guarantee.
+TILE_ROWS = 128
 BLOCK_N = 64
+
+
+@triton.jit
+def _attend_key_tile(
+    q,  # [ROWS, HEAD_DIM_P2] query rows of this program
+    acc,  # [ROWS, HEAD_DIM_P2] fp32 running numerator
+    l_i,  # [ROWS] fp32 running denominator
+    m_i,  # [ROWS] fp32 running max (base 2)
+    k_ptr,  # [total_k, num_kv_heads, head_dim]
+    v_ptr,  # [total_k, num_kv_heads, head_dim]
+    k_start,
+    len_k,
+    start_n,
+    kv_head,
+    tok,  # [ROWS] query position within the sequence
+    diag,  # len_k - len_q: bottom-right causal offset
+    offs_n,
+    offs_d,
+    d_ok,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    qk_scale,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """One online-softmax step over keys start_n .. start_n + BLOCK_N (FlashAttention-2, Algorithm 1)."""
+    key = start_n + offs_n  # [BLOCK_N] position within the sequence
+    key_ok = key < len_k
+    kv_mask = key_ok[:, None] & d_ok[None, :]
+    k_rows = (k_start + key).to(tl.int64)
+    k = tl.load(k_ptr + k_rows[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + k_rows[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # [ROWS, BLOCK_N]
+    if MASKED:  # only tiles that cross the sequence end or the causal diagonal pay for the mask
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (key[None, :] <= tok[:, None] + diag)
+        s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps exp2 finite (it gives 0).
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return acc, l_i, m_new
 
 
 @triton.jit
@@ -66,9 +120,9 @@ def _varlen_attention_kernel(
     if tile_start >= len_q:  # the grid is sized for the longest sequence; shorter ones stop here
         return
 
-    # Row r of the tile is query token tile_start + r // GROUP_P2, head (r % GROUP_P2) of this KV group.
-    ROWS: tl.constexpr = BLOCK_Q * GROUP_P2
-    rows = tl.arange(0, ROWS)
+    # Row r of the tile is query token tile_start + r // GROUP_P2, head (r % GROUP_P2) of this KV group,
+    # so the BLOCK_Q * GROUP_P2 rows share every K/V tile loaded below.
+    rows = tl.arange(0, BLOCK_Q * GROUP_P2)
     tok = tile_start + rows // GROUP_P2  # position within the sequence
     head = kv_head * QUERIES_PER_KV + rows % GROUP_P2
     row_ok = (tok < len_q) & (rows % GROUP_P2 < QUERIES_PER_KV)
@@ -79,43 +133,33 @@ def _varlen_attention_kernel(
     if UPCAST:
         q = q.to(tl.float32)
 
-    diag = len_k - len_q  # bottom-right alignment offset
+    # Keys [0, lo) are visible to every row of the tile (whole tiles, no mask); [lo, hi) need the mask;
+    # keys >= hi are hidden from every row and never loaded.
+    diag = len_k - len_q
     hi = len_k
+    full = len_k
     if CAUSAL:
         last_tok = tl.minimum(tile_start + BLOCK_Q, len_q) - 1
         hi = tl.maximum(tl.minimum(len_k, last_tok + diag + 1), 0)
+        full = tl.maximum(tl.minimum(len_k, tile_start + diag + 1), 0)
+    lo = (full // BLOCK_N) * BLOCK_N
 
-    m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([ROWS], dtype=tl.float32)
-    acc = tl.zeros([ROWS, HEAD_DIM_P2], dtype=tl.float32)
+    m_i = tl.full([BLOCK_Q * GROUP_P2], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_Q * GROUP_P2], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_Q * GROUP_P2, HEAD_DIM_P2], dtype=tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(0, hi, BLOCK_N):
-        key = start_n + offs_n  # [BLOCK_N] position within the sequence
-        key_ok = key < len_k
-        kv_mask = key_ok[:, None] & d_ok[None, :]
-        k_rows = (k_start + key).to(tl.int64)
-        k = tl.load(
-            k_ptr + k_rows[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0
-        )
-        v = tl.load(
-            v_ptr + k_rows[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0
-        )
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # [ROWS, BLOCK_N]
-        visible = key_ok[None, :]
-        if CAUSAL:
-            visible = visible & (key[None, :] <= tok[:, None] + diag)
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps exp2 finite (it gives 0).
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
+    for start_n in range(0, lo, BLOCK_N):
+        acc, l_i, m_i = _attend_key_tile(
+            q, acc, l_i, m_i, k_ptr, v_ptr, k_start, len_k, start_n, kv_head, tok, diag, offs_n, offs_d, d_ok,
+            stride_kt, stride_kh, stride_vt, stride_vh, qk_scale,
+            MASKED=False, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION,
+        )  # fmt: skip
+    for start_n in range(lo, hi, BLOCK_N):
+        acc, l_i, m_i = _attend_key_tile(
+            q, acc, l_i, m_i, k_ptr, v_ptr, k_start, len_k, start_n, kv_head, tok, diag, offs_n, offs_d, d_ok,
+            stride_kt, stride_kh, stride_vt, stride_vh, qk_scale,
+            MASKED=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION,
+        )  # fmt: skip
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # rows that saw no key stay exactly zero
     o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
@@ -150,10 +194,7 @@ def varlen_attention_triton(
     if total_q == 0 or batch == 0:
         return out
     group_p2 = triton.next_power_of_2(queries_per_kv)
-    block_q = max(ROWS // group_p2, 1)
-    rows = block_q * group_p2
-    if rows < 16:  # tl.dot needs at least 16 rows; only reachable with > 128 query heads per KV head
-        block_q = triton.cdiv(16, group_p2)
+    block_q = max(TILE_ROWS // group_p2, 1)
     interpreting = triton_interpreting()
     grid = (triton.cdiv(max(max_seqlen_q, 1), block_q), batch, num_kv_heads)
     _varlen_attention_kernel[grid](

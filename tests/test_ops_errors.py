@@ -7,9 +7,14 @@ import pytest
 import torch
 
 from kernels.ops import paged_attention, store_kv, varlen_attention
-from tests.conftest import requires_triton
+from tests.conftest import DEVICE, requires_triton
 
 CU = torch.tensor([0, 2, 5], dtype=torch.int32)
+
+
+def on_device(args: dict) -> dict:
+    """Move every tensor argument to DEVICE (the Triton checks run on CUDA, or on CPU via the interpreter)."""
+    return {name: x.to(DEVICE) if isinstance(x, torch.Tensor) else x for name, x in args.items()}
 
 
 def varlen_args(**over):
@@ -73,9 +78,9 @@ def test_varlen_errors(over, match):
 
 @requires_triton
 def test_varlen_triton_needs_unit_stride():
-    q = torch.randn(5, 4, 16)[:, :, ::2]  # stride(-1) == 2
+    q = torch.randn(5, 4, 16, device=DEVICE)[:, :, ::2]  # stride(-1) == 2, sliced on the device itself
     with pytest.raises(ValueError, match=r"q.stride\(-1\) is 2 but must be 1 for Triton; pass q.contiguous\(\)"):
-        varlen_attention(**varlen_args(q=q), backend="triton")
+        varlen_attention(**on_device(varlen_args()) | {"q": q}, backend="triton")
 
 
 def paged_args(**over):
@@ -138,9 +143,9 @@ def test_paged_unused_table_entries_are_not_checked():
 
 @requires_triton
 def test_paged_triton_needs_unit_stride():
-    k_cache = torch.randn(6, 4, 2, 16)[..., ::2]
+    k_cache = torch.randn(6, 4, 2, 16, device=DEVICE)[..., ::2]
     with pytest.raises(ValueError, match=r"k_cache.stride\(-1\) is 2"):
-        paged_attention(**paged_args(k_cache=k_cache, v_cache=k_cache.clone()), backend="triton")
+        paged_attention(**on_device(paged_args()) | {"k_cache": k_cache, "v_cache": k_cache.clone()}, backend="triton")
 
 
 def store_args(**over):

@@ -90,12 +90,13 @@ def test_matches_sdpa_per_sequence(backend, causal):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_odd_head_dim_and_long_sequence(backend):
-    """Head dim not a power of two and a sequence spanning several key tiles (BLOCK_N = 64)."""
-    lens_q, lens_k = [70, 2], [150, 2]
+@pytest.mark.parametrize("causal", [False, True])
+def test_odd_head_dim_and_long_sequence(backend, causal):
+    """Head dim not a power of two; sequences spanning several query and key tiles (unmasked + masked loops)."""
+    lens_q, lens_k = [70, 2, 130], [150, 2, 130]
     q, k, v, cu_q, cu_k = make(lens_q, lens_k, 2, 1, d=20)
-    out = run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal=True, backend=backend)
-    torch.testing.assert_close(out, varlen_attention_ref(q, k, v, cu_q, cu_k, causal=True), **TOL[torch.float32])
+    out = run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal=causal, backend=backend)
+    torch.testing.assert_close(out, varlen_attention_ref(q, k, v, cu_q, cu_k, causal=causal), **TOL[torch.float32])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
