@@ -154,7 +154,7 @@ class BlockManager:
         num_cached = len(blocks) * self.block_size
         remaining = seq.num_tokens - num_cached
         n = remaining if num_new_tokens is None else num_new_tokens
-        if not 1 <= n <= remaining:
+        if type(n) is not int or not 1 <= n <= remaining:
             raise ValueError(
                 f"num_new_tokens={num_new_tokens} for sequence {seq.seq_id} must be in 1..{remaining} "
                 f"({seq.num_tokens} tokens, {num_cached} cached)"
@@ -176,7 +176,7 @@ class BlockManager:
         start = seq.num_computed_tokens
         end = start + num_new_tokens
         num_tokens = len(seq.token_ids)
-        if num_new_tokens < 1 or end > num_tokens:
+        if type(num_new_tokens) is not int or num_new_tokens < 1 or end > num_tokens:
             raise ValueError(
                 f"num_new_tokens={num_new_tokens} for sequence {seq.seq_id} must be in "
                 f"1..{num_tokens - start} ({num_tokens} tokens, {start} computed)"

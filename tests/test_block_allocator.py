@@ -342,11 +342,15 @@ def test_block_manager_errors():
         bm.allocate_sequence(s, num_new_tokens=6)
     with pytest.raises(ValueError, match=r"must be in 1\.\.5"):
         bm.allocate_sequence(s, num_new_tokens=0)
+    with pytest.raises(ValueError, match=r"num_new_tokens=2\.0"):
+        bm.can_allocate(s, num_new_tokens=2.0)
     bm.allocate_sequence(s)
     with pytest.raises(ValueError, match="already holds blocks"):
         bm.allocate_sequence(s)
     with pytest.raises(ValueError, match=r"must be in 1\.\.5 \(5 tokens, 0 computed\)"):
         bm.append_slots(s, 6)
+    with pytest.raises(ValueError, match=r"num_new_tokens=1\.5"):
+        bm.can_append(s, 1.5)
     compute(s)
     with pytest.raises(ValueError, match=r"must be in 1\.\.0"):
         bm.append_slots(s)  # no new token appended yet
