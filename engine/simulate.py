@@ -112,7 +112,8 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
     waiting: deque[int] = deque()
     stored = sum_final = sum_res = generated_total = finished_total = 0
     ext_cache: tuple[int, int, int] | None = None  # (arena version, head idx, value)
-    arena_version = 0
+    arena_version = freed_version = 0
+    blocked: tuple[int, int] | None = None  # (head request, freed_version) of the last failed admission
     nxt, clock, step, peak = 0, 0.0, 0, 0
 
     def reservation(i: int) -> int:
@@ -181,7 +182,8 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
         return "ok", ""
 
     def release(i: int) -> None:
-        nonlocal stored, sum_final, sum_res, arena_version
+        nonlocal stored, sum_final, sum_res, arena_version, freed_version
+        freed_version += 1
         del running[i]
         stored -= ctx[i]
         sum_final -= final[i]
@@ -214,8 +216,11 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
             i = waiting[0]
             if not ctx[i]:
                 ctx[i] = reqs[i].prompt_len  # a preempted request keeps its generated tokens (recompute)
+            if blocked == (i, freed_version):
+                break  # nothing was freed since this request last failed to fit
             verdict, detail = take_memory(i)
             if verdict == "wait":
+                blocked = (i, freed_version)
                 break
             if verdict != "ok":
                 waiting.popleft()
