@@ -312,9 +312,9 @@ def _load_demo() -> ModelSpec:
         hidden_size=256,
         num_heads=4,
         num_kv_heads=2,
-        intermediate_size=768,
+        intermediate_size=512,
         vocab_size=4096,
-        max_context=512,
+        max_context=256,
         tie_word_embeddings=True,
         source="models/demo/config.json (fallback until the demo model is trained)",
     )

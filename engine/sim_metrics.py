@@ -14,6 +14,9 @@ from typing import Any
 
 __all__ = ["COLUMNS", "SimEvent", "RequestOutcome", "SimSummary", "SimResult", "summarize"]
 
+# time_s: clock at the step's start; stored..free: KV slots, summing to the capacity; running / waiting: requests;
+# finished: cumulative; generated: tokens decoded in the step; step_s: its roofline duration, so the step's
+# throughput is generated / step_s.
 COLUMNS = (
     "step",
     "time_s",
@@ -26,6 +29,7 @@ COLUMNS = (
     "waiting",
     "finished",
     "generated",
+    "step_s",
 )
 
 

@@ -106,7 +106,7 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
     c_step, c_time, c_stored, c_reserved, c_internal, c_external, c_free, c_running, c_waiting, c_finished = (
         cols[c].append for c in COLUMNS[:10]
     )
-    c_generated = cols["generated"].append
+    c_generated, c_step_s = cols["generated"].append, cols["step_s"].append
     capacity = cfg.capacity_tokens
     running: dict[int, int] = {}  # idx -> admit step, in admission order (preemption victim = last)
     waiting: deque[int] = deque()
@@ -291,7 +291,9 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
         c_running(num_running)
         c_waiting(len(waiting))
         c_generated(num_decode)
-        clock += step_time(num_decode, context_before, prefill_tokens, prefill_pairs)
+        dt = step_time(num_decode, context_before, prefill_tokens, prefill_pairs)
+        c_step_s(dt)
+        clock += dt
         for i in finishing:
             if i not in running:
                 continue  # preempted this step after its finish was collected: it re-queued

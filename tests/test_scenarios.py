@@ -143,3 +143,10 @@ def test_lessons_do_not_import_streamlit():
     root = Path(__file__).resolve().parent.parent / "lessons"
     for name in ("scenarios.py", "incidents.py"):
         assert "streamlit" not in (root / name).read_text()
+
+
+def test_tensor_parallel_fix_when_a_second_gpu_exists():
+    sc = next(s for s in (get_scenario("default-128k", k) for k in range(20)) if s.max_gpus == 2)
+    g = grade(sc, ["context-too-long"], {"tensor_parallel_size": 2})
+    assert g.resolved and any("2 GPUs instead of 1" in c for c in g.costs)
+    assert not grade(get_scenario("default-128k"), [], {"tensor_parallel_size": 2}).resolved  # only one GPU here

@@ -183,3 +183,15 @@ def test_rows_can_be_thinned_for_charts():
     thin = res.to_rows(max_points=50)
     assert len(thin) <= 50 and thin[0] == full[0] and thin[-1] == full[-1]
     assert res.sampled(None) is res.columns
+
+
+def test_step_time_comes_from_the_roofline():
+    from engine.roofline import StepTimeModel
+
+    trace = replay_trace([(0.0, 100, 5)] * 4)
+    stm = StepTimeModel.for_model("llama-3-8b", "h100-sxm")
+    res = simulate(trace, SimConfig("paged", 4096, step_time=stm))
+    rows = res.to_rows()
+    assert rows[1]["step_s"] == pytest.approx(stm(4, 400))  # 4 sequences decoding over 400 cached tokens
+    assert rows[1]["generated"] == 4
+    assert res.summary.duration_s == pytest.approx(sum(r["step_s"] for r in rows))
