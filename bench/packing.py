@@ -5,7 +5,13 @@ combined with the causal mask, same dtype. Packed side: kernels.ops.varlen_atten
 [total, Hq, D] tensor of the same tokens. Both run interleaved in one process on identical values.
 `ideal_speedup` = padded attention FLOPs / packed FLOPs (causal counted as half on both sides).
 
+With `--flash` (CUDA only; bench/gpu_check.sh) it instead times our Triton varlen kernel against SDPA's
+flash-attention backend on the same packed workload (bf16, head dim 128 by default): the flash varlen
+forward that SDPA dispatches to (`aten._flash_attention_forward` with cu_seqlens), falling back to one
+SDPA-flash call per sequence if that op is unavailable. `ratio` = flash_s / ours (goal >= 0.7).
+
     python -m bench.packing --json
+    python -m bench.packing --flash --json
 """
 
 from __future__ import annotations
@@ -45,21 +51,121 @@ def make_workload(args, device: str) -> dict:
     return {"lens": lens, "q": q, "k": k, "v": v, "cu": cu, "qp": pad(q), "kp": pad(k), "vp": pad(v), "mask": mask}
 
 
+def flash_comparison(args, device: str) -> dict:
+    """Our Triton varlen kernel vs SDPA's flash backend on the same packed tensors (CUDA only)."""
+    record = {"benchmark": "varlen_vs_flash", **env_info()}
+    if device != "cuda":
+        log("--flash needs a CUDA device; nothing timed")
+        return record | {"skipped": "needs a CUDA device"}
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels.varlen_attention import varlen_attention_triton
+
+    w = make_workload(args, device)
+    lens, cu = w["lens"], w["cu"]
+    l_max, total = max(lens), sum(lens)
+    q, k, v = w["q"], w["k"], w["v"]
+    del w["qp"], w["kp"], w["vp"], w["mask"]  # the padded copies are not needed here
+    group = args.heads // args.kv_heads
+    k_rep, v_rep = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)  # [total, Hq, D], untimed
+
+    def flash_varlen(kk: torch.Tensor, vv: torch.Tensor):
+        return lambda: torch.ops.aten._flash_attention_forward(
+            q, kk, vv, cu, cu, l_max, l_max, 0.0, args.causal, False
+        )[0]
+
+    def flash_per_sequence() -> torch.Tensor:
+        out = torch.empty_like(q)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            for i, n in enumerate(lens):
+                s = slice(int(cu[i]), int(cu[i]) + n)
+                o = F.scaled_dot_product_attention(
+                    q[s].transpose(0, 1)[None],
+                    k_rep[s].transpose(0, 1)[None],
+                    v_rep[s].transpose(0, 1)[None],
+                    is_causal=args.causal,
+                )  # [1, Hq, n, D]
+                out[s] = o[0].transpose(0, 1)
+        return out
+
+    def ours_api() -> torch.Tensor:
+        return varlen_attention(q, k, v, cu, cu, l_max, l_max, causal=args.causal, backend="triton")
+
+    def ours_kernel() -> torch.Tensor:
+        return varlen_attention_triton(q, k, v, cu, cu, l_max, l_max, causal=args.causal)
+
+    expected = ours_kernel()
+    candidates = [
+        ("flash_varlen_gqa", flash_varlen(k, v)),
+        ("flash_varlen_repeated_kv", flash_varlen(k_rep, v_rep)),
+        ("sdpa_flash_per_sequence", flash_per_sequence),
+    ]
+    flash_name, flash_fn, err = None, None, None
+    for name, fn in candidates:
+        try:
+            err = (fn().float() - expected.float()).abs().max().item()
+        except (RuntimeError, TypeError, AttributeError) as exc:
+            log(f"{name} unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            continue
+        if not err < 0.1:  # a backend that disagrees (e.g. ignores GQA) is not a fair opponent
+            log(f"{name} disagrees with the reference kernel (max diff {err:.3e}); skipped")
+            continue
+        flash_name, flash_fn = name, fn
+        break
+    if flash_fn is None:
+        return record | {"skipped": "no SDPA flash backend available"}
+    log(f"flash side: {flash_name}; max |ours - flash| = {err:.3e}")
+    times = time_interleaved(
+        {"flash": flash_fn, "ours_kernel": ours_kernel, "ours_api": ours_api}, repeats=args.repeats, warmup=args.warmup
+    )
+    flops = 4 * args.heads * args.head_dim * sum(n * n for n in lens) * (0.5 if args.causal else 1.0)
+    return record | {
+        "flash_s": times["flash"],
+        "varlen_kernel_s": times["ours_kernel"],
+        "varlen_api_s": times["ours_api"],
+        "ratio": times["flash"] / times["ours_kernel"],
+        "ratio_api": times["flash"] / times["ours_api"],
+        "flash_side": flash_name,
+        "kernel_tflops": flops / times["ours_kernel"] / 1e12,
+        "flash_tflops": flops / times["flash"] / 1e12,
+        "max_abs_diff": err,
+        "seq_lens": lens,
+        "total_tokens": total,
+        "max_seqlen": l_max,
+        "num_heads": args.heads,
+        "num_kv_heads": args.kv_heads,
+        "head_dim": args.head_dim,
+        "dtype": args.dtype,
+        "causal": args.causal,
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+    }
+
+
 def main() -> None:
     """Time padded SDPA vs packed varlen_attention and print one JSON line."""
     p = parser("packed varlen attention vs padded SDPA")
-    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--flash", action="store_true", help="CUDA: Triton varlen kernel vs SDPA flash, same packed data")
+    p.add_argument("--batch", type=int, default=None, help="default: 8 (16 with --flash)")
     p.add_argument("--min-len", type=int, default=64)
-    p.add_argument("--max-len", type=int, default=2048)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--max-len", type=int, default=None, help="default: 2048 (4096 with --flash)")
+    p.add_argument("--heads", type=int, default=None, help="default: 8 (32 with --flash)")
+    p.add_argument("--kv-heads", type=int, default=None, help="default: 2 (8 with --flash)")
+    p.add_argument("--head-dim", type=int, default=None, help="default: 64 (128 with --flash)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--no-causal", dest="causal", action="store_false")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    defaults = (16, 4096, 32, 8, 128) if args.flash else (8, 2048, 8, 2, 64)
+    for name, value in zip(("batch", "max_len", "heads", "kv_heads", "head_dim"), defaults, strict=True):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     args.dtype = args.dtype or ("bfloat16" if device == "cuda" else "float32")
+    if args.flash:
+        emit(flash_comparison(args, device))
+        return
     w = make_workload(args, device)
     lens, l_max = w["lens"], max(w["lens"])
     log(f"packing: lengths {lens}, device {device}, dtype {args.dtype}")

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One pass of the GPU-only checks, for a lent CUDA machine (< 5 minutes on an H100/H200).
+#
+#   bash bench/gpu_check.sh [OUT_DIR]          # OUT_DIR defaults to bench/results
+#
+# Installs nothing and never sets TRITON_INTERPRET, so the Triton kernels run compiled. Uses $PYTHON if set,
+# else the first `python` / `python3` on PATH; that interpreter must already have CUDA torch and triton.
+# Steps (each with its own time limit; a failing step is recorded and the next one still runs):
+#   1. kernel tests with compiled Triton: pytest -k "varlen or paged or store or fmha"
+#   2. varlen Triton vs SDPA flash on the same packed bf16 head-dim-128 workload (bench.packing --flash)
+#   3. padded vs packed attention (bench.packing)
+#   4. paged decode: overhead vs contiguous and achieved HBM bandwidth (bench.paged_decode)
+# Writes one JSON per step plus a summary, gpu_check-cuda.json, under OUT_DIR.
+set -u
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:-bench/results}
+mkdir -p "$OUT_DIR"
+PY=${PYTHON:-$(command -v python || command -v python3)}
+unset TRITON_INTERPRET
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+
+if ! "$PY" -c "import torch, triton, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_check: $PY has no CUDA device, torch or triton; nothing to check" >&2
+    exit 2
+fi
+"$PY" -c "import torch, triton; print('gpu_check:', torch.cuda.get_device_name(0), 'torch', torch.__version__, 'triton', triton.__version__)" >&2
+
+# step NAME LIMIT_S CMD... : run with a time limit; stdout's last line (the JSON) -> OUT_DIR/NAME-cuda.json
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo "gpu_check: $name (limit ${limit}s)" >&2
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$OUT_DIR/$name-cuda.out" 2>"$OUT_DIR/$name-cuda.err"
+    local rc=$?
+    tail -n 1 "$OUT_DIR/$name-cuda.out" >"$OUT_DIR/$name-cuda.json"
+    echo "$name $rc $((SECONDS - start))" >>"$OUT_DIR/gpu_check-steps.txt"
+    echo "gpu_check: $name rc=$rc in $((SECONDS - start))s" >&2
+}
+
+rm -f "$OUT_DIR/gpu_check-steps.txt"
+step kernel_tests 170 "$PY" -m pytest tests -p no:cacheprovider -k "varlen or paged or store or fmha" \
+    --junitxml="$OUT_DIR/kernel_tests-cuda.xml"
+step varlen_vs_flash 45 "$PY" -m bench.packing --flash --json --repeats 7 --warmup 2
+step packing 35 "$PY" -m bench.packing --json --repeats 5 --warmup 1
+step paged_decode 40 "$PY" -m bench.paged_decode --json --repeats 7 --warmup 2
+
+# Summary: each step's rc and seconds, its JSON (tests: pytest's last line), in one file.
+"$PY" - "$OUT_DIR" <<'EOF'
+import json, sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+summary = {}
+for line in (out / "gpu_check-steps.txt").read_text().splitlines():
+    name, rc, seconds = line.split()
+    entry = {"rc": int(rc), "seconds": int(seconds), "timed_out": rc == "124"}
+    text = (out / f"{name}-cuda.json").read_text().strip()
+    try:
+        entry["result"] = json.loads(text)
+    except json.JSONDecodeError:
+        entry["last_line"] = text  # pytest's "N passed, M failed in S s", or an error
+    summary[name] = entry
+(out / "gpu_check-cuda.json").write_text(json.dumps(summary, indent=2) + "\n")
+print(json.dumps({name: {k: v for k, v in e.items() if k != "result"} for name, e in summary.items()}))
+EOF
