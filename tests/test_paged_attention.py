@@ -107,6 +107,20 @@ def test_odd_head_dim_and_long_sequence(backend):
     torch.testing.assert_close(out, sdpa_contiguous(q, ks, vs, 24**-0.5), atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.skipif(not TRITON_OK, reason="triton not installed")
+@pytest.mark.parametrize("num_splits", [2, 3, 7])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_split_k_merges_exactly(num_splits, dtype):
+    """Flash-decoding split-K: partial results merged by log-sum-exp, including splits past a short sequence."""
+    q, kc, vc, bt, sl, ks, vs = make_paged([150, 1, 0, 65], 8, 2, 24, 8, dtype=dtype)
+    out = paged.paged_attention_triton(q, kc, vc, bt, sl, 0.2, num_splits=num_splits)
+    atol, rtol = TOLERANCES[dtype]
+    torch.testing.assert_close(out.float(), sdpa_contiguous(q, ks, vs, 0.2), atol=atol, rtol=rtol)
+    assert (out[2] == 0).all()
+    with pytest.raises(ValueError, match="num_splits=0"):
+        paged.paged_attention_triton(q, kc, vc, bt, sl, 0.2, num_splits=0)
+
+
 def test_torch_chunked_split_k_matches_single_gather(monkeypatch):
     """The CPU path attends to chunks and merges them by log-sum-exp; force many uneven chunks."""
     q, kc, vc, bt, sl, ks, vs = make_paged([200, 1, 64, 65, 0, 130], 8, 2, 16, 16)
