@@ -188,7 +188,7 @@ class ServingFootprint:
         return (self.num_blocks // concurrency) * self.block_size
 
     def breakdown(self) -> list[dict[str, float | str]]:
-        """Rows (part, bytes, GiB) that add up to the GPU's capacity, for a stacked bar."""
+        """Rows (part, bytes, GiB) adding up to the capacity; the last is negative ("over capacity") if oversold."""
         kv_used = self.num_blocks * self.block_size * self.kv_bytes_per_token
         parts = [
             ("weights", self.weights_bytes),

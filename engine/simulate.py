@@ -47,7 +47,12 @@ RESERVATIONS = ("max_model_len", "oracle", "pow2")
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    """What the simulated server does: policy, KV capacity in token slots and admission limits."""
+    """What the simulated server does: policy, KV capacity in token slots and admission limits.
+
+    step_time(num_decode, context_tokens, prefill_tokens, prefill_pairs) -> seconds prices a step (e.g. an
+    `engine.roofline.StepTimeModel`); None charges a flat 20 ms. watermark is the fraction of blocks the paged
+    policy keeps free when admitting (vLLM's default 1%). max_steps bounds a run; what is left is "unfinished".
+    """
 
     policy: str
     capacity_tokens: int
@@ -87,7 +92,7 @@ def simulate(trace: list[Request], config: SimConfig) -> SimResult:
     reqs = sorted(trace, key=lambda r: (r.arrival_s, r.request_id))
     n = len(reqs)
     out = [RequestOutcome(r.request_id, arrival_s=r.arrival_s) for r in reqs]
-    # per request (index into reqs): tokens in cache, tokens it ends with, output still to generate
+    # per request (index into reqs): tokens in cache at its last admission, and tokens it ends with
     ctx = [0] * n
     final = [min(r.prompt_len + r.output_len, cfg.max_model_len) for r in reqs]
     epoch = [0] * n  # bumped on preemption so stale bucketed events are ignored

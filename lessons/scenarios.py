@@ -279,9 +279,15 @@ def symptoms(scenario: Scenario) -> Symptoms:
             preemptions=s.num_preemptions,
         )
     rows = before.footprint.breakdown()
-    if scenario.other_process_bytes and before.config.policy == "paged":
-        rows = [r if r["part"] != "other processes" else {**r, "bytes": float(scenario.other_process_bytes),
-                "GiB": scenario.other_process_bytes / GiB} for r in rows]  # fmt: skip
+    if before.config.policy == "static" and before.summary:
+        # a static server holds whole reservations: show what the sessions had reserved at the peak
+        fp, peak = before.footprint, before.summary.peak_concurrency
+        held = min(fp.kv_budget_bytes, peak * before.config.context_len * fp.kv_bytes_per_token)
+        parts = [(r["part"], r["bytes"]) for r in rows[:3]]
+        parts += [(f"KV reserved by {peak} sessions ({before.config.context_len} tokens each)", held),
+                  ("other processes", scenario.other_process_bytes)]  # fmt: skip
+        parts.append(("free", fp.capacity_bytes - sum(b for _, b in parts)))
+        rows = [{"part": p, "bytes": float(b), "GiB": b / GiB} for p, b in parts]
     return Symptoms(rows, incident_logs(scenario, before), traffic)
 
 
