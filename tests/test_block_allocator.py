@@ -123,6 +123,24 @@ def test_lookup_verifies_tokens_on_hash_collision():
     assert alloc.lookup(999, [1, 2]) is None
 
 
+def test_real_cpython_hash_collision_is_caught():
+    # hash(-1) == hash(-2) in CPython, so these two different blocks get the same chained hash.
+    h = compute_block_hash(None, [-1, -1])
+    assert h == compute_block_hash(None, [-2, -2])
+    alloc = BlockAllocator(2, 2, enable_prefix_caching=True)
+    a, b = alloc.allocate(), alloc.allocate()
+    assert alloc.cache_block(a, h, [-1, -1])
+    assert not alloc.cache_block(b, h, [-2, -2])  # the hash is taken: b stays uncached
+    assert alloc.lookup(h, [-2, -2]) is None and alloc.lookup(h, [-1, -1]) == a
+    bm = BlockManager(4, 2, enable_prefix_caching=True)
+    first = Sequence(0, [-1, -1, 5], block_size=2)
+    bm.allocate_sequence(first)
+    first.num_computed_tokens = 3
+    bm.free_sequence(first)
+    assert bm.num_cached_prefix_tokens(Sequence(1, [-2, -2, 5], block_size=2)) == 0
+    assert bm.num_cached_prefix_tokens(Sequence(2, [-1, -1, 5], block_size=2)) == 2
+
+
 def test_cache_block_errors_and_duplicates():
     off = BlockAllocator(2, 2)
     with pytest.raises(ValueError, match="enable_prefix_caching=True"):
