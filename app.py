@@ -10,7 +10,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages._ui import available_pages, ensure_progress, sidebar
+from pages._ui import available_pages, ensure_progress, sidebar, sidebar_progress
 
 ROOT = Path(__file__).resolve().parent
 
@@ -23,5 +23,8 @@ nav = st.navigation(
     ]
     + [st.Page(str(ROOT / "pages/teacher.py"), title="Teacher view", icon=":material/groups:")]
 )
-sidebar()
-nav.run()
+slot = sidebar()
+try:
+    nav.run()
+finally:  # also after st.stop() on a page's bad input, so the sidebar never loses the learner's progress
+    sidebar_progress(slot)

@@ -245,11 +245,11 @@ def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple
             continue
         result = quizzes.grade(q.id, choice)
         record_quiz(q.id, result.answer, result.correct)
-        # Text marks (✅ / ✖) carry the verdict so colour is never the only signal.
+        # The words "Correct" / "Not quite" and the icon carry the verdict, so colour is never the only signal.
         if result.correct:
-            st.success(f"✅ {result.feedback}")
+            st.success(result.feedback, icon="✅")
         else:
-            st.warning(f"✖ {result.feedback}")
+            st.warning(result.feedback, icon="✖️")
     correct, total = quizzes.score(progress["quiz"], page_id)
     st.caption(f"Score on this page: {correct} / {total}")
     return correct, total
@@ -258,8 +258,8 @@ def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple
 # --- sidebar (called by app.py) ----------------------------------------------------------------------
 
 
-def sidebar() -> None:
-    """Backend badge, device name, sign-in (when the classroom module exists) and lesson progress."""
+def sidebar() -> Any:
+    """Backend badge, device name and sign-in; returns a sidebar container for `sidebar_progress` to fill."""
     info = backend_info()
     with st.sidebar:
         st.markdown(f"**Engine backend:** `{info['label']}`")
@@ -270,9 +270,15 @@ def sidebar() -> None:
                 mod.sidebar_signin()
             except Exception as exc:  # a broken store must not take the course down
                 st.warning(f"Sign-in is unavailable ({exc}); progress is kept for this session only.")
-        progress = ensure_progress()
-        rows = progress_rows(progress)
-        done = sum(1 for r in rows if r["visited"])
+        return st.container()
+
+
+def sidebar_progress(slot: Any) -> None:
+    """Lesson progress in the sidebar; called after the page ran so this visit and its answers count."""
+    progress = ensure_progress()
+    rows = progress_rows(progress)
+    done = sum(1 for r in rows if r["visited"])
+    with slot:
         st.progress(done / len(rows), text=f"Lessons visited: {done} / {len(rows)}")
         correct, total = quizzes.score(progress["quiz"])
         st.caption(f"Quiz answers correct: {correct} / {total}")
