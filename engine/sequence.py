@@ -1,7 +1,7 @@
 """Request state: token ids, progress counters, block table and status (nano-vllm / vLLM v1 style).
 
 A `Sequence` is plain state. The scheduler moves it between statuses, the block manager
-(`engine.block_allocator.BlockManager`) fills its `block_table`, and the model runner advances
+(`engine.block_manager.BlockManager`) fills its `block_table`, and the model runner advances
 `num_computed_tokens` after each step. Following vLLM v1's rewrite, there is one rule: a request has
 `num_tokens` token ids and `num_computed_tokens` of them have K/V in the cache; each step catches up
 part of the difference (a prompt chunk, or the one token sampled last step).
