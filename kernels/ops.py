@@ -75,8 +75,8 @@ def _check_scale(scale: float | None, head_dim: int) -> float:
     return float(scale)
 
 
-def _check_cu_seqlens(name: str, cu: object, total: int, device: torch.device) -> list[int]:
-    """cu_seqlens: int32 [B + 1], starts at 0, non-decreasing, ends at `total`. Returns it as a list."""
+def _check_cu_tensor(name: str, cu: object, device: torch.device) -> torch.Tensor:
+    """cu_seqlens must be a non-empty 1-D int32 tensor on q's device (values are checked by _check_offsets)."""
     cu = _check_tensor(name, cu, 1, "int32 [batch + 1]")
     if cu.dtype != torch.int32:
         raise ValueError(f"{name} has dtype {cu.dtype}; pass {name}.to(torch.int32)")
@@ -84,7 +84,11 @@ def _check_cu_seqlens(name: str, cu: object, total: int, device: torch.device) -
         raise ValueError(f"{name} is on {cu.device} but q is on {device}; move {name} to {device}")
     if cu.numel() < 1:
         raise ValueError(f"{name} is empty; it must hold batch + 1 offsets starting at 0")
-    starts = cu.tolist()
+    return cu
+
+
+def _check_offsets(name: str, starts: list[int], total: int) -> None:
+    """Offsets start at 0, never decrease and end at the packed length."""
     if starts[0] != 0:
         raise ValueError(f"{name}[0] is {starts[0]}; offsets must start at 0")
     for i in range(len(starts) - 1):
@@ -94,7 +98,6 @@ def _check_cu_seqlens(name: str, cu: object, total: int, device: torch.device) -
             )
     if starts[-1] != total:
         raise ValueError(f"{name}[-1] is {starts[-1]} but the packed tensor has {total} tokens; they must match")
-    return starts
 
 
 def _check_max_seqlen(name: str, value: object, starts: list[int]) -> int:
@@ -136,8 +139,12 @@ def varlen_attention(
     if not isinstance(causal, bool):
         raise ValueError(f"causal={causal!r} must be True or False")
     scale = _check_scale(scale, q.shape[2])
-    starts_q = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device)
-    starts_k = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device)
+    cu_q = _check_cu_tensor("cu_seqlens_q", cu_seqlens_q, q.device)
+    cu_k = _check_cu_tensor("cu_seqlens_k", cu_seqlens_k, q.device)
+    offsets = torch.cat([cu_q, cu_k]).tolist()  # one device sync reads both offset tensors
+    starts_q, starts_k = offsets[: cu_q.numel()], offsets[cu_q.numel() :]
+    _check_offsets("cu_seqlens_q", starts_q, q.shape[0])
+    _check_offsets("cu_seqlens_k", starts_k, k.shape[0])
     if len(starts_q) != len(starts_k):
         raise ValueError(
             f"cu_seqlens_q describes {len(starts_q) - 1} sequences but cu_seqlens_k {len(starts_k) - 1}; "
@@ -243,7 +250,13 @@ def paged_attention(
             raise ValueError(f"{name} has {t.shape[0]} rows but q has {num_seqs} sequences; give one row per sequence")
     capacity = block_tables.shape[1] * block_size
     if num_seqs:
-        lo, hi = int(seq_lens.min()), int(seq_lens.max())
+        # Only the blocks a sequence actually uses must be valid; padding entries past them are never read.
+        blocks_used = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
+        used = torch.arange(block_tables.shape[1], device=q.device)[None, :] < blocks_used[:, None]
+        bad = used & ((block_tables < 0) | (block_tables >= num_blocks))  # [num_seqs, max_blocks_per_seq]
+        first_bad = torch.where(bad.flatten(), torch.arange(bad.numel(), device=q.device), bad.numel()).min()
+        stats = torch.stack([seq_lens.min().long(), seq_lens.max().long(), first_bad]).tolist()  # one sync
+        lo, hi, first = stats
         if lo < 0:
             raise ValueError(f"seq_lens has a negative entry ({lo}); lengths must be >= 0")
         if hi > capacity:
@@ -251,12 +264,8 @@ def paged_attention(
                 f"seq_lens has {hi} tokens but a block table row holds {block_tables.shape[1]} blocks x "
                 f"{block_size} = {capacity} slots; widen block_tables or shorten the sequence"
             )
-        # Only the blocks a sequence actually uses must be valid; padding entries past them are never read.
-        blocks_used = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
-        used = torch.arange(block_tables.shape[1], device=q.device)[None, :] < blocks_used[:, None]
-        bad = used & ((block_tables < 0) | (block_tables >= num_blocks))
-        if bool(bad.any()):
-            seq, col = (int(x) for x in bad.nonzero()[0])
+        if first < bad.numel():
+            seq, col = divmod(first, block_tables.shape[1])
             raise ValueError(
                 f"block_tables[{seq}, {col}] = {int(block_tables[seq, col])} is outside the cache's "
                 f"{num_blocks} blocks; table entries for used blocks must be in [0, {num_blocks})"
@@ -301,14 +310,19 @@ def store_kv(
     if slot_mapping.shape[0] != k.shape[0]:
         raise ValueError(f"slot_mapping has {slot_mapping.shape[0]} slots but k has {k.shape[0]} tokens; give one each")
     num_slots = num_blocks * block_size
-    live = slot_mapping[slot_mapping >= 0]
-    if live.numel():
-        if int(live.max()) >= num_slots:
+    if slot_mapping.numel():
+        slots = slot_mapping.long()
+        # Skipped (negative) slots get distinct negative stand-ins so only real duplicates compare equal.
+        distinct = torch.where(slots >= 0, slots, -1 - torch.arange(slots.numel(), device=slots.device))
+        ordered = distinct.sort().values
+        duplicate = (ordered[1:] == ordered[:-1]).any().long() if slots.numel() > 1 else slots.new_zeros(())
+        top, dup = torch.stack([slots.max(), duplicate]).tolist()  # one device sync
+        if top >= num_slots:
             raise ValueError(
-                f"slot_mapping holds slot {int(live.max())} but the cache has {num_blocks} blocks x {block_size} = "
+                f"slot_mapping holds slot {top} but the cache has {num_blocks} blocks x {block_size} = "
                 f"{num_slots} slots; slots must be < {num_slots} (or negative to skip)"
             )
-        if torch.unique(live).numel() != live.numel():
+        if dup:
             raise ValueError("slot_mapping writes the same slot twice; each new token needs its own slot")
     backend = resolve_backend(backend, k.device)
     _check_last_stride(backend, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
