@@ -19,9 +19,11 @@ Public API (every call is O(1)):
         .ref_count(b) -> int
         .cache_block(b, block_hash, token_ids) -> bool   register a full, referenced block
         .lookup(block_hash, token_ids) -> int | None      cached block with these exact tokens
-        .block_hash(b) -> int | None
+        .block_hash(b) -> int | None;  .is_evictable(b) -> bool
     compute_block_hash(parent_hash, token_ids) -> int
-    OutOfBlocksError(requested, free, num_blocks)   RuntimeError with .requested / .free / .num_blocks
+    OutOfBlocksError(requested, free, num_blocks=None, unit="blocks")
+        RuntimeError with .requested / .free / .num_blocks and a message saying what to do
+Misuse (freeing a block twice, an id outside 0..num_blocks-1, incref of a free block) is a ValueError.
 
 Allocation prefers never-used (or uncached) blocks in FIFO order, so block ids are predictable: a fresh
 pool hands out 0, 1, 2, ... Only when those run out is the least recently freed cached block evicted.
