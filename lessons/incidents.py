@@ -133,14 +133,15 @@ def mha_rag(rng: random.Random | None, seed: int | None) -> Scenario:
 def default_128k(rng: random.Random | None, seed: int | None) -> Scenario:
     """Llama-3.1-8B with vLLM's default max_model_len of 131072 on a 24 GB card: refuses to start."""
     need = 16384 if rng is None else rng.choice((8192, 16384))
-    cfg = ServeConfig("llama-3.1-8b", "rtx-4090", "meta-llama/Llama-3.1-8B-Instruct")
+    cfg = ServeConfig("llama-3.1-8b", "rtx-3090", "meta-llama/Llama-3.1-8B-Instruct")
     return Scenario(
         id="default-128k",
         title="The upgrade that never started",
         story=(
             f"Upgrading from Llama-3-8B to Llama-3.1-8B-Instruct, a team reuses its launch command on one RTX "
-            f"4090 without --max-model-len. The new model advertises a 128K context. The server exits at "
-            f"start-up. Their documents need at most {need} tokens of context."
+            f"3090 (24 GB) without --max-model-len. The new model advertises a 128K context. The server exits at "
+            f"start-up. Their documents need at most {need} tokens of context. (Modelled on vLLM issue 10517: "
+            f"the same model and card, where 20,000 tokens fit and 29,000 did not.)"
         ),
         config=cfg,
         traffic=Traffic(

@@ -348,11 +348,12 @@ def grade(scenario: Scenario, diagnosis_ids: list[str] | tuple[str, ...], fixes:
     feedback += [f"Missed: {by_id[i].explanation}" for i in sorted(right - chosen)]
     before, after = run_outcome(scenario), run_outcome(scenario, fixes)
     fp = after.footprint
+    need = scenario.traffic.required_context
+    room = fp.max_concurrency(need)
     lines = [f"{MODELS[after.config.model].name} on {fp.gpu.name} (x{after.config.tensor_parallel_size}): weights "
-             f"{fp.weights_bytes / GiB:.2f} GiB, KV {fp.kv_bytes_per_token / 1024:.0f} KiB/token, "
-             f"KV pool {max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB = {fp.kv_budget_bytes // fp.kv_bytes_per_token} "
-             f"tokens ({fp.max_concurrency(scenario.traffic.required_context)} sequences of "
-             f"{scenario.traffic.required_context} tokens in blocks)"]  # fmt: skip
+             f"{fp.weights_bytes / GiB:.2f} GiB, KV {fp.kv_bytes_per_token / 1024:.0f} KiB/token, KV pool "
+             f"{max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB = {max(fp.kv_budget_bytes, 0) // fp.kv_bytes_per_token} "
+             f"tokens: room for {room} full-length ({need}-token) sequence{'s' if room != 1 else ''} at once"]  # fmt: skip
     if after.summary:
         s = after.summary
         lines.append(f"Replayed {scenario.traffic.num_requests} requests: {s.num_finished} finished, {s.num_oom} OOM, "
