@@ -1,0 +1,176 @@
+"""Classroom load check: N learners at once against one KV Lab server on loopback.
+
+`python -m bench.classroom --json` starts `streamlit run app.py` on a free 127.0.0.1 port, opens one
+headless system Chromium with N browser contexts (each its own Streamlit session) and runs the same
+scripted lesson path in all of them concurrently: open a calculator page, wait for it to render, then
+move its main slider with the keyboard several times, each time timing keypress → re-run finished.
+Reports p50/p95/max page-update latency and every error (timeouts, exception or st.error elements).
+BENCHMARKS.md target on the 2-core CPU: 0 errors, p95 <= 2,000 ms for 20 sessions (not asserted).
+
+Bounded: at most 100 sessions and 20 moves each; a hard timeout cancels everything and still prints
+the JSON; the server and browser are always stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench._util import emit, env_info, log, parser, save
+from bench.app_server import APP_IDLE, CHROMIUM_ARGS, ROOT, find_chromium, running_app
+
+MAX_SESSIONS, MAX_MOVES = 100, 20
+# Lesson path: (URL path, label prefix of the slider to move). Calculator pages only.
+PATH = [("gqa", "KV groups G"), ("bandwidth", "Sequences decoding together")]
+# Counts finished script runs: the app element's script state flips to "notRunning" after every run.
+RUN_COUNTER_JS = """
+() => {
+  window.__kvRuns = 0;
+  const watch = () => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    if (!app) { setTimeout(watch, 20); return; }
+    let last = app.getAttribute('data-test-script-state');
+    new MutationObserver(() => {
+      const now = app.getAttribute('data-test-script-state');
+      if (now === 'notRunning' && last !== 'notRunning') window.__kvRuns += 1;
+      last = now;
+    }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+  };
+  watch();
+}
+"""
+ERRORS_SEL = '[data-testid="stException"], [data-testid="stAlertContentError"]'
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100) of values, None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: float, out: dict) -> None:
+    """One learner: for each page on the path, load it, then move its slider `moves` times."""
+    context = await browser.new_context(viewport={"width": 1200, "height": 800})
+    await context.add_init_script(f"({RUN_COUNTER_JS})()")
+    page = await context.new_page()
+    try:
+        for route, label in path:
+            start = time.perf_counter()
+            await page.goto(f"{url}/{route}", timeout=timeout_ms)
+            await page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
+            out["loads_ms"].append(1000 * (time.perf_counter() - start))
+            thumb = page.locator(f'[data-testid="stSlider"]:has-text("{label}") input[type="range"]').first
+            await thumb.focus(timeout=timeout_ms)
+            direction = 1 if idx % 2 == 0 else -1  # half the class moves each way: fewer shared cache hits
+            for _ in range(moves):
+                before = await page.evaluate("window.__kvRuns")
+                attrs = await thumb.evaluate("e => [e.value, e.min, e.max]")
+                value, low, high = (float(a or 0) for a in attrs)
+                # Turn at either end of the scale: a key that changes nothing triggers no re-run.
+                direction = -1 if value >= high else 1 if value <= low else direction
+                start = time.perf_counter()
+                await thumb.press("ArrowRight" if direction > 0 else "ArrowLeft")
+                await page.wait_for_function(f"window.__kvRuns > {before}", timeout=timeout_ms, polling=20)
+                await page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
+                out["updates_ms"].append(1000 * (time.perf_counter() - start))
+                out["by_page"].setdefault(route, []).append(out["updates_ms"][-1])
+            errors = await page.locator(ERRORS_SEL).all_inner_texts()
+            for text in errors:
+                out["errors"].append(f"session {idx} {route}: {text[:200]}")
+    except Exception as exc:  # noqa: BLE001 - every failure is a counted, reported error
+        out["errors"].append(f"session {idx}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    finally:
+        await context.close()
+
+
+async def run_classroom(url: str, chromium: str, sessions: int, moves: int, path, step_timeout_s: float) -> dict:
+    """All learners at once in one browser; returns raw samples and errors."""
+    from playwright.async_api import async_playwright
+
+    out: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            tasks = [learner(browser, url, i, path, moves, step_timeout_s * 1000, out) for i in range(sessions)]
+            await asyncio.gather(*tasks)
+        finally:
+            await browser.close()
+    return out
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--sessions", type=int, default=20, help=f"simultaneous learners (1..{MAX_SESSIONS})")
+    p.add_argument("--moves", type=int, default=6, help=f"slider moves per page per learner (1..{MAX_MOVES})")
+    p.add_argument("--timeout", type=float, default=300.0, help="hard limit for the whole run, seconds")
+    p.add_argument("--step-timeout", type=float, default=30.0, help="limit for one page load or update, seconds")
+    args = p.parse_args()
+    if not 1 <= args.sessions <= MAX_SESSIONS:
+        p.error(f"--sessions {args.sessions} must be between 1 and {MAX_SESSIONS}")
+    if not 1 <= args.moves <= MAX_MOVES:
+        p.error(f"--moves {args.moves} must be between 1 and {MAX_MOVES}")
+    chromium = find_chromium()
+    if chromium is None:
+        p.error("no chromium found; run scripts/install_browser.sh or set KVLAB_CHROMIUM")
+    path = [(route, label) for route, label in PATH if any((ROOT / "pages").glob(f"*_{route}.py"))]
+    if not path:
+        p.error("none of the calculator pages of the lesson path exist yet")
+
+    result = {"bench": "classroom", "host": "127.0.0.1", "sessions": args.sessions, "moves_per_page": args.moves,
+              "path": [route for route, _ in path], "timed_out": False}  # fmt: skip
+    start = time.perf_counter()
+    # Last resort if shutdown itself hangs: end the process a minute after the hard limit.
+    watchdog = threading.Timer(args.timeout + 60, lambda: os._exit(3))
+    watchdog.daemon = True
+    watchdog.start()
+    with tempfile.TemporaryDirectory() as data_dir:
+        log(f"classroom: starting server; {args.sessions} sessions × {len(path)} pages × {args.moves} moves")
+        raw: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
+        try:
+            with running_app(Path(data_dir), Path(data_dir) / "streamlit.log") as url:
+                coro = run_classroom(url, chromium, args.sessions, args.moves, path, args.step_timeout)
+                raw = asyncio.run(asyncio.wait_for(coro, timeout=args.timeout))
+        except (TimeoutError, asyncio.TimeoutError):
+            result["timed_out"] = True
+            raw["errors"].append(f"hard timeout after {args.timeout:.0f} s")
+        except RuntimeError as exc:  # the server did not start
+            raw["errors"].append(str(exc))
+    updates, loads = raw["updates_ms"], raw["loads_ms"]
+    expected = args.sessions * len(path) * args.moves
+    result.update(
+        {
+            "updates": len(updates),
+            "updates_expected": expected,
+            "errors": len(raw["errors"]),
+            "error_samples": raw["errors"][:10],
+            "update_p50_ms": round(statistics.median(updates), 1) if updates else None,
+            "update_p95_ms": round(percentile(updates, 95), 1) if updates else None,
+            "update_max_ms": round(max(updates), 1) if updates else None,
+            "update_p50_ms_by_page": {k: round(statistics.median(v), 1) for k, v in raw["by_page"].items()},
+            "load_p50_ms": round(statistics.median(loads), 1) if loads else None,
+            "load_p95_ms": round(percentile(loads, 95), 1) if loads else None,
+            "wall_s": round(time.perf_counter() - start, 1),
+            "target": {"errors": 0, "update_p95_ms": 2000},
+            "load_average_1m": round(os.getloadavg()[0], 2),  # a busy shared machine inflates every number
+            "env": env_info(),
+        }
+    )
+    log(f"classroom: {len(updates)}/{expected} updates, {result['errors']} errors, p95 {result['update_p95_ms']} ms")
+    if args.save:
+        log(f"saved {save('classroom', result)}")
+    emit(result)
+    sys.stdout.flush()
+    os._exit(0)  # never linger on a stuck browser thread after the result is out
+
+
+if __name__ == "__main__":
+    main()
