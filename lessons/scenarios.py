@@ -353,7 +353,7 @@ def grade(scenario: Scenario, diagnosis_ids: list[str] | tuple[str, ...], fixes:
     lines = [f"{MODELS[after.config.model].name} on {fp.gpu.name} (x{after.config.tensor_parallel_size}): weights "
              f"{fp.weights_bytes / GiB:.2f} GiB, KV {fp.kv_bytes_per_token / 1024:.0f} KiB/token, KV pool "
              f"{max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB = {max(fp.kv_budget_bytes, 0) // fp.kv_bytes_per_token} "
-             f"tokens: room for {room} full-length ({need}-token) sequence{'s' if room != 1 else ''} at once"]  # fmt: skip
+             f"tokens: room for {room} full-length ({need}-token) sequence{'s' * (room != 1)} at once"]  # fmt: skip
     if after.summary:
         s = after.summary
         lines.append(f"Replayed {scenario.traffic.num_requests} requests: {s.num_finished} finished, {s.num_oom} OOM, "
