@@ -12,7 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.catalog import GPUS, MODELS, GiB, GpuSpec, ModelSpec, get_gpu, get_model
+from engine.catalog import (
+    GPUS,
+    MODELS,
+    GiB,
+    GpuSpec,
+    ModelSpec,
+    custom_model,
+    estimate_params,
+    get_gpu,
+    get_model,
+    model_from_config,
+)
 
 __all__ = [
     "MODELS",
@@ -20,6 +31,11 @@ __all__ = [
     "GiB",
     "ModelSpec",
     "GpuSpec",
+    "get_model",
+    "get_gpu",
+    "custom_model",
+    "model_from_config",
+    "estimate_params",
     "DTYPE_BYTES",
     "NON_TORCH_BYTES",
     "ServingFootprint",
