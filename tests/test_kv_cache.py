@@ -14,6 +14,7 @@ from engine.kv_cache import (
     num_blocks_for_budget,
 )
 from engine.sequence import Sequence, SequenceStatus
+from tests.conftest import DEVICE
 
 # ---- sizing ---------------------------------------------------------------------------------------
 
@@ -61,7 +62,7 @@ def test_layer_views_share_one_allocation():
 
 
 def test_copy_blocks_copies_every_layer():
-    cache = PagedKVCache(2, 6, 4, 2, 3)
+    cache = PagedKVCache(2, 6, 4, 2, 3, device=DEVICE)  # on the GPU box this runs on CUDA
     cache.kv.copy_(torch.randn(cache.kv.shape))
     before = cache.kv.clone()
     cache.copy_blocks([(1, 4), (4, 5)])  # block 4 is a destination and a source: the old rows move on
@@ -205,3 +206,60 @@ def test_sequence_state():
         Sequence(0, [])
     with pytest.raises(ValueError, match="power of two"):
         Sequence(0, [1], block_size=5)
+
+
+# ---- end to end: block manager + cache + kernels ---------------------------------------------------
+
+
+def test_paged_pipeline_matches_plain_attention_after_prefix_hit_fork_and_cow():
+    """K/V written through slot_mapping and read through block tables equals attention over the tokens' own K/V."""
+    from kernels.ops import paged_attention, store_kv
+
+    bs, hkv, hq, d, vocab = 4, 2, 4, 8, 50
+    gen = torch.Generator().manual_seed(0)
+    emb_k, emb_v = torch.randn(vocab, hkv, d, generator=gen), torch.randn(vocab, hkv, d, generator=gen)
+    pos_k = torch.randn(64, hkv, d, generator=gen)
+
+    def kv_of(tokens: list[int], positions: range) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, pos = torch.tensor([tokens[p] for p in positions]), torch.tensor(list(positions))
+        return emb_k[ids] + pos_k[pos], emb_v[ids]  # [n, Hkv, D] each: K depends on token and position
+
+    bm = BlockManager(16, bs, enable_prefix_caching=True)
+    cache = PagedKVCache(1, 16, bs, hkv, d)
+    k_cache, v_cache = cache.kv_caches[0]
+    cache.kv.fill_(float("nan"))  # unused slots must never be read
+
+    def run(seqs: list[Sequence], new: list[int]) -> None:
+        """One model step: store the new tokens' K/V, then they count as computed."""
+        kvs = [
+            kv_of(s.token_ids, range(s.num_computed_tokens, s.num_computed_tokens + n))
+            for s, n in zip(seqs, new, strict=True)
+        ]
+        k, v = torch.cat([k for k, _ in kvs]), torch.cat([v for _, v in kvs])  # [sum(new), Hkv, D]
+        store_kv(k, v, k_cache, v_cache, build_slot_mapping(seqs, new), backend="torch")
+        for s, n in zip(seqs, new, strict=True):
+            s.num_computed_tokens += n
+
+    a = Sequence(0, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], block_size=bs)
+    bm.allocate_sequence(a)
+    run([a], [10])
+    b = Sequence(1, a.token_ids, block_size=bs)
+    bm.fork(a, b)  # shares the partial block [5, 3]
+    a.append_token(7)
+    b.append_token(8)
+    copies = bm.append_slots(a) + bm.append_slots(b)
+    assert copies == [(2, 3)]
+    cache.copy_blocks(copies)
+    c = Sequence(2, a.token_ids[:8] + [11, 12, 13], block_size=bs)
+    assert bm.allocate_sequence(c) == 8  # prefix hit on a's first two blocks (published by append_slots)
+    assert c.block_table[:2] == a.block_table[:2]
+    run([a, b, c], [1, 1, 3])
+
+    seqs = [a, b, c]
+    q = torch.randn(3, hq, d, generator=gen)
+    out = paged_attention(q, k_cache, v_cache, build_block_tables(seqs), build_seq_lens(seqs), backend="torch")
+    for i, s in enumerate(seqs):
+        k, v = kv_of(s.token_ids, range(s.num_tokens))  # [L, Hkv, D]
+        k, v = k.repeat_interleave(hq // hkv, dim=1), v.repeat_interleave(hq // hkv, dim=1)  # [L, Hq, D]
+        probs = torch.softmax(torch.einsum("hd,lhd->hl", q[i], k) * d**-0.5, dim=-1)  # [Hq, L]
+        torch.testing.assert_close(out[i], torch.einsum("hl,lhd->hd", probs, v))
