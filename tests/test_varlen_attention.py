@@ -20,6 +20,8 @@ SEQLENS = [
     ([2, 5, 1], [6, 9, 1]),
     ([6, 3, 4], [2, 3, 0]),
     ([0, 4, 1], [3, 0, 2]),
+    ([4, 4, 4], [2, 2, 2]),  # equal shapes: the torch backend's single batched SDPA call
+    ([2, 2], [5, 5]),
 ]
 BACKENDS = ["torch", pytest.param("triton", marks=requires_triton)]
 TOL = {
