@@ -69,6 +69,7 @@ def test_lengths_and_causal_toggle_drive_the_numbers(at):
     assert "packing.waste" in at.session_state["progress"]["quiz"]
 
 
+@settings(deadline=None, max_examples=40)
 @given(st.lists(st.integers(1, 1024), min_size=1, max_size=32), st.sampled_from([", ", " ", ";", ",\n"]))
 def test_parse_lengths_round_trips(lengths, sep):
     if sum(lengths) > lab.MAX_TOTAL:
@@ -76,6 +77,7 @@ def test_parse_lengths_round_trips(lengths, sep):
     assert lab.parse_lengths(sep.join(map(str, lengths))) == lengths
 
 
+@settings(deadline=None, max_examples=40)
 @given(st.lists(st.integers(1, 64), min_size=1, max_size=8), st.booleans())
 def test_padding_stats_match_brute_force(lengths, causal):
     stats = lab.padding_stats(lengths, causal)

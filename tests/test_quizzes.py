@@ -1,7 +1,7 @@
 """Quiz bank integrity, grading and scoring (lessons/quizzes.py) and the lesson prose loader."""
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lessons import content, quizzes
@@ -47,6 +47,7 @@ def test_unknown_question_id():
         quizzes.grade("nope.q", 0)
 
 
+@settings(deadline=None, max_examples=40)
 @given(st.lists(st.sampled_from(sorted(quizzes.BANK)), unique=True), st.booleans())
 def test_score_counts_only_correct_answers(answered, all_right):
     progress = {}
