@@ -69,7 +69,8 @@ class ModelSpec:
             raise ValueError(
                 f"model {self.name!r}: experts_per_token={self.experts_per_token} > num_experts={self.num_experts}"
             )
-        if self.sliding_window is not None and self.sliding_window <= 0:
+        window = self.sliding_window
+        if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window <= 0):
             raise ValueError(f"model {self.name!r}: sliding_window must be positive or None, got {self.sliding_window}")
 
     @property
@@ -227,26 +228,29 @@ def model_from_config(
     missing = [k for k in required if k not in cfg]
     if missing:
         raise ValueError(f"config.json lacks {missing}; a decoder config needs {list(required)}")
-    heads = cfg["num_attention_heads"]
-    hidden = cfg["hidden_size"]
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or (
-        hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else 0
-    )
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    for key in required:
+        value = cfg[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"config.json: {key} must be a positive integer, got {value!r}")
+
+    def opt(key: str, default: Any) -> Any:  # JSON null means "not set", as in transformers
+        value = cfg.get(key)
+        return default if value is None else value
+
+    window = opt("sliding_window", None) if cfg.get("use_sliding_window", True) else None
     return custom_model(
         name=name,
         num_layers=cfg["num_hidden_layers"],
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=cfg.get("intermediate_size", 4 * hidden),
-        vocab_size=cfg.get("vocab_size", 32000),
-        max_context=cfg.get("max_position_embeddings", 4096),
+        hidden_size=cfg["hidden_size"],
+        num_heads=cfg["num_attention_heads"],
+        num_kv_heads=opt("num_key_value_heads", None),
+        head_dim=opt("head_dim", None),
+        intermediate_size=opt("intermediate_size", None),
+        vocab_size=opt("vocab_size", 32000),
+        max_context=opt("max_position_embeddings", 4096),
         sliding_window=window,
-        num_experts=cfg.get("num_local_experts", 1),
-        experts_per_token=cfg.get("num_experts_per_tok", 1),
+        num_experts=opt("num_local_experts", 1),
+        experts_per_token=opt("num_experts_per_tok", 1),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         source=source,
     )
@@ -290,7 +294,7 @@ def custom_model(
         num_heads=num_heads,
         num_kv_heads=num_kv_heads,
         head_dim=head_dim,
-        intermediate_size=intermediate_size or 4 * hidden_size,
+        intermediate_size=4 * hidden_size if intermediate_size is None else intermediate_size,
         vocab_size=vocab_size,
         max_context=max_context,
         num_params=num_params or 1,

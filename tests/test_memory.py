@@ -217,3 +217,34 @@ def test_step_time_model_agrees_with_roofline():
     dec = roofline("llama-3-8b", "a100-80gb", "decode", batch_size=16, context_len=512)
     assert stm(16, 16 * 512) == pytest.approx(dec.time_s, rel=0.05)
     assert stm(0, 0) == 0.0
+
+
+CONFIG_VALUES = st.one_of(st.integers(-4, 4096), st.floats(allow_nan=True), st.text(max_size=3), st.none())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cfg=st.fixed_dictionaries(
+        {"num_hidden_layers": CONFIG_VALUES, "hidden_size": CONFIG_VALUES, "num_attention_heads": CONFIG_VALUES},
+        optional={
+            k: CONFIG_VALUES
+            for k in (
+                "num_key_value_heads",
+                "head_dim",
+                "intermediate_size",
+                "vocab_size",
+                "max_position_embeddings",
+                "sliding_window",
+                "num_local_experts",
+                "num_experts_per_tok",
+            )
+        },  # fmt: skip
+    )
+)
+def test_any_pasted_config_gives_a_model_or_a_clear_value_error(cfg):
+    try:
+        m = model_from_config(json.dumps(cfg))
+    except ValueError as e:
+        assert str(e)  # a message, never a bare traceback from deep inside
+    else:
+        assert m.kv_bytes_per_token(2) > 0 and m.num_heads % m.num_kv_heads == 0
