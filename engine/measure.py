@@ -203,3 +203,15 @@ def time_interleaved(
             _sync(device)
             samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(ts) for name, ts in samples.items()}
+
+
+def measure_demo_decode(new_tokens: int = 8, repeats: int = 3) -> Measurement:
+    """Load a fresh demo-model engine (never shared between learners), time its decode step, drop it.
+
+    Raises FileNotFoundError when the demo weights are not installed (models/demo is created by the
+    project's training script).
+    """
+    from engine.llm import LLM  # local: loading the engine is only needed for this measurement
+
+    llm = LLM(model="demo")
+    return measure_llm_decode(llm, new_tokens=new_tokens, repeats=repeats)

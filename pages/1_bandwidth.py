@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from engine.measure import measure_machine
+from engine.measure import measure_demo_decode, measure_machine
 from engine.memory import GPUS, MODELS
 from lessons import bandwidth_lab as lab
 from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
@@ -10,6 +10,7 @@ from ui import charts
 
 PAGE = "bandwidth"
 MEASURE_KEY = "bw_measurements"  # this learner's live measurements (session state, never shared)
+DEMO_KEY = "bw_demo_measurement"
 
 
 @st.cache_data(show_spinner=False)
@@ -118,6 +119,26 @@ if rows:
     show_table(rows, "bandwidth-measurement", "bw_measure_table", "measurement")
 else:
     st.caption("Press the button to time your own machine (about a second).")
+
+if st.button("Time the demo model's real decode step", key="bw_measure_demo"):
+    with st.status("Loading the demo model and timing decode steps …", expanded=False) as status:
+        try:
+            st.session_state[DEMO_KEY] = measure_demo_decode().row()
+            status.update(label="Measured", state="complete")
+        except (FileNotFoundError, OSError, ValueError) as exc:
+            st.session_state.pop(DEMO_KEY, None)
+            status.update(label="Demo model unavailable", state="error")
+            show_error(f"The demo model could not be loaded ({exc}).", "train or install it, see README.")
+demo = st.session_state.get(DEMO_KEY)
+if demo:
+    d1, d2 = st.columns(2)
+    d1.metric("Demo model: time per generated token", f"{demo['seconds'] * 1e3:,.2f} ms")
+    d2.metric("Demo model: weight bytes streamed per second", f"{demo['GB_per_s']:,.2f} GB/s")
+    st.caption(
+        f"{demo['bytes_moved'] / 1e6:,.1f} MB of weights per decode step ({demo['shape']}, {demo['dtype']}). "
+        "A tiny model fits in CPU caches and pays per-step Python overhead, so it sits below the GEMV's bandwidth."
+    )
+    show_table([demo], "demo-decode-measurement", "bw_demo_table", "measurement")
 
 sources(PAGE)
 lesson_check(PAGE)

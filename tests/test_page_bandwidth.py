@@ -118,3 +118,13 @@ def test_batch_sweep_throughput_rises():
 def test_lesson_rejects_bad_config(args, match):
     with pytest.raises(ValueError, match=match):
         lab.lesson(*args)
+
+
+def test_demo_decode_button_measures_or_explains(at):
+    at.button(key="bw_measure_demo").click().run()
+    assert not at.exception
+    demo = at.session_state["bw_demo_measurement"] if "bw_demo_measurement" in at.session_state else None
+    if demo is None:  # weights not installed: a guided error, never a traceback
+        assert any("demo model" in e.value for e in at.error)
+    else:
+        assert demo["seconds"] > 0 and demo["bytes_moved"] > 0
