@@ -16,97 +16,17 @@ import torch
 import torch.nn.functional as F
 
 from kernels.backend import resolve_backend
-
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-MAX_HEAD_DIM = 256  # the Triton kernels keep one head row in registers; 256 covers every Llama-class model
-
-
-# ----------------------------------------------------------------------------------------------- checks
-def _check_tensor(name: str, x: object, ndim: int, layout: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor {layout}, got {type(x).__name__}")
-    if x.dim() != ndim:
-        raise ValueError(f"{name} has shape {tuple(x.shape)} but must be {ndim}-D {layout}")
-    return x
-
-
-def _check_same(names: str, tensors: list[torch.Tensor]) -> None:
-    """All tensors share dtype and device; dtype is a supported float type."""
-    first = tensors[0]
-    for t in tensors:
-        if t.device != first.device:
-            devices = ", ".join(str(x.device) for x in tensors)
-            raise ValueError(f"{names} are on devices {devices}; move them to one device")
-        if t.dtype != first.dtype:
-            dtypes = ", ".join(str(x.dtype) for x in tensors)
-            raise ValueError(f"{names} have dtypes {dtypes}; cast them to one dtype")
-    if first.dtype not in FLOAT_DTYPES:
-        raise ValueError(f"{names} have dtype {first.dtype}; use float32, float16 or bfloat16")
-
-
-def _check_heads(num_heads: int, num_kv_heads: int, head_dim: int, kv_name: str = "k") -> None:
-    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
-        raise ValueError(
-            f"q has {num_heads} heads but {kv_name} has {num_kv_heads}; Hq must be a multiple of Hkv (GQA groups)"
-        )
-    if not 1 <= head_dim <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim={head_dim} is not supported; use a head dim between 1 and {MAX_HEAD_DIM}")
-
-
-def _check_last_stride(backend: str, **tensors: torch.Tensor) -> None:
-    """The Triton kernels address rows with per-dim strides but need unit stride along the head dim."""
-    if backend != "triton":
-        return
-    for name, t in tensors.items():
-        if t.numel() > 0 and t.stride(-1) != 1:
-            raise ValueError(f"{name}.stride(-1) is {t.stride(-1)} but must be 1 for Triton; pass {name}.contiguous()")
-
-
-def _check_scale(scale: float | None, head_dim: int) -> float:
-    if scale is None:
-        return head_dim**-0.5
-    if (
-        isinstance(scale, torch.Tensor)
-        or not isinstance(scale, (int, float))
-        or scale != scale
-        or abs(scale) == float("inf")
-    ):
-        raise ValueError(f"scale={scale!r} must be a finite Python float (or None for head_dim ** -0.5)")
-    return float(scale)
-
-
-def _check_cu_tensor(name: str, cu: object, device: torch.device) -> torch.Tensor:
-    """cu_seqlens must be a non-empty 1-D int32 tensor on q's device (values are checked by _check_offsets)."""
-    cu = _check_tensor(name, cu, 1, "int32 [batch + 1]")
-    if cu.dtype != torch.int32:
-        raise ValueError(f"{name} has dtype {cu.dtype}; pass {name}.to(torch.int32)")
-    if cu.device != device:
-        raise ValueError(f"{name} is on {cu.device} but q is on {device}; move {name} to {device}")
-    if cu.numel() < 1:
-        raise ValueError(f"{name} is empty; it must hold batch + 1 offsets starting at 0")
-    return cu
-
-
-def _check_offsets(name: str, starts: list[int], total: int) -> None:
-    """Offsets start at 0, never decrease and end at the packed length."""
-    if starts[0] != 0:
-        raise ValueError(f"{name}[0] is {starts[0]}; offsets must start at 0")
-    for i in range(len(starts) - 1):
-        if starts[i + 1] < starts[i]:
-            raise ValueError(
-                f"{name} decreases at index {i + 1} ({starts[i]} -> {starts[i + 1]}); offsets must be non-decreasing"
-            )
-    if starts[-1] != total:
-        raise ValueError(f"{name}[-1] is {starts[-1]} but the packed tensor has {total} tokens; they must match")
-
-
-def _check_max_seqlen(name: str, value: object, starts: list[int]) -> int:
-    actual = max((b - a for a, b in zip(starts[:-1], starts[1:], strict=True)), default=0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}={value!r} must be a Python int (the longest sequence, here {actual})")
-    if value < actual:
-        raise ValueError(f"{name}={value} but the longest sequence has {actual} tokens; pass {name}={actual}")
-    return value
+from kernels.checks import (
+    check_cache,
+    check_cu_tensor,
+    check_heads,
+    check_last_stride,
+    check_max_seqlen,
+    check_offsets,
+    check_same,
+    check_scale,
+    check_tensor,
+)
 
 
 # --------------------------------------------------------------------------------------------- varlen
@@ -127,33 +47,33 @@ def varlen_attention(
     Sequence i owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q and cu_seqlens_k[i]:cu_seqlens_k[i+1] of
     k/v. `causal` is bottom-right aligned; rows that see no key are zeros.
     """
-    q = _check_tensor("q", q, 3, "[total_q, num_heads, head_dim]")
-    k = _check_tensor("k", k, 3, "[total_k, num_kv_heads, head_dim]")
-    v = _check_tensor("v", v, 3, "[total_k, num_kv_heads, head_dim]")
-    _check_same("q, k, v", [q, k, v])
+    q = check_tensor("q", q, 3, "[total_q, num_heads, head_dim]")
+    k = check_tensor("k", k, 3, "[total_k, num_kv_heads, head_dim]")
+    v = check_tensor("v", v, 3, "[total_k, num_kv_heads, head_dim]")
+    check_same("q, k, v", [q, k, v])
     if k.shape != v.shape:
         raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; they must match")
     if k.shape[2] != q.shape[2]:
         raise ValueError(f"q has head_dim {q.shape[2]} but k has {k.shape[2]}; they must match")
-    _check_heads(q.shape[1], k.shape[1], q.shape[2])
+    check_heads(q.shape[1], k.shape[1], q.shape[2])
     if not isinstance(causal, bool):
         raise ValueError(f"causal={causal!r} must be True or False")
-    scale = _check_scale(scale, q.shape[2])
-    cu_q = _check_cu_tensor("cu_seqlens_q", cu_seqlens_q, q.device)
-    cu_k = _check_cu_tensor("cu_seqlens_k", cu_seqlens_k, q.device)
+    scale = check_scale(scale, q.shape[2])
+    cu_q = check_cu_tensor("cu_seqlens_q", cu_seqlens_q, q.device)
+    cu_k = check_cu_tensor("cu_seqlens_k", cu_seqlens_k, q.device)
     offsets = torch.cat([cu_q, cu_k]).tolist()  # one device sync reads both offset tensors
     starts_q, starts_k = offsets[: cu_q.numel()], offsets[cu_q.numel() :]
-    _check_offsets("cu_seqlens_q", starts_q, q.shape[0])
-    _check_offsets("cu_seqlens_k", starts_k, k.shape[0])
+    check_offsets("cu_seqlens_q", starts_q, q.shape[0])
+    check_offsets("cu_seqlens_k", starts_k, k.shape[0])
     if len(starts_q) != len(starts_k):
         raise ValueError(
             f"cu_seqlens_q describes {len(starts_q) - 1} sequences but cu_seqlens_k {len(starts_k) - 1}; "
             "give both one offset per sequence plus the total"
         )
-    max_seqlen_q = _check_max_seqlen("max_seqlen_q", max_seqlen_q, starts_q)
-    max_seqlen_k = _check_max_seqlen("max_seqlen_k", max_seqlen_k, starts_k)
+    max_seqlen_q = check_max_seqlen("max_seqlen_q", max_seqlen_q, starts_q)
+    max_seqlen_k = check_max_seqlen("max_seqlen_k", max_seqlen_k, starts_k)
     backend = resolve_backend(backend, q.device)
-    _check_last_stride(backend, q=q, k=k, v=v)
+    check_last_stride(backend, q=q, k=k, v=v)
     if backend == "triton":
         from kernels.varlen_attention import varlen_attention_triton
 
@@ -221,17 +141,6 @@ def varlen_attention_torch(
 
 
 # ---------------------------------------------------------------------------------------------- paged
-def _check_cache(k_cache: object, v_cache: object) -> tuple[torch.Tensor, torch.Tensor]:
-    layout = "[num_blocks, block_size, num_kv_heads, head_dim]"
-    k_cache = _check_tensor("k_cache", k_cache, 4, layout)
-    v_cache = _check_tensor("v_cache", v_cache, 4, layout)
-    if k_cache.shape != v_cache.shape:
-        raise ValueError(
-            f"k_cache has shape {tuple(k_cache.shape)} but v_cache {tuple(v_cache.shape)}; they must match"
-        )
-    return k_cache, v_cache
-
-
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -246,17 +155,17 @@ def paged_attention(
     Sequence i's token t lives in k_cache[block_tables[i, t // block_size], t % block_size]; only the first
     seq_lens[i] tokens are read. A sequence with seq_lens 0 outputs zeros.
     """
-    q = _check_tensor("q", q, 3, "[num_seqs, num_heads, head_dim]")
-    k_cache, v_cache = _check_cache(k_cache, v_cache)
-    _check_same("q, k_cache, v_cache", [q, k_cache, v_cache])
+    q = check_tensor("q", q, 3, "[num_seqs, num_heads, head_dim]")
+    k_cache, v_cache = check_cache(k_cache, v_cache)
+    check_same("q, k_cache, v_cache", [q, k_cache, v_cache])
     num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
     if q.shape[2] != head_dim:
         raise ValueError(f"q has head_dim {q.shape[2]} but k_cache has {head_dim}; they must match")
-    _check_heads(q.shape[1], num_kv_heads, head_dim, kv_name="k_cache")
-    scale = _check_scale(scale, head_dim)
+    check_heads(q.shape[1], num_kv_heads, head_dim, kv_name="k_cache")
+    scale = check_scale(scale, head_dim)
     num_seqs = q.shape[0]
-    block_tables = _check_tensor("block_tables", block_tables, 2, "int32 [num_seqs, max_blocks_per_seq]")
-    seq_lens = _check_tensor("seq_lens", seq_lens, 1, "int32 [num_seqs]")
+    block_tables = check_tensor("block_tables", block_tables, 2, "int32 [num_seqs, max_blocks_per_seq]")
+    seq_lens = check_tensor("seq_lens", seq_lens, 1, "int32 [num_seqs]")
     for name, t in (("block_tables", block_tables), ("seq_lens", seq_lens)):
         if t.dtype != torch.int32:
             raise ValueError(f"{name} has dtype {t.dtype}; pass {name}.to(torch.int32)")
@@ -287,7 +196,7 @@ def paged_attention(
                 f"{num_blocks} blocks; table entries for used blocks must be in [0, {num_blocks})"
             )
     backend = resolve_backend(backend, q.device)
-    _check_last_stride(backend, q=q, k_cache=k_cache, v_cache=v_cache)
+    check_last_stride(backend, q=q, k_cache=k_cache, v_cache=v_cache)
     if backend == "triton":
         from kernels.paged_attention import paged_attention_triton
 
@@ -306,10 +215,10 @@ def store_kv(
     backend: str = "auto",
 ) -> None:
     """Write k/v [num_tokens, Hkv, D] into the paged caches in place at slot_mapping (slot < 0 is skipped)."""
-    k = _check_tensor("k", k, 3, "[num_tokens, num_kv_heads, head_dim]")
-    v = _check_tensor("v", v, 3, "[num_tokens, num_kv_heads, head_dim]")
-    k_cache, v_cache = _check_cache(k_cache, v_cache)
-    _check_same("k, v, k_cache, v_cache", [k, v, k_cache, v_cache])
+    k = check_tensor("k", k, 3, "[num_tokens, num_kv_heads, head_dim]")
+    v = check_tensor("v", v, 3, "[num_tokens, num_kv_heads, head_dim]")
+    k_cache, v_cache = check_cache(k_cache, v_cache)
+    check_same("k, v, k_cache, v_cache", [k, v, k_cache, v_cache])
     if k.shape != v.shape:
         raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; they must match")
     num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
@@ -318,7 +227,7 @@ def store_kv(
             f"k rows are [{k.shape[1]}, {k.shape[2]}] (heads, head_dim) but the cache holds "
             f"[{num_kv_heads}, {head_dim}]; they must match"
         )
-    slot_mapping = _check_tensor("slot_mapping", slot_mapping, 1, "int32/int64 [num_tokens]")
+    slot_mapping = check_tensor("slot_mapping", slot_mapping, 1, "int32/int64 [num_tokens]")
     if slot_mapping.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"slot_mapping has dtype {slot_mapping.dtype}; pass slot_mapping.to(torch.int64)")
     if slot_mapping.device != k.device:
@@ -341,7 +250,7 @@ def store_kv(
         if dup:
             raise ValueError("slot_mapping writes the same slot twice; each new token needs its own slot")
     backend = resolve_backend(backend, k.device)
-    _check_last_stride(backend, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
+    check_last_stride(backend, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
     if backend == "triton":
         from kernels.kv_store import store_kv_triton
 
