@@ -156,7 +156,7 @@ class BlockManager:
         n = remaining if num_new_tokens is None else num_new_tokens
         if type(n) is not int or not 1 <= n <= remaining:
             raise ValueError(
-                f"num_new_tokens={num_new_tokens} for sequence {seq.seq_id} must be in 1..{remaining} "
+                f"num_new_tokens={num_new_tokens!r} for sequence {seq.seq_id} must be in 1..{remaining} "
                 f"({seq.num_tokens} tokens, {num_cached} cached)"
             )
         fresh = -(-(num_cached + n) // self.block_size) - len(blocks)
@@ -173,15 +173,13 @@ class BlockManager:
         """(indices of shared blocks to copy-on-write, new blocks to append) to write the next tokens."""
         if seq.seq_id not in self.sequences:
             raise ValueError(f"sequence {seq.seq_id} holds no blocks; call allocate_sequence() first")
-        start = seq.num_computed_tokens
-        end = start + num_new_tokens
-        num_tokens = len(seq.token_ids)
-        if type(num_new_tokens) is not int or num_new_tokens < 1 or end > num_tokens:
+        start, num_tokens = seq.num_computed_tokens, len(seq.token_ids)
+        if type(num_new_tokens) is not int or num_new_tokens < 1 or start + num_new_tokens > num_tokens:
             raise ValueError(
-                f"num_new_tokens={num_new_tokens} for sequence {seq.seq_id} must be in "
+                f"num_new_tokens={num_new_tokens!r} for sequence {seq.seq_id} must be in "
                 f"1..{num_tokens - start} ({num_tokens} tokens, {start} computed)"
             )
-        bs, table = self.block_size, seq.block_table
+        end, bs, table = start + num_new_tokens, self.block_size, seq.block_table
         refs = self.allocator._ref_counts  # hot path (every decode step): index the list directly
         last = -(-end // bs)  # blocks needed to cover positions 0..end-1
         # A block this step writes into must be exclusively ours: shared ones are copied first.

@@ -369,6 +369,8 @@ def test_block_manager_errors():
         bm.append_slots(s, 6)
     with pytest.raises(ValueError, match=r"num_new_tokens=1\.5"):
         bm.can_append(s, 1.5)
+    with pytest.raises(ValueError, match=r"num_new_tokens='1'"):
+        bm.append_slots(s, "1")
     compute(s)
     with pytest.raises(ValueError, match=r"must be in 1\.\.0"):
         bm.append_slots(s)  # no new token appended yet
