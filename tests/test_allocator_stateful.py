@@ -229,7 +229,12 @@ class ManagerMachine(RuleBasedStateMachine):
         assert [len(i.owners) for i in snap] == owners
         usage = self.bm.usage()
         assert usage.allocated_slots == (n - alloc.num_free_blocks) * self.bs
-        assert 0 <= usage.used_slots <= usage.allocated_slots
+        filled = {}  # block -> slots with a token, as the fullest of its owners sees it
+        for seq in self.bm.sequences.values():
+            for i, b in enumerate(seq.block_table):
+                filled[b] = max(filled.get(b, 0), min(self.bs, max(0, self.scheduled[seq.seq_id] - i * self.bs)))
+        assert usage.used_slots == sum(filled.values()) <= usage.allocated_slots
+        assert all(info.num_filled == filled[info.block_id] for info in snap if info.ref_count > 0)
 
     @invariant()
     def cache_content_is_right(self):
