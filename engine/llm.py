@@ -66,6 +66,7 @@ class LLM:
         max_num_batched_tokens: int = 2048,
         dtype: torch.dtype | str | None = None,
         gpu_memory_utilization: float = 0.9,
+        preloaded: tuple | None = None,
     ) -> None:
         check_block_size(block_size)
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -73,7 +74,11 @@ class LLM:
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]")
         try:
-            self.model, self.config, self.tokenizer = load_model(model, self.device, _parse_dtype(dtype), self.backend)
+            # preloaded: a (model, config, tokenizer) from load_model, shared read-only between engines (the
+            # app loads weights once per process); the model must already live on this engine's device.
+            self.model, self.config, self.tokenizer = preloaded or load_model(
+                model, self.device, _parse_dtype(dtype), self.backend
+            )
         except FileNotFoundError as exc:  # a user's bad path: a ValueError like every other bad argument
             raise ValueError(str(exc)) from exc
         cfg = self.config
