@@ -111,6 +111,45 @@ def wait_for_app(page: Any, timeout_ms: float = 60_000) -> None:
     page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
 
 
+# Counts finished script runs: the app element's script state flips to "notRunning" after every run.
+RUN_COUNTER_JS = """
+() => {
+  window.__kvRuns = 0;
+  const watch = () => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    if (!app) { setTimeout(watch, 20); return; }
+    let last = app.getAttribute('data-test-script-state');
+    new MutationObserver(() => {
+      const now = app.getAttribute('data-test-script-state');
+      if (now === 'notRunning' && last !== 'notRunning') window.__kvRuns += 1;
+      last = now;
+    }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+  };
+  watch();
+}
+"""
+
+
+def press_and_wait(page: Any, target: Any, key: str, timeout_ms: float = 60_000) -> None:
+    """Press ``key`` on ``target`` and wait for the re-run it triggers to finish (needs RUN_COUNTER_JS)."""
+    before = page.evaluate("window.__kvRuns")
+    target.press(key)
+    page.wait_for_function(f"window.__kvRuns > {before}", timeout=timeout_ms, polling=20)
+    page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
+
+
+def slider_input(page: Any, label_prefix: str) -> Any:
+    """The keyboard-focusable range input of the slider whose label starts with ``label_prefix``."""
+    return page.locator(f'[data-testid="stSlider"]:has-text("{label_prefix}") input[type="range"]').first
+
+
+def metric_value(page: Any, label_prefix: str) -> str:
+    """Displayed value of the st.metric whose label contains ``label_prefix``."""
+    return page.locator(
+        f'[data-testid="stMetric"]:has-text("{label_prefix}") [data-testid="stMetricValue"]'
+    ).first.inner_text()
+
+
 def error_texts(page: Any) -> list[str]:
     """Texts of exception and st.error elements on the page (empty when the page is healthy)."""
     loc = page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]')

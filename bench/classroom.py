@@ -23,28 +23,11 @@ import time
 from pathlib import Path
 
 from bench._util import emit, env_info, log, parser, save
-from bench.app_server import APP_IDLE, CHROMIUM_ARGS, ROOT, find_chromium, running_app
+from bench.app_server import APP_IDLE, CHROMIUM_ARGS, ROOT, RUN_COUNTER_JS, find_chromium, running_app
 
 MAX_SESSIONS, MAX_MOVES = 100, 20
 # Lesson path: (URL path, label prefix of the slider to move). Calculator pages only.
 PATH = [("gqa", "KV groups G"), ("bandwidth", "Sequences decoding together")]
-# Counts finished script runs: the app element's script state flips to "notRunning" after every run.
-RUN_COUNTER_JS = """
-() => {
-  window.__kvRuns = 0;
-  const watch = () => {
-    const app = document.querySelector('[data-testid="stApp"]');
-    if (!app) { setTimeout(watch, 20); return; }
-    let last = app.getAttribute('data-test-script-state');
-    new MutationObserver(() => {
-      const now = app.getAttribute('data-test-script-state');
-      if (now === 'notRunning' && last !== 'notRunning') window.__kvRuns += 1;
-      last = now;
-    }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
-  };
-  watch();
-}
-"""
 ERRORS_SEL = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.app_server import ROOT, chromium_browser, find_chromium, running_app, wait_for_app
+from bench.app_server import ROOT, RUN_COUNTER_JS, chromium_browser, find_chromium, running_app, wait_for_app
 
 ARTIFACTS = ROOT / "test-artifacts"
 SHOTS = ARTIFACTS / "screenshots"
@@ -56,6 +56,7 @@ def page(browser, app_url: str):
     """A new browser context (its own Streamlit session) already showing the app's home page."""
     context = browser.new_context(viewport=VIEWPORT, base_url=app_url)
     context.set_default_timeout(30_000)
+    context.add_init_script(f"({RUN_COUNTER_JS})()")  # window.__kvRuns counts finished re-runs
     pg = context.new_page()
     pg.goto("/")
     wait_for_app(pg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlparse
 
 import pytest
 
@@ -23,8 +24,8 @@ def nav_links(page) -> list[tuple[str, str]]:
 
 
 def slug(title: str) -> str:
-    """A file-name-safe version of a navigation title."""
-    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "home"
+    """A file-name-safe version of a page's URL path ("" is the default page)."""
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "welcome"
 
 
 def test_every_page_loads_without_errors(page, shoot):
@@ -33,9 +34,12 @@ def test_every_page_loads_without_errors(page, shoot):
     for title, href in links:
         page.goto(href)
         wait_for_app(page)
-        page.locator('[data-testid="stMain"] h1').first.wait_for()
+        try:
+            page.locator('[data-testid="stMain"] h1').first.wait_for(timeout=60_000)
+        except Exception as exc:  # noqa: BLE001 - reported with the page's screenshot below
+            failures[title] = [f"no page title rendered: {type(exc).__name__}"]
         errors = error_texts(page)
         if errors:
-            failures[title] = errors
-        shoot(page, f"page-{slug(title)}")
+            failures[title] = failures.get(title, []) + errors
+        shoot(page, f"page-{slug(urlparse(href).path)}")
     assert not failures, f"pages showing errors: {failures}"

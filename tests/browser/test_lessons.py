@@ -1,0 +1,48 @@
+"""Lesson pages driven like a learner would: keyboard on sliders, clicks on buttons, numbers read back.
+
+Each test opens one page in a fresh session, acts through the real browser and checks the numbers the
+page shows against the arithmetic they must follow (KV bytes scale with the group count; smaller
+blocks waste less but need longer block tables).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench.app_server import ROOT, error_texts, metric_value, press_and_wait, slider_input, wait_for_app
+
+pytestmark = pytest.mark.browser
+
+
+def open_page(page, route: str, script: str) -> None:
+    """Go to a lesson page (skipping while its script has not been written yet)."""
+    if not (ROOT / "pages" / script).exists():
+        pytest.skip(f"pages/{script} does not exist yet")
+    page.goto(f"/{route}")
+    wait_for_app(page)
+    assert error_texts(page) == []
+
+
+def number(text: str) -> float:
+    """First number in a displayed value ("1,024 KiB" -> 1024.0)."""
+    match = re.search(r"-?\d[\d,]*\.?\d*", text)
+    assert match, f"no number in {text!r}"
+    return float(match.group().replace(",", ""))
+
+
+def test_gqa_group_slider_changes_kv_bytes(page, shoot):
+    open_page(page, "gqa", "2_gqa.py")
+    groups = slider_input(page, "KV groups G")
+    g0 = number(groups.get_attribute("aria-valuetext"))
+    kv0 = number(metric_value(page, "KV per token"))
+    groups.focus()
+    press_and_wait(page, groups, "ArrowLeft")  # one step down the divisors of the query heads
+    g1 = number(groups.get_attribute("aria-valuetext"))
+    kv1 = number(metric_value(page, "KV per token"))
+    assert g1 < g0
+    assert kv1 == pytest.approx(kv0 * g1 / g0, rel=0.01)  # bytes per token = 2·L·G·D·bytes: linear in G
+    assert error_texts(page) == []
+    groups.scroll_into_view_if_needed()
+    shoot(page, "lesson-gqa")
