@@ -1,14 +1,12 @@
 """Browser test set-up: one `streamlit run app.py` per session on a free loopback port, one headless
 system Chromium, a fresh browser context per test, screenshots into test-artifacts/screenshots/.
 
-Run only these with ``pytest -m browser``; with KVLAB_REFRESH_SCREENSHOTS=1 the screenshots are also copied
-into the README gallery (docs/screenshots/) — scripts/refresh_screenshots.sh does that.
+Run only these with ``pytest -m browser``; scripts/refresh_screenshots.sh runs them and refreshes the
+README gallery in docs/screenshots/ from the screenshots.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,7 +16,6 @@ from bench.app_server import ROOT, RUN_COUNTER_JS, chromium_browser, find_chromi
 
 ARTIFACTS = ROOT / "test-artifacts"
 SHOTS = ARTIFACTS / "screenshots"
-GALLERY = ROOT / "docs" / "screenshots"
 VIEWPORT = {"width": 1280, "height": 860}
 
 
@@ -66,18 +63,12 @@ def page(browser, app_url: str):
 
 @pytest.fixture(scope="session")
 def shoot():
-    """``shoot(page, name)`` saves a full-page PNG to test-artifacts/screenshots/NAME.png."""
+    """``shoot(page, name)`` saves a viewport PNG to test-artifacts/screenshots/NAME.png."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    taken: list[Path] = []
 
     def _shoot(pg, name: str) -> Path:
         path = SHOTS / f"{name}.png"
         pg.screenshot(path=str(path), full_page=False, animations="disabled")
-        taken.append(path)
         return path
 
-    yield _shoot
-    if os.environ.get("KVLAB_REFRESH_SCREENSHOTS") == "1":
-        GALLERY.mkdir(parents=True, exist_ok=True)
-        for path in taken:
-            shutil.copy2(path, GALLERY / path.name)
+    return _shoot
