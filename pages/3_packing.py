@@ -56,7 +56,8 @@ if shown < stats.real_tokens:
     title += f" (first {shown} tokens drawn)"
 show_chart(
     charts.mask_heatmap(vis, lengths, title),
-    "Filled squares (■) mark the keys (columns) each query (rows) may attend to; dashed lines separate requests. "
+    "Dark cells (■ on small masks) mark the keys (columns) each query (rows) may attend to; white cells are "
+    "masked; dashed lines separate requests. "
     "Everything outside a request's own block is masked, so packing changes no result. "
     "Built by engine.attn_bias.BlockDiagonalMask.materialize.",
     [{"query": i, "visible keys": ", ".join(str(j) for j, ok in enumerate(row) if ok)} for i, row in enumerate(vis)],

@@ -14,10 +14,10 @@ from ui.export import columns_of, rows_to_csv, to_json
 
 
 def test_bar_labels_every_value_and_highlights_with_pattern():
-    fig = charts.bar(["a", "b", "c"], [1.0, 20.0, 300.0], "t", "y", highlight=1)
+    fig = charts.bar(["a", "b", "c"], [1.0, 20.5, 11277.6], "t", "y", highlight=1)
     (trace,) = fig.data
-    assert list(trace.y) == [1.0, 20.0, 300.0]
-    assert list(trace.text) == ["1", "20", "300"]
+    assert list(trace.y) == [1.0, 20.5, 11277.6]
+    assert list(trace.text) == ["1", "20.5", "11,278"]  # readable labels, no e-notation
     shapes = list(trace.marker.pattern.shape)
     assert shapes[1] != "" and shapes[0] == shapes[2] == ""  # the highlight is not colour-only
     with pytest.raises(ValueError, match="2 labels but 3 values"):

@@ -21,6 +21,13 @@ PATTERNS: tuple[str, ...] = ("", "/", "x", ".", "\\", "+", "-", "|")
 DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
+def fmt(value: float) -> str:
+    """A short, readable value label: thousands separators for big numbers, 3 significant digits otherwise."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
 def _layout(fig: go.Figure, title: str, xtitle: str = "", ytitle: str = "", height: int = 380) -> go.Figure:
     fig.update_layout(
         title=title,
@@ -59,7 +66,7 @@ def bar(
         go.Bar(
             x=list(labels),
             y=list(values),
-            text=list(text) if text is not None else [f"{v:,.3g}" for v in values],
+            text=list(text) if text is not None else [fmt(v) for v in values],
             textposition="outside",
             marker={"color": colors, "pattern": {"shape": patterns}},
         )
@@ -78,7 +85,7 @@ def grouped_bar(
             name=name,
             x=list(categories),
             y=list(ys),
-            text=[f"{v:,.3g}" for v in ys],
+            text=[fmt(v) for v in ys],
             textposition="outside",
             marker={"color": PALETTE[i % len(PALETTE)], "pattern": {"shape": PATTERNS[i % len(PATTERNS)]}},
         )
