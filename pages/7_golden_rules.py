@@ -45,4 +45,5 @@ rows = [
 ]
 with st.expander("My answers (table)", expanded=False):
     show_table(rows, "golden-rules-answers", "golden_answers", "answers")
+st.subheader("Further reading")
 prose(PAGE, "Further reading")
