@@ -6,8 +6,9 @@ slightly different files, so the corpus size and hash are recorded in train_log.
 The model is written in the Hugging Face folder layout (config.json + model.safetensors + tokenizer), so
 `LLM(model="demo")` loads it through the same loader as any real checkpoint.
 
-    python -m scripts.train_demo --out models/demo            # ~12 minutes on 2 CPU cores
-    python -m scripts.train_demo --steps 20 --out /tmp/demo   # smoke test
+    python -m scripts.train_demo --out models/demo             # 2 cores x 11.5 minutes of CPU time
+    python -m scripts.train_demo --steps N --decay-start S       # replay a run exactly (see train_log.json)
+    python -m scripts.train_demo --steps 20 --out /tmp/demo    # smoke test
 """
 
 from __future__ import annotations
@@ -16,24 +17,30 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import platform
 import sys
 import sysconfig
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from safetensors.torch import save_file
+# Idle OpenMP threads sleep instead of spinning: on a shared machine spinning burns others' CPU (and ours).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from engine.model import CausalLM
-from engine.model_config import ModelConfig
-from engine.tokenizer import ByteBPETokenizer
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+
+from engine.model import CausalLM  # noqa: E402
+from engine.model_config import ModelConfig  # noqa: E402
+from engine.tokenizer import ByteBPETokenizer  # noqa: E402
 
 SEED = 0
 VOCAB_SIZE = 1024
 CONTEXT = 256  # tokens per training window, also the model's max_position_embeddings
-BATCH = 16  # windows per step -> 4096 tokens per step
+BATCH = 8  # windows per step -> 2048 tokens per step
+WARMUP = 30
+DECAY_FRACTION = 0.2  # the last 20% of steps decay the learning rate linearly to 10% of the peak
 
 
 def load_corpus() -> tuple[list[str], list[str]]:
@@ -47,11 +54,11 @@ def load_corpus() -> tuple[list[str], list[str]]:
 
 
 def demo_config(tokenizer: ByteBPETokenizer) -> ModelConfig:
-    """About 3.3M parameters: 4 layers, 4 query heads sharing 2 K/V heads (GQA), tied embeddings."""
+    """About 2.6M parameters: 4 layers, 4 query heads sharing 2 K/V heads (GQA), tied embeddings."""
     return ModelConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=256,
-        intermediate_size=688,
+        intermediate_size=512,
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -73,19 +80,25 @@ def init_weights(model: CausalLM) -> None:
             torch.nn.init.normal_(p, std=std)
 
 
-def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
-    """Linear warm-up, then cosine decay to 10% of the peak."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+def lr_at(step: int, peak: float, decay_start: int | None, decay_steps: int) -> float:
+    """Warm-up, stable, decay (WSD): linear warm-up, constant peak, then linear decay to 10% of the peak."""
+    if step < WARMUP:
+        return peak * (step + 1) / WARMUP
+    if decay_start is None or step < decay_start:
+        return peak
+    return peak * (1.0 - 0.9 * min(1.0, (step - decay_start + 1) / decay_steps))
 
 
 def main() -> None:
     """Train and write the demo model folder."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="models/demo")
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=None, help="total steps (replay a run: also give --decay-start)")
+    parser.add_argument("--decay-start", type=int, default=None, help="step where the learning-rate decay begins")
+    parser.add_argument(
+        "--max-cpu-seconds", type=float, default=1380.0, help="CPU-time budget when --steps is not given"
+    )
+    parser.add_argument("--max-seconds", type=float, default=2700.0, help="wall-time cap when --steps is not given")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -134,23 +147,39 @@ def main() -> None:
         model.train()
         return loss
 
+    # Fixed --steps: decay over the last DECAY_FRACTION of them (or from --decay-start), fully reproducible.
+    # Budget (default): train at the peak until 80% of the CPU budget (2 cores x 11.5 min: the compute of
+    # 11.5 idle minutes, however busy the shared machine is) or of the wall cap, then decay. The recorded
+    # steps / decay_start replay the run exactly on any machine.
+    steps, decay_start = args.steps, args.decay_start
+    if steps is not None and decay_start is None:
+        decay_start = steps - max(1, int(DECAY_FRACTION * steps))
     log = []
-    t0 = time.time()
-    for step in range(args.steps):
+    t0, cpu0 = time.time(), time.process_time()
+    step = 0
+    while steps is None or step < steps:
+        used = max((time.process_time() - cpu0) / args.max_cpu_seconds, (time.time() - t0) / args.max_seconds)
+        if steps is None and used > 1 - DECAY_FRACTION:
+            decay_start = step
+            steps = step + max(1, int(DECAY_FRACTION / (1 - DECAY_FRACTION) * step))
+        decay_steps = (steps - decay_start) if steps is not None and decay_start is not None else 1
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr, warmup=min(50, args.steps // 10 + 1))
+            group["lr"] = lr_at(step, args.lr, decay_start, decay_steps)
         x, y = batch(train)
         loss = F.cross_entropy(model.forward_full(x).flatten(0, 1), y.flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        if step % 25 == 0 or step == args.steps - 1:
-            entry = {"step": step, "train_loss": round(loss.item(), 4), "elapsed_s": round(time.time() - t0, 1)}
-            if step % 100 == 0 or step == args.steps - 1:
+        last = steps is not None and step == steps - 1
+        if step % 25 == 0 or last:
+            entry = {"step": step, "train_loss": round(loss.item(), 4), "elapsed_s": round(time.time() - t0, 1),
+                     "cpu_s": round(time.process_time() - cpu0, 1)}  # fmt: skip
+            if step % 100 == 0 or last:
                 entry["val_loss"] = round(val_loss(), 4)
             log.append(entry)
             print(json.dumps(entry), file=sys.stderr)
+        step += 1
 
     # Hugging Face layout; tied embeddings mean lm_head.weight is not stored (as save_pretrained does).
     state = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
@@ -160,10 +189,12 @@ def main() -> None:
     tokenizer.save(out)
     corpus_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
     meta = {
-        "seed": SEED, "steps": args.steps, "batch": BATCH, "context": CONTEXT, "peak_lr": args.lr,
+        "seed": SEED, "steps": steps, "decay_start": decay_start, "batch": BATCH, "context": CONTEXT,
+        "peak_lr": args.lr,
         "threads": args.threads, "parameters": num_params, "python": platform.python_version(),
         "torch": torch.__version__, "corpus_files": len(files), "corpus_chars": len(text),
         "corpus_tokens": len(data), "corpus_sha256": corpus_hash, "train_seconds": round(time.time() - t0, 1),
+        "train_cpu_seconds": round(time.process_time() - cpu0, 1),
         "log": log,
     }  # fmt: skip
     (out / "train_log.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -194,3 +194,33 @@ def test_triton_interpreter_path_matches_torch(tmp_path):
     for chunks in ({0: [1, 2, 3, 4, 5], 1: [9, 8]}, {0: [6], 1: [7]}, {0: [3, 3], 1: [2]}):
         expected, actual = (r.step(chunks) for r in runs)
         torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_forward_meta_build_fields():
+    meta = ForwardMeta.build(query_lens=[3, 1], context_lens=[0, 5], block_tables=[[2], [0, 7]], block_size=4)
+    # Slots from the block tables expanded to one slot per position (independent of build's loop).
+    expanded = [torch.tensor(t).repeat_interleave(4) * 4 + torch.arange(4).repeat(len(t)) for t in ([2], [0, 7])]
+    assert meta.slot_mapping.tolist() == expanded[0][:3].tolist() + expanded[1][5:6].tolist()
+    assert meta.context_slot_mapping.tolist() == expanded[0][:3].tolist() + expanded[1][:6].tolist()
+    assert meta.positions.tolist() == [0, 1, 2, 5]
+    assert meta.cu_seqlens_q.tolist() == [0, 3, 4] and meta.cu_seqlens_k.tolist() == [0, 3, 9]
+    assert meta.seq_lens.tolist() == [3, 6] and (meta.max_seqlen_q, meta.max_seqlen_k) == (3, 6)
+    assert meta.block_tables.tolist() == [[2, 0], [0, 7]] and meta.block_tables.dtype == torch.int32
+    assert meta.is_prefill and meta.has_context and meta.last_token_indices.tolist() == [2, 3]
+    decode = ForwardMeta.build([1, 1], [3, 6], [[2], [0, 7]], block_size=4)
+    assert not decode.is_prefill and not decode.has_context and decode.context_slot_mapping is None
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (([], [], [], 4), "no sequences"),
+        (([2], [0, 1], [[0]], 4), "one entry per sequence"),
+        (([5], [0], [[0]], 4), "needs 5 tokens"),
+        (([0], [0], [[0]], 4), "query_len=0"),
+        (([1], [0], [[0]], 0), "block_size=0"),
+    ],
+)
+def test_forward_meta_build_errors(args, match):
+    with pytest.raises(ValueError, match=match):
+        ForwardMeta.build(*args)
