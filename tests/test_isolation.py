@@ -177,3 +177,21 @@ def test_two_sessions_keep_their_own_progress(tmp_path, monkeypatch) -> None:
     saved = {r["learner"]: r["progress"]["quiz"]["iso.q"]["answer"] for r in store.class_records("room-1")}
     store.close()
     assert saved == {"Ana": "8", "Ben": "4"}  # the anonymous session stored nothing
+
+
+def _metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label.startswith(label))
+
+
+def test_two_sessions_keep_their_own_results() -> None:
+    # Two learners on the GQA page at once, one at MQA (G=1) and one at MHA (G=32): re-running either
+    # after the other moved must still show its own numbers (no shared page or engine state).
+    a = AppTest.from_file("../pages/2_gqa.py", default_timeout=120).run()
+    b = AppTest.from_file("../pages/2_gqa.py", default_timeout=120).run()
+    a.select_slider(key="gqa_groups_llama-3-8b").set_value(1).run()
+    b.select_slider(key="gqa_groups_llama-3-8b").set_value(32).run()
+    a.run()
+    assert not a.exception and not b.exception
+    kv_a, kv_b = _metric(a, "KV per token"), _metric(b, "KV per token")
+    assert kv_a == "16 KiB" and kv_b == "512 KiB", (kv_a, kv_b)  # 2 · 32 layers · G · 128 dims · 2 bytes
+    assert a.session_state["progress"] is not b.session_state["progress"]
