@@ -92,3 +92,10 @@ def test_measure_llm_decode_subtracts_prefill(clock):
 def test_measurement_rates():
     m = Measurement("x", "s", "float32", "cpu", 1, bytes_moved=100.0, flops=50.0, seconds=2.0, repeats=1)
     assert (m.bytes_per_s, m.flops_per_s, m.intensity) == (50.0, 25.0, 0.5)
+
+
+def test_measure_machine_pairs_a_gemv_with_a_gemm_on_this_device():
+    gemv, gemm = measure.measure_machine(weight_bytes=2 * MiB, prefill_batch=16, repeats=1)
+    assert (gemv.batch, gemm.batch) == (1, 16)
+    assert gemm.intensity > gemv.intensity
+    assert gemv.device == ("cuda" if torch.cuda.is_available() else "cpu")
