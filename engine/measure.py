@@ -106,9 +106,10 @@ def measure_weight_streaming(
     elem = torch.tensor([], dtype=dtype).element_size()
     cols = 4096  # a Llama-7B-class hidden size
     rows = max(1, weight_bytes // (cols * elem))
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    w = torch.randn(rows, cols, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)  # [rows, cols]
-    x = torch.randn(cols, batch, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)  # [cols, B]
+    # Generated on the device itself: a 1 GiB weight built on the CPU and copied over would take seconds.
+    gen = torch.Generator(device=device).manual_seed(0)
+    w = torch.randn(rows, cols, generator=gen, device=device, dtype=dtype)  # [rows, cols]
+    x = torch.randn(cols, batch, generator=gen, device=device, dtype=dtype)  # [cols, B]
     if batch == 1:
         vec = x[:, 0].contiguous()  # [cols]
         fn: Callable[[], object] = lambda: torch.mv(w, vec)
