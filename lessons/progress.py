@@ -148,6 +148,8 @@ class ProgressStore:
             else:
                 kwargs["pool_pre_ping"] = True  # replicas survive a database restart
             self.engine = sa.create_engine(parsed, **kwargs)
+            if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+                sa.event.listen(self.engine, "connect", _sqlite_wal)
             _metadata.create_all(self.engine)  # CREATE TABLE IF NOT EXISTS; also proves the file is a DB
             with self.engine.connect() as conn:
                 conn.execute(sa.select(sa.func.count()).select_from(progress_table)).scalar_one()
@@ -234,6 +236,15 @@ class ProgressStore:
     def close(self) -> None:
         """Release pooled connections (tests and shutdown)."""
         self.engine.dispose()
+
+
+def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
+    """Write-ahead logging: learners' reads never wait for another learner's write."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+    finally:
+        cursor.close()
 
 
 def _explain(exc: SQLAlchemyError, where: str) -> str:
