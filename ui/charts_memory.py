@@ -1,0 +1,164 @@
+"""Plotly builders for the paged-memory pages (4, 5, 6, 8): block tables, block pools, block-size sweeps.
+
+The pictures follow PagedAttention's figures (Kwon et al., SOSP 2023, Fig. 6-8): a per-sequence block table
+maps logical blocks to physical ones, and the physical pool shows who owns each block and how full it is.
+Every cell carries text (block id, owner, fill, reference count), so colour is never the only signal; pages
+pair each figure with a caption and a table (`pages/_ui.show_chart`). No Streamlit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from ui.charts import DASHES, PALETTE, _layout, labelled_grid
+
+# Block states in the pool picture -> (heatmap value, word shown in the cell).
+STATE_VALUES: dict[str, float] = {"free": 0.0, "cached": 0.35, "used": 0.7, "shared": 1.0}
+_POOL_SCALE = [[0.0, "#FFFFFF"], [0.35, "#F0E442"], [0.7, PALETTE[5]], [1.0, PALETTE[3]]]
+
+
+def block_table_picture(
+    tables: Mapping[str, Sequence[int]],
+    fills: Mapping[str, Sequence[int]],
+    block_size: int,
+    title: str,
+    max_cols: int = 24,
+) -> go.Figure:
+    """Rows = sequences, columns = logical blocks; each cell names its physical block and its fill."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    if set(tables) != set(fills):
+        raise ValueError("block_table_picture: tables and fills must name the same sequences")
+    names = list(tables)
+    if not names:
+        raise ValueError("block_table_picture: no sequences to draw; give at least one block table")
+    width = max(1, min(max_cols, max(len(t) for t in tables.values())))
+    values: list[list[float | None]] = []
+    text: list[list[str]] = []
+    for name in names:
+        table, fill = list(tables[name]), list(fills[name])
+        if len(table) != len(fill):
+            raise ValueError(f"sequence {name!r}: {len(table)} blocks but {len(fill)} fill counts")
+        row_v: list[float | None] = [None] * width
+        row_t = [""] * width
+        for i, (block, n) in enumerate(zip(table[:width], fill[:width], strict=True)):
+            row_v[i] = n / block_size
+            row_t[i] = f"→ {block}<br>{n}/{block_size}"
+        values.append(row_v)
+        text.append(row_t)
+    more = max(len(t) for t in tables.values()) - width
+    suffix = f" (first {width} logical blocks; {more} more not drawn)" if more > 0 else ""
+    fig = labelled_grid(
+        values, text, title + suffix, xlabels=[f"logical {i}" for i in range(width)], ylabels=names, colorscale="Blues"
+    )
+    fig.update_traces(zmin=0, zmax=1, hovertemplate="%{y}, %{x}: physical block %{text}<extra></extra>")
+    return fig
+
+
+def block_pool_grid(
+    blocks: Sequence[Mapping[str, object]], block_size: int, title: str, columns: int = 16
+) -> go.Figure:
+    """The physical pool, `columns` blocks per row: state, owners, fill and reference count in every cell.
+
+    `blocks`: dicts with block_id, state ("free" | "cached" | "used"), ref_count, owners (str) and filled.
+    A block with ref_count > 1 is drawn as "shared".
+    """
+    if columns < 1:
+        raise ValueError(f"columns must be positive, got {columns}")
+    if not blocks:
+        raise ValueError("block_pool_grid: the pool is empty; give at least one block")
+    values: list[list[float | None]] = []
+    text: list[list[str]] = []
+    for start in range(0, len(blocks), columns):
+        row_v: list[float | None] = [None] * columns
+        row_t = [""] * columns
+        for j, b in enumerate(blocks[start : start + columns]):
+            state = str(b["state"])
+            refs = int(b["ref_count"])  # type: ignore[arg-type]
+            if state == "used" and refs > 1:
+                state = "shared"
+            if state not in STATE_VALUES:
+                raise ValueError(f"block {b['block_id']}: unknown state {state!r}; use one of {list(STATE_VALUES)}")
+            row_v[j] = STATE_VALUES[state]
+            owners = str(b.get("owners", "")) or "—"
+            refs_txt = f" ×{refs}" if refs > 1 else ""
+            row_t[j] = f"#{b['block_id']} {state}{refs_txt}<br>{owners} {b['filled']}/{block_size}"
+        values.append(row_v)
+        text.append(row_t)
+    ylabels = [f"blocks {s}–{min(s + columns, len(blocks)) - 1}" for s in range(0, len(blocks), columns)]
+    fig = labelled_grid(values, text, title, xlabels=[str(c) for c in range(columns)], ylabels=ylabels)
+    fig.update_traces(colorscale=_POOL_SCALE, zmin=0, zmax=1, textfont={"size": 10})
+    fig.update_xaxes(showticklabels=False)
+    return fig
+
+
+def block_size_sweep(
+    rows: Sequence[Mapping[str, float]], chosen: int, title: str = "Block size: waste vs block-table length"
+) -> go.Figure:
+    """Internal waste (%) on the left axis and block-table entries per sequence on the right, per block size.
+
+    `rows`: dicts with "block size", "internal waste %" and "entries per sequence"; `chosen` is marked.
+    """
+    if not rows:
+        raise ValueError("block_size_sweep: no rows; sweep at least one block size")
+    sizes = [int(r["block size"]) for r in rows]
+    if chosen not in sizes:
+        raise ValueError(f"chosen block size {chosen} is not in the sweep {sizes}")
+    fig = go.Figure()
+    fig.add_scatter(
+        name="internal waste % (left)",
+        x=sizes,
+        y=[r["internal waste %"] for r in rows],
+        mode="lines+markers",
+        line={"color": PALETTE[3], "dash": DASHES[0]},
+        marker={"symbol": "circle", "size": 8},
+    )
+    fig.add_scatter(
+        name="block-table entries per sequence (right)",
+        x=sizes,
+        y=[r["entries per sequence"] for r in rows],
+        mode="lines+markers",
+        yaxis="y2",
+        line={"color": PALETTE[0], "dash": DASHES[1]},
+        marker={"symbol": "square", "size": 8},
+    )
+    fig.add_vline(x=chosen, line={"color": PALETTE[7], "dash": "dot"}, annotation_text=f"chosen: {chosen}")
+    fig.update_layout(
+        xaxis={"type": "log", "tickvals": sizes, "ticktext": [str(s) for s in sizes]},
+        yaxis2={"overlaying": "y", "side": "right", "type": "log", "title": "entries per sequence (log)"},
+    )
+    return _layout(fig, title, "block size (tokens, log scale)", "internal waste (% of allocated slots)", height=400)
+
+
+def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Figure:
+    """One horizontal stacked bar of a GPU's memory by part (GiB), each part labelled in its segment."""
+    if not rows:
+        raise ValueError("memory_breakdown: no rows")
+    fig = go.Figure()
+    patterns = ("", "/", "x", ".", "\\", "+", "-")
+    for i, r in enumerate(rows):
+        gib = float(r["GiB"])  # type: ignore[arg-type]
+        fig.add_bar(
+            name=str(r["part"]),
+            y=["GPU memory"],
+            x=[max(gib, 0.0)],
+            orientation="h",
+            text=[f"{r['part']}: {gib:,.1f} GiB"],
+            textposition="inside",
+            marker={"color": PALETTE[i % len(PALETTE)], "pattern": {"shape": patterns[i % len(patterns)]}},
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title, "GiB", "", height=260)
+
+
+def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:
+    """Add a dotted vertical marker with a text label (e.g. the scheduler step being inspected)."""
+    fig.add_vline(x=x, line={"color": PALETTE[7], "dash": "dot"}, annotation_text=label)
+    return fig
+
+
+__all__ = ["STATE_VALUES", "block_pool_grid", "block_size_sweep", "block_table_picture", "memory_breakdown",
+           "with_marker"]  # fmt: skip
