@@ -64,6 +64,11 @@ class Measurement:
         }
 
 
+def default_device() -> str:
+    """Where live lesson runs go: "cuda" when a GPU is present (Triton kernels), else "cpu" (torch backend)."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from engine.catalog import ModelSpec
 from engine.fmha import memory_efficient_attention
-from engine.measure import time_interleaved
+from engine.measure import default_device, time_interleaved
 from engine.memory import MODELS, dtype_bytes
 
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp32")
@@ -154,8 +154,19 @@ def layout_shapes(num_heads: int, groups: int, head_dim: int, seq_len: int, batc
     }
 
 
-def run_gqa(num_heads: int, groups: int, head_dim: int, seq_len: int = 128, repeats: int = 5, seed: int = 0) -> GqaRun:
-    """Run memory_efficient_attention in [B, M, G, H, K] and MHA over repeated heads; compare and time them."""
+def run_gqa(
+    num_heads: int,
+    groups: int,
+    head_dim: int,
+    seq_len: int = 128,
+    repeats: int = 5,
+    seed: int = 0,
+    device: str | None = None,
+) -> GqaRun:
+    """Run memory_efficient_attention in [B, M, G, H, K] and MHA over repeated heads; compare and time them.
+
+    Runs on CUDA (the Triton kernels) when a GPU is present, else on CPU (the torch backend).
+    """
     if groups not in group_options(num_heads):
         raise ValueError(
             f"{groups} groups do not divide {num_heads} query heads; use one of {group_options(num_heads)}"
@@ -163,10 +174,11 @@ def run_gqa(num_heads: int, groups: int, head_dim: int, seq_len: int = 128, repe
     if not 1 <= seq_len <= 2048 or not 1 <= head_dim <= 256:
         raise ValueError(f"seq_len={seq_len} must be in 1..2048 and head_dim={head_dim} in 1..256 for a live run")
     h = num_heads // groups
+    device = device or default_device()
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(1, seq_len, groups, h, head_dim, generator=gen)  # [B, M, G, H, K]
-    k_store = torch.randn(1, seq_len, groups, 1, head_dim, generator=gen)  # [B, N, G, 1, K]: one head per group
-    v_store = torch.randn(1, seq_len, groups, 1, head_dim, generator=gen)
+    q = torch.randn(1, seq_len, groups, h, head_dim, generator=gen).to(device)  # [B, M, G, H, K]
+    k_store = torch.randn(1, seq_len, groups, 1, head_dim, generator=gen).to(device)  # [B, N, G, 1, K]: 1 per group
+    v_store = torch.randn(1, seq_len, groups, 1, head_dim, generator=gen).to(device)
     k = k_store.expand(1, seq_len, groups, h, head_dim)  # [B, N, G, H, K], stride 0 over H: no copy
     v = v_store.expand(1, seq_len, groups, h, head_dim)
     q_mha = q.flatten(2, 3)  # [B, M, Hq, K]; query head g * h + j belongs to group g
@@ -175,7 +187,7 @@ def run_gqa(num_heads: int, groups: int, head_dim: int, seq_len: int = 128, repe
 
     gqa = lambda: memory_efficient_attention(q, k, v)
     mha = lambda: memory_efficient_attention(q_mha, k_mha, v_mha)
-    times = time_interleaved({"gqa": gqa, "mha": mha}, repeats=repeats, warmup=1)
+    times = time_interleaved({"gqa": gqa, "mha": mha}, repeats=repeats, warmup=1, device=device)
     out = gqa()  # [B, M, G, H, K]
     # Independent check: plain SDPA over the repeated heads, in [B, Hq, M, K].
     ref = F.scaled_dot_product_attention(q_mha.transpose(1, 2), k_mha.transpose(1, 2), v_mha.transpose(1, 2))

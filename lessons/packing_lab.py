@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attn_bias import BlockDiagonalCausalMask, BlockDiagonalMask
-from engine.measure import time_interleaved
+from engine.measure import default_device, time_interleaved
 from kernels.ops import varlen_attention
 
 MAX_REQUESTS = 32
@@ -134,17 +134,27 @@ class PackingRun:
 
 
 def run_packed_vs_padded(
-    lengths: list[int], causal: bool = True, num_heads: int = 4, head_dim: int = 32, repeats: int = 5, seed: int = 0
+    lengths: list[int],
+    causal: bool = True,
+    num_heads: int = 4,
+    head_dim: int = 32,
+    repeats: int = 5,
+    seed: int = 0,
+    device: str | None = None,
 ) -> PackingRun:
-    """Time varlen_attention on the packed batch against padded SDPA, check they agree, split the output."""
+    """Time varlen_attention on the packed batch against padded SDPA, check they agree, split the output.
+
+    Runs on CUDA (the Triton varlen kernel) when a GPU is present, else on CPU (the torch backend).
+    """
     stats = padding_stats(lengths, causal)
     gen = torch.Generator().manual_seed(seed)
     total, batch, lmax = stats.real_tokens, len(lengths), max(lengths)
-    q = torch.randn(total, num_heads, head_dim, generator=gen)  # [total, H, D]
-    k = torch.randn(total, num_heads, head_dim, generator=gen)
-    v = torch.randn(total, num_heads, head_dim, generator=gen)
+    device = device or default_device()
+    q = torch.randn(total, num_heads, head_dim, generator=gen).to(device)  # [total, H, D]
+    k = torch.randn(total, num_heads, head_dim, generator=gen).to(device)
+    v = torch.randn(total, num_heads, head_dim, generator=gen).to(device)
     bias = make_bias(lengths, causal)
-    cu = bias.q_seqinfo.seqstart  # int32 [B + 1]
+    cu = bias.q_seqinfo.seqstart.to(device)  # int32 [B + 1]
 
     def pad(x: torch.Tensor) -> torch.Tensor:
         out = x.new_zeros(batch, lmax, num_heads, head_dim)  # [B, Lmax, H, D]
@@ -153,13 +163,13 @@ def run_packed_vs_padded(
         return out.transpose(1, 2)  # [B, H, Lmax, D]
 
     qp, kp, vp = pad(q), pad(k), pad(v)
-    key_ok = torch.arange(lmax)[None, :] < torch.tensor(lengths)[:, None]  # [B, Lmax] real keys
+    key_ok = torch.arange(lmax, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]  # [B, Lmax]
     allowed = key_ok[:, None, None, :].expand(batch, 1, lmax, lmax)  # [B, 1, Lmax, Lmax]
     if causal:
-        allowed = allowed & torch.ones(lmax, lmax, dtype=torch.bool).tril()
+        allowed = allowed & torch.ones(lmax, lmax, dtype=torch.bool, device=device).tril()
     packed = lambda: varlen_attention(q, k, v, cu, cu, lmax, lmax, causal=causal)
     padded = lambda: F.scaled_dot_product_attention(qp, kp, vp, attn_mask=allowed)
-    times = time_interleaved({"packed": packed, "padded": padded}, repeats=repeats, warmup=1)
+    times = time_interleaved({"packed": packed, "padded": padded}, repeats=repeats, warmup=1, device=device)
     out = packed()  # [total, H, D]
     out_pad = padded().transpose(1, 2)  # [B, Lmax, H, D]
     err = max(

@@ -4,7 +4,7 @@ import streamlit as st
 
 from engine.memory import MODELS
 from lessons import gqa_lab as lab
-from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from pages._ui import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 from ui import charts
 
 PAGE = "gqa"
@@ -103,8 +103,8 @@ st.caption(
 )
 show_table(run.rows(), f"gqa-run-{model}-G{groups}", "gqa_run", "run")
 st.caption(
-    "Times come from this machine's CPU torch path and are noisy on a shared machine; the bytes are exact. "
-    "On a GPU the saved KV reads become saved time, since decode attention is bandwidth-bound (lesson 1)."
+    f"Times come from this machine ({backend_info()['label']}, {backend_info()['device']}) and are noisy on a shared "
+    "machine; the bytes are exact. Where attention is bandwidth-bound (decode, lesson 1) saved KV reads are saved time."
 )
 
 sources(PAGE)

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lessons import packing_lab as lab
-from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from pages._ui import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 from ui import charts
 
 PAGE = "packing"
@@ -83,8 +83,8 @@ show_table(
     "timings",
 )
 st.caption(
-    "Median of 3 interleaved runs on this machine (4 heads, head dim 32, fp32, torch backend on CPU). Tiny batches "
-    "are dominated by per-call overhead; the work saved grows with the spread of the lengths."
+    f"Median of 3 interleaved runs on this machine (4 heads, head dim 32, fp32, {backend_info()['label']}). Tiny "
+    "batches are dominated by per-call overhead; the work saved grows with the spread of the lengths."
 )
 st.markdown("**Split back into requests** with `bias.split(out)` — one output per request, original lengths:")
 show_table(run.segment_rows(), "packing-segments", "pack_segments", "segments")

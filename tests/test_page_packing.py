@@ -10,7 +10,9 @@ from streamlit.testing.v1 import AppTest
 
 from kernels.reference import block_diagonal_mask
 from lessons import packing_lab as lab
+from tests.conftest import DEVICE
 
+TOL = 1e-4 if DEVICE == "cpu" else 2e-2  # Triton's fp32 dots may use TF32 on a GPU
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "3_packing.py")
 
 
@@ -56,11 +58,11 @@ def test_lengths_and_causal_toggle_drive_the_numbers(at):
     assert shown["Padding wasted"] == "66%"
     full = float(shown["Attention work saved by packing"].rstrip("×"))
     assert full == pytest.approx(3 * 1000**2 / (10**2 + 20**2 + 1000**2), rel=1e-3)
-    assert float(shown["Max |packed − padded| on real tokens"]) < 1e-4
+    assert float(shown["Max |packed − padded| on real tokens"]) < TOL
     segments = [row for row in at.dataframe if "request" in str(row.value.columns.tolist())]
     assert segments and segments[-1].value["tokens"].tolist() == [10, 20, 1000]
     at.toggle(key="pack_causal").set_value(True).run()
-    assert not at.exception and float(metrics(at)["Max |packed − padded| on real tokens"]) < 1e-4
+    assert not at.exception and float(metrics(at)["Max |packed − padded| on real tokens"]) < TOL
     for text in ("1", "7 7 7", "1024, 1024, 1024, 1024", "5, 12, 3, 20"):
         at.text_input(key="pack_lengths").set_value(text).run()
         assert not at.exception and not at.error
@@ -102,8 +104,8 @@ def test_visibility_matches_reference_mask_and_is_capped(causal):
 @settings(max_examples=10, deadline=None)
 @given(st.lists(st.integers(1, 24), min_size=1, max_size=5), st.booleans())
 def test_packed_run_agrees_with_padded_and_splits_back(lengths, causal):
-    run = lab.run_packed_vs_padded(lengths, causal, num_heads=2, head_dim=8, repeats=1)
-    assert run.max_abs_err < 1e-4
+    run = lab.run_packed_vs_padded(lengths, causal, num_heads=2, head_dim=8, repeats=1, device=DEVICE)
+    assert run.max_abs_err < TOL
     assert run.packed_shape == (sum(lengths), 2, 8)
     assert run.padded_shape == (len(lengths), 2, max(lengths), 8)
     assert [s[1] for s in run.segment_shapes] == lengths
