@@ -147,6 +147,8 @@ class ProgressStore:
                 kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
             else:
                 kwargs["pool_pre_ping"] = True  # replicas survive a database restart
+            if parsed.get_backend_name() == "postgresql":
+                kwargs["connect_args"] = {"connect_timeout": 5}  # an unreachable server fails fast, not in minutes
             self.engine = sa.create_engine(parsed, **kwargs)
             if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
                 sa.event.listen(self.engine, "connect", _sqlite_wal)

@@ -221,3 +221,41 @@ def test_teacher_key_guards_the_list(tmp_path, monkeypatch):
     assert len(at.text_input) == 1
     at.text_input(key="teacher_key").input("s3cret").run()
     assert len(at.text_input) == 2 and not at.exception
+
+
+def test_schema_and_statements_compile_for_postgresql():
+    # The shared-deployment path: the same Core statements must compile for PostgreSQL with bound parameters.
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql
+
+    from lessons.progress import progress_table
+
+    dialect = postgresql.dialect()
+    ddl = str(sa.schema.CreateTable(progress_table).compile(dialect=dialect))
+    assert "TIMESTAMP WITH TIME ZONE" in ddl and "PRIMARY KEY (class_code, learner_key)" in ddl
+    update = progress_table.update().where(progress_table.c.learner_key == "x'; drop").values(data="{}")
+    compiled = update.compile(dialect=dialect)
+    assert "drop" not in str(compiled) and "%(learner_key_1)s" in str(compiled)
+    assert compiled.params["learner_key_1"] == "x'; drop"
+
+
+def test_round_trip_on_a_real_server_database(monkeypatch):
+    # Optional: set KVLAB_TEST_DATABASE_URL (e.g. a scratch PostgreSQL) to run the store against it.
+    import os
+
+    url = os.environ.get("KVLAB_TEST_DATABASE_URL")
+    if not url:
+        pytest.skip("KVLAB_TEST_DATABASE_URL not set (optional PostgreSQL check)")
+    store = ProgressStore(url)
+    try:
+        code = f"ci-{os.getpid()}"
+        store.save(code, "Ana", SAMPLE)
+        store.save(code, "ana", {"visited": ["gqa"], "quiz": {}, "diagnosis": {}})
+        assert store.load(code, "ANA")["visited"] == ["gqa"]
+        assert [r["learner"] for r in store.class_records(code)] == ["ana"]
+    finally:
+        with store.engine.begin() as conn:
+            from lessons.progress import progress_table
+
+            conn.execute(progress_table.delete().where(progress_table.c.class_code == f"ci-{os.getpid()}"))
+        store.close()
