@@ -7,6 +7,7 @@ blocks waste less but need longer block tables).
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -46,3 +47,31 @@ def test_gqa_group_slider_changes_kv_bytes(page, shoot):
     assert error_texts(page) == []
     groups.scroll_into_view_if_needed()
     shoot(page, "lesson-gqa")
+
+
+def test_paged_block_size_slider_trades_waste_for_table_size(page, shoot):
+    open_page(page, "paged_attention", "5_paged_attention.py")
+    block = slider_input(page, "Block size")
+    max_context = number(slider_input(page, "Max context").get_attribute("aria-valuetext"))
+    seen = []
+    block.focus()
+    for key in ("ArrowRight", "ArrowLeft", "ArrowLeft"):  # 16 -> 32 -> 16 -> 8 on vLLM's default scale
+        bs = number(block.get_attribute("aria-valuetext"))
+        seen.append((bs, number(metric_value(page, "Internal waste")), number(metric_value(page, "Table width"))))
+        press_and_wait(page, block, key)
+    seen.append(
+        (
+            number(block.get_attribute("aria-valuetext")),
+            number(metric_value(page, "Internal waste")),
+            number(metric_value(page, "Table width")),
+        )
+    )
+    assert len({bs for bs, _, _ in seen}) == 3, f"the keyboard did not move the block size: {seen}"
+    for bs, _, width in seen:
+        assert width == math.ceil(max_context / bs)  # one table entry per block of the longest sequence
+    by_size = sorted({bs: waste for bs, waste, _ in seen}.items())
+    wastes = [waste for _, waste in by_size]
+    assert wastes == sorted(wastes) and wastes[0] < wastes[-1], f"smaller blocks must waste less: {by_size}"
+    assert error_texts(page) == []
+    block.scroll_into_view_if_needed()
+    shoot(page, "lesson-paged")
