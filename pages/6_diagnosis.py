@@ -1,0 +1,131 @@
+"""Lesson 6 — Production diagnosis: an OOM incident's symptoms, the learner's diagnosis and fixes, a graded re-run."""
+
+from typing import Any
+
+import streamlit as st
+
+from engine.memory import GPUS, MODELS
+from lessons import diagnosis_lab as lab
+from lessons.scenarios import get_scenario, scenario_ids, symptoms, vllm_command
+from pages._ui import (
+    download_rows,
+    lesson_check,
+    page_header,
+    prose,
+    record_diagnosis,
+    run_or_stop,
+    show_chart,
+    show_table,
+    sources,
+)
+from ui import charts_memory
+
+PAGE = "diagnosis"
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _symptoms(scenario_id: str, variant: int) -> Any:
+    return symptoms(lab.scenario_for(scenario_id, variant))
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)  # a figure, shared read-only
+def _memory_fig(scenario_id: str, variant: int) -> Any:
+    s = lab.scenario_for(scenario_id, variant)
+    title = f"{GPUS[s.config.gpu].name} memory as deployed ({MODELS[s.config.model].name})"
+    return charts_memory.memory_breakdown(_symptoms(scenario_id, variant).memory, title)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _grade(scenario_id: str, variant: int, diagnoses: tuple[str, ...], fixes: tuple[tuple[str, Any], ...]) -> dict:
+    g = lab.run_grade(scenario_id, variant, diagnoses, dict(fixes))
+    return {
+        "verdict": lab.verdict(g),
+        "resolved": g.resolved,
+        "record": lab.record(g, variant, diagnoses),
+        "feedback": g.diagnosis_feedback,
+        "explanation": g.explanation,
+        "costs": g.costs,
+        "rows": lab.before_after_rows(g),
+        "command": g.command,
+    }
+
+
+page_header(PAGE)
+
+c1, c2 = st.columns([3, 1])
+sid = c1.selectbox("Incident", scenario_ids(), format_func=lambda i: get_scenario(i).title, key="diag_scenario")
+variant = c2.number_input(
+    "Variant (0 = original)", 0, lab.MAX_VARIANT, 0, step=1, key="diag_variant",
+    help="Each variant changes the traffic and sizes a little, so classmates do not share one answer.",
+)  # fmt: skip
+scenario = run_or_stop(lab.scenario_for, sid, int(variant), hint="pick a whole number from 0 to 999")
+st.markdown(f"### {scenario.title}\n\n{scenario.story}")
+
+st.subheader("Symptoms")
+prose(PAGE, "Symptoms")
+with st.spinner("Replaying the incident's traffic …"):
+    sym = _symptoms(sid, int(variant))
+st.code("\n".join(sym.logs), language="log")
+show_chart(
+    _memory_fig(sid, int(variant)),
+    "Where the GPU's memory goes as deployed; every segment is labelled with its part and size.",
+    sym.memory,
+    f"memory-{sid}-{variant}",
+    "diag_mem",
+)
+show_table([{"measure": k, "value": str(v)} for k, v in sym.traffic.items()], f"traffic-{sid}-{variant}",
+           "diag_traffic", "traffic numbers")  # fmt: skip
+
+st.subheader("Your diagnosis")
+st.caption("Tick every explanation you think is true (there may be more than one).")
+suffix = f"{sid}_{variant}"
+picked = tuple(d.id for d in scenario.diagnoses if st.checkbox(d.text, key=f"diag_dx_{d.id}_{suffix}"))
+with st.expander("Hint"):
+    st.markdown(scenario.hint)
+
+st.subheader("Your fixes")
+prose(PAGE, "Fixes")
+now = lab.current_values(scenario.config)
+chosen: dict[str, Any] = {}
+f1, f2 = st.columns(2)
+for i, (param, current) in enumerate(now.items()):
+    col, label, key = (f1, f2)[i % 2], lab.FIX_LABELS[param], f"diag_fix_{param}_{suffix}"
+    opts = lab.options_for(param, current)
+    if param == "model":
+        chosen[param] = col.selectbox(label, opts, index=opts.index(current), key=key, format_func=lab.model_label)
+    elif param in ("policy", "kv_cache_dtype"):
+        chosen[param] = col.radio(label, opts, index=opts.index(current), key=key, horizontal=True)
+    else:
+        chosen[param] = col.select_slider(label, options=opts, value=current, key=key)
+fixes = run_or_stop(lab.changed_fixes, scenario.config, chosen)
+st.markdown("**Changed:** " + (", ".join(f"`{k}` {now[k]} → {v}" for k, v in fixes.items()) or "nothing yet"))
+st.code(vllm_command(scenario, fixes), language="bash")
+st.download_button("Download this `vllm serve` command", vllm_command(scenario, fixes) + "\n",
+                   file_name=f"serve-{sid}.sh", mime="text/x-shellscript", key="diag_cmd_dl")  # fmt: skip
+
+result_key = f"diag_result_{suffix}"
+if st.button("Run the traffic again", key="diag_run", type="primary"):
+    with st.status("Re-running the incident with your configuration …", expanded=False) as status:
+        result = run_or_stop(_grade, sid, int(variant), picked, tuple(sorted(fixes.items())),
+                             hint="pick another combination of fixes")  # fmt: skip
+        status.update(label="Re-run finished", state="complete")
+    st.session_state[result_key] = {"picked": picked, "fixes": fixes, **result}
+    record_diagnosis(sid, result["record"])
+
+result = st.session_state.get(result_key)
+if result:
+    st.subheader("Result")
+    if result["picked"] != picked or result["fixes"] != fixes:
+        st.caption("You changed your answers since this run; press **Run the traffic again** to grade them.")
+    (st.success if result["resolved"] else st.warning)(result["verdict"], icon="✅" if result["resolved"] else "✖️")
+    for line in result["explanation"]:
+        st.markdown(f"- {line}")
+    show_table(result["rows"], f"diagnosis-{sid}-{variant}", "diag_rows", "before / after")
+    if result["feedback"]:
+        st.markdown("**On your diagnosis**\n\n" + "\n".join(f"- {line}" for line in result["feedback"]))
+    if result["costs"]:
+        st.markdown("**What the fix costs**\n\n" + "\n".join(f"- {line}" for line in result["costs"]))
+    download_rows([result["record"]], f"diagnosis-result-{sid}", "diag_record", "result")
+
+sources(PAGE)
+lesson_check(PAGE)

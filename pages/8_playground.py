@@ -1,0 +1,125 @@
+"""Engine playground: prompts in, the real engine generates, and the learner replays its scheduler steps."""
+
+from typing import Any
+
+import streamlit as st
+
+from lessons import playground_lab as lab
+from lessons.paged_lab import BLOCK_SIZES
+from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
+from ui import charts, charts_memory
+
+PAGE = "playground"
+RUN_KEY, ENGINE_KEY = "pg_run", "pg_engine"  # per-learner state: the last run and the learner's own LLM
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _weights(model: str, device: str) -> tuple[Any, Any, Any]:
+    """Weights, config and tokenizer loaded once per process and shared read-only by every learner's engine."""
+    return lab.load(model, device)
+
+
+def _engine(model: str, settings: lab.EngineSettings) -> Any:
+    """The learner's LLM, rebuilt only when the model or engine knobs change (so the prefix cache persists)."""
+    held = st.session_state.get(ENGINE_KEY)
+    if held is not None and held[0] == (model, settings):
+        return held[1]
+    llm = lab.new_engine(_weights(model, lab.default_device()), model, settings)
+    st.session_state[ENGINE_KEY] = ((model, settings), llm)
+    return llm
+
+
+page_header(PAGE)
+
+c1, c2 = st.columns([1, 2])
+source = c1.radio("Model", ["demo", "folder"], key="pg_source", horizontal=True,
+                  format_func=lambda s: "Demo model" if s == "demo" else "Local Hugging Face folder")  # fmt: skip
+folder = c2.text_input("Folder path (config.json + *.safetensors)", "", key="pg_path", disabled=source == "demo",
+                       help="A model folder already on this machine; nothing is downloaded.")  # fmt: skip
+text = st.text_area("Prompts, one per line", lab.DEFAULT_PROMPTS, key="pg_prompts", height=120,
+                    help=f"At most {lab.MAX_PROMPTS} prompts.")  # fmt: skip
+
+st.markdown("**Sampling**")
+s1, s2, s3, s4, s5 = st.columns(5)
+max_tokens = s1.slider("Max new tokens", 1, lab.MAX_NEW_TOKENS, 12, key="pg_max_tokens")
+temperature = s2.slider("Temperature (0 = greedy)", 0.0, 2.0, 0.0, step=0.1, key="pg_temperature")
+top_p = s3.slider("Top-p", 0.05, 1.0, 1.0, step=0.05, key="pg_top_p")
+top_k = s4.number_input("Top-k (0 = off)", 0, 1024, 0, key="pg_top_k")
+seed = s5.number_input("Seed", 0, 2**31 - 1, 0, key="pg_seed")
+
+st.markdown("**Paged KV cache** — few blocks make the scheduler queue and preempt requests")
+e1, e2, e3 = st.columns(3)
+block_size = e1.select_slider("Block size (tokens)", options=BLOCK_SIZES, value=8, key="pg_block")
+num_blocks = e2.slider("KV blocks in the pool", 1, lab.MAX_BLOCKS, 12, key="pg_blocks")
+prefix = e3.toggle("Prefix caching", False, key="pg_prefix", help="Reuse full blocks of identical prompt prefixes.")
+st.caption(f"The pool holds {block_size * num_blocks:,} tokens; that is also the longest sequence it accepts.")
+
+if st.button("Generate", key="pg_generate", type="primary"):
+    try:
+        prompts = lab.parse_prompts(text)
+        model = lab.resolve_model(source, folder)
+        params = lab.sampling_params(int(max_tokens), float(temperature), float(top_p), int(top_k), int(seed))
+        with st.status("Generating with the real engine …", expanded=False) as status:
+            status.write("Loading weights (once per process) …")
+            llm = _engine(model, lab.EngineSettings(block_size, int(num_blocks), bool(prefix)))
+            status.write(f"Running {len(prompts)} request(s) through the scheduler …")
+            st.session_state[RUN_KEY] = lab.generate(llm, prompts, params)
+            status.update(label="Done", state="complete")
+        st.session_state.pop("pg_step", None)
+    except ValueError as exc:
+        show_error(str(exc), "fix the input above and press Generate again.")
+
+run: lab.PlaygroundRun | None = st.session_state.get(RUN_KEY)
+if run is None:
+    st.info("Press **Generate** to run the engine; the scheduler's steps appear here.", icon="▶️")
+else:
+    m1, m2, m3, m4, m5 = st.columns(5)
+    m1.metric("Tokens/s", f"{run.tokens_per_s:,.1f}")
+    m2.metric("Generated tokens", f"{run.generated_tokens:,}")
+    m3.metric("Scheduler steps", f"{len(run.traces):,}")
+    m4.metric("Preemptions", f"{run.num_preemptions}")
+    m5.metric("Peak KV usage", f"{100 * run.peak_kv_usage:.0f}%")
+    show_table(lab.output_rows(run), "playground-outputs", "pg_outputs", "outputs")
+
+    st.subheader("Step through the scheduler")
+    prose(PAGE, "Continuous batching")
+    rows = lab.step_rows(run)
+    step = st.slider("Scheduler step", 1, len(run.traces), 1, key="pg_step") if len(run.traces) > 1 else 1
+    series = {name: [r[name] for r in rows] for name in ("running", "waiting", "KV blocks used")}
+    timeline = charts.lines(
+        [r["step"] for r in rows], series, "Batch and KV blocks per step", "scheduler step", "requests / blocks"
+    )
+    show_chart(
+        charts_memory.with_marker(timeline, step, f"step {step}"),
+        "Requests running (solid) and waiting (dashed) and KV blocks in use (dotted) after each step; the dotted "
+        "vertical line marks the step shown below. Each row of the table is one step.",
+        rows,
+        "playground-steps",
+        "pg_timeline",
+    )
+    view = run_or_stop(lab.step_view, run, step - 1)
+    st.markdown(f"**Step {step}.** {view.story}")
+    show_table(view.scheduled, f"playground-step-{step}", "pg_sched", "scheduled requests")
+    if view.tables:
+        show_chart(
+            charts_memory.block_table_picture(
+                view.tables, view.fills, run.block_size, f"Block tables after step {step}"
+            ),
+            "Each running request's block table: logical block → physical block, with filled slots.",
+            [{"request": k, "block table": str(v)} for k, v in view.tables.items()],
+            f"playground-tables-{step}",
+            "pg_tables",
+        )
+    else:
+        st.caption("No request holds blocks after this step.")
+    show_chart(
+        charts_memory.block_pool_grid(view.blocks, run.block_size, f"The pool after step {step}", columns=8),
+        "Every physical block: state in words (free / cached / used / shared), owners, ×N reference count, fill.",
+        view.blocks,
+        f"playground-pool-{step}",
+        "pg_pool",
+    )
+
+prose(PAGE, "What to look for")
+sources(PAGE)
+lesson_check(PAGE)
