@@ -150,6 +150,11 @@ class LLM:
         return int(num_blocks)
 
     @property
+    def num_steps(self) -> int:
+        """Engine steps run so far (each one forward pass)."""
+        return self._step
+
+    @property
     def num_gpu_blocks(self) -> int:
         """Blocks in the paged KV cache."""
         return self.block_manager.num_blocks

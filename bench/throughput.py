@@ -1,0 +1,158 @@
+"""Serving throughput: this engine (continuous batching, paged KV) vs transformers' `generate()` on static batches.
+
+Fairness (BENCHMARKS.md): the same weights (one random Llama checkpoint with the demo model's shape, written
+with `save_pretrained` and loaded by both sides), the same 32 requests (prompt and output lengths from a
+fixed seed), greedy decoding and ignore-EOS so both sides produce exactly `max_tokens` per request, the same
+dtype and threads, and the same KV memory budget. A static cache reserves `max_len` slots per sequence, so
+transformers' batch size under the budget is `budget // (max_len * kv_bytes_per_token)`; it runs the requests
+in arrival order in batches of that size, each padded to its longest prompt and decoded until its longest
+output is done (the tokens a request did not ask for are not counted). The engine gets the same bytes as
+paged blocks. transformers with the whole workload in one batch (no budget) is reported too. Sides are
+timed interleaved, median of repeats after a warm-up. The vLLM paper (Kwon et al., SOSP 2023) and its blog
+report the GPU version of this comparison.
+
+    python -m bench.throughput --json [--repeats 5] [--warmup 1] [--threads 1] [--save]
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+import torch
+
+from bench._util import emit, env_info, log, parser, save, time_interleaved
+
+NUM_REQUESTS = 32
+PROMPT_LENS = (8, 256)
+OUTPUT_LENS = (8, 128)
+SEED = 0
+BLOCK_SIZE = 16
+HF_BUDGET_BATCH = 8  # default KV budget: what a static cache needs for this many max-length sequences
+# The demo model's shape (scripts/train_demo.py) with room for 256 + 128 positions.
+MODEL = dict(
+    vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=True,
+)  # fmt: skip
+
+
+def workload() -> tuple[list[list[int]], list[int]]:
+    """32 prompts (token ids) and their output lengths, drawn from a fixed seed."""
+    g = torch.Generator().manual_seed(SEED)
+    prompt_lens = torch.randint(PROMPT_LENS[0], PROMPT_LENS[1] + 1, (NUM_REQUESTS,), generator=g).tolist()
+    output_lens = torch.randint(OUTPUT_LENS[0], OUTPUT_LENS[1] + 1, (NUM_REQUESTS,), generator=g).tolist()
+    prompts = [torch.randint(3, MODEL["vocab_size"], (n,), generator=g).tolist() for n in prompt_lens]
+    return prompts, output_lens
+
+
+def hf_generate(model, prompts: list[list[int]], output_lens: list[int], batch_size: int) -> int:
+    """Static batching in arrival order, left padding; returns the generated tokens the requests asked for."""
+    useful = 0
+    for start in range(0, len(prompts), batch_size):
+        batch, outs = prompts[start : start + batch_size], output_lens[start : start + batch_size]
+        width = max(len(p) for p in batch)
+        ids = torch.zeros(len(batch), width, dtype=torch.long)  # [B, width], left padded with id 0
+        mask = torch.zeros(len(batch), width, dtype=torch.long)
+        for i, p in enumerate(batch):
+            ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=max(outs),
+                do_sample=False, pad_token_id=0,
+            )  # fmt: skip
+        assert out.shape[1] == width + max(outs)
+        useful += sum(outs)
+    return useful
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    # One thread by default: this model's matmuls are too small to split, and on a shared, oversubscribed
+    # machine OpenMP's spinning threads made both sides 10-30x slower. Both sides always share the setting.
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both sides")
+    p.add_argument(
+        "--budget-seqs", type=int, default=HF_BUDGET_BATCH, help="KV budget in max-length sequences (static batch)"
+    )
+    p.set_defaults(repeats=5, warmup=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from engine.llm import LLM
+    from engine.sampling import SamplingParams
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    prompts, output_lens = workload()
+    max_len = PROMPT_LENS[1] + OUTPUT_LENS[1]
+    torch.manual_seed(SEED)
+    hf = LlamaForCausalLM(LlamaConfig(**MODEL, eos_token_id=None, bos_token_id=None, pad_token_id=0)).eval()
+    hf.generation_config.eos_token_id = None  # ignore EOS: every request produces exactly its max_tokens
+    head_dim = MODEL["hidden_size"] // MODEL["num_attention_heads"]
+    kv_bytes_per_token = 2 * MODEL["num_hidden_layers"] * MODEL["num_key_value_heads"] * head_dim * 4  # fp32
+    budget = args.budget_seqs * max_len * kv_bytes_per_token
+    hf_batch = budget // (max_len * kv_bytes_per_token)
+    num_blocks = budget // (BLOCK_SIZE * kv_bytes_per_token)
+    with tempfile.TemporaryDirectory() as folder:
+        hf.save_pretrained(folder, safe_serialization=True)
+        llm = LLM(folder, block_size=BLOCK_SIZE, num_gpu_blocks=num_blocks, device="cpu", max_model_len=max_len)
+    assert llm.kv_cache.bytes_per_slot == kv_bytes_per_token
+    params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in output_lens]
+    useful = sum(output_lens)
+    stats: dict = {}
+
+    def engine() -> None:
+        steps, preemptions = llm.num_steps, llm.scheduler.num_preemptions
+        outs = llm.generate(prompts, params)  # no on_step: a user's run, without trace capture
+        assert sum(len(o.token_ids) for o in outs) == useful
+        stats.update(steps=llm.num_steps - steps, preemptions=llm.scheduler.num_preemptions - preemptions)
+
+    log(f"workload: {NUM_REQUESTS} requests, {useful} output tokens; budget {budget / 2**20:.1f} MiB")
+    log(f"engine: {num_blocks} blocks of {BLOCK_SIZE}; transformers: batches of {hf_batch} (and one of {NUM_REQUESTS})")
+    started = time.perf_counter()
+    times = time_interleaved(
+        {
+            "engine": engine,
+            "hf": lambda: hf_generate(hf, prompts, output_lens, hf_batch),
+            "hf_unbudgeted": lambda: hf_generate(hf, prompts, output_lens, NUM_REQUESTS),
+        },
+        repeats=args.repeats,
+        warmup=args.warmup,
+    )
+    log(f"timed in {time.perf_counter() - started:.0f} s: " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()))
+    result = {
+        "benchmark": "throughput",
+        "engine_tok_s": useful / times["engine"],
+        "hf_tok_s": useful / times["hf"],
+        "speedup": times["hf"] / times["engine"],
+        "hf_unbudgeted_tok_s": useful / times["hf_unbudgeted"],
+        "speedup_vs_unbudgeted": times["hf_unbudgeted"] / times["engine"],
+        "seconds": times,
+        "workload": {
+            "num_requests": NUM_REQUESTS,
+            "prompt_lens": f"uniform {PROMPT_LENS[0]}-{PROMPT_LENS[1]}",
+            "output_lens": f"uniform {OUTPUT_LENS[0]}-{OUTPUT_LENS[1]}",
+            "seed": SEED,
+            "prompt_tokens": sum(len(p) for p in prompts),
+            "output_tokens": useful,
+            "greedy": True,
+            "ignore_eos": True,
+        },
+        "model": {**MODEL, "dtype": "float32", "weights": "random, demo-model shape"},
+        "kv_budget_bytes": budget,
+        "kv_bytes_per_token": kv_bytes_per_token,
+        "engine": {"block_size": BLOCK_SIZE, "num_blocks": num_blocks, **stats},
+        "hf": {"batch_size_under_budget": hf_batch, "max_len": max_len, "batching": "arrival order, left padded"},
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "env": env_info(),
+    }
+    if args.save:
+        log(f"saved {save('throughput', result)}")
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
