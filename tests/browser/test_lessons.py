@@ -75,3 +75,22 @@ def test_paged_block_size_slider_trades_waste_for_table_size(page, shoot):
     assert error_texts(page) == []
     block.scroll_into_view_if_needed()
     shoot(page, "lesson-paged")
+
+
+def test_diagnosis_can_be_resolved(page, shoot):
+    open_page(page, "diagnosis", "6_diagnosis.py")
+    main = page.locator('[data-testid="stMain"]')
+    # The first incident: sessions reserve KV for the whole context; paging the KV cache fixes it.
+    main.locator('[data-testid="stCheckbox"]', has_text="reserves KV for the full").locator("label").click()
+    wait_for_app(page)
+    policy = main.locator('[data-testid="stRadio"]', has_text="KV memory policy")
+    policy.locator('[data-testid="stRadioOption"]', has_text="paged").click()
+    wait_for_app(page)
+    main.get_by_role("button", name="Run the traffic again").click()
+    verdict = main.locator('[data-testid="stAlertContentSuccess"]', has_text="RESOLVED")
+    verdict.wait_for(timeout=90_000)
+    wait_for_app(page)
+    assert "diagnosis right" in verdict.inner_text()
+    assert error_texts(page) == []
+    verdict.scroll_into_view_if_needed()
+    shoot(page, "lesson-diagnosis")
