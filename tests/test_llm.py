@@ -20,7 +20,7 @@ from engine.model import CausalLM
 from engine.model_config import ModelConfig
 from engine.sampling import SamplingParams, filter_logits, make_generator, sample
 from engine.tokenizer import ByteBPETokenizer
-from tests.conftest import requires_triton
+from tests.conftest import DEVICE, requires_cuda, requires_triton
 
 TEXT = "the cache holds keys and values; the scheduler fills blocks with the tokens of every request. " * 4
 
@@ -109,7 +109,7 @@ def test_sampler_greedy_rows_and_top_k_rows():
 
 
 def test_text_prompts_timings_and_order(tiny):
-    llm = LLM(str(tiny), block_size=4, num_gpu_blocks=64)
+    llm = LLM(str(tiny), device="cpu", block_size=4, num_gpu_blocks=64)
     outs = llm.generate(["the cache", "blocks", "tokens of every request"], greedy(6))
     assert [o.request_id for o in outs] == [0, 1, 2]
     for o in outs:
@@ -121,7 +121,7 @@ def test_text_prompts_timings_and_order(tiny):
 
 
 def test_stop_token_and_eos(tiny):
-    llm = LLM(str(tiny), block_size=4, num_gpu_blocks=64)
+    llm = LLM(str(tiny), device="cpu", block_size=4, num_gpu_blocks=64)
     prompt = [5, 6, 7, 8]
     full = llm.generate([prompt], greedy(12))[0].token_ids
     stop = full[3]
@@ -135,13 +135,13 @@ def test_stop_token_and_eos(tiny):
 
 
 def test_max_model_len_cuts_generation(tiny):
-    llm = LLM(str(tiny), block_size=4, num_gpu_blocks=64, max_model_len=20)
+    llm = LLM(str(tiny), device="cpu", block_size=4, num_gpu_blocks=64, max_model_len=20)
     out = llm.generate([list(range(1, 16))], greedy(10))[0]
     assert out.finish_reason == "length" and len(out.token_ids) == 5
 
 
 def test_seeded_sampling_is_independent_of_the_batch(tiny):
-    llm = LLM(str(tiny), block_size=4, num_gpu_blocks=64)
+    llm = LLM(str(tiny), device="cpu", block_size=4, num_gpu_blocks=64)
     params = SamplingParams(max_tokens=10, temperature=1.0, top_p=0.95, seed=123, ignore_eos=True)
     alone = llm.generate([[3, 4, 5]], params)[0].token_ids
     others = SamplingParams(max_tokens=7, temperature=1.3, ignore_eos=True)
@@ -152,7 +152,7 @@ def test_seeded_sampling_is_independent_of_the_batch(tiny):
 
 
 def test_step_api_and_traces(tiny):
-    llm = LLM(str(tiny), block_size=4, num_gpu_blocks=12, max_num_batched_tokens=16)
+    llm = LLM(str(tiny), device="cpu", block_size=4, num_gpu_blocks=12, max_num_batched_tokens=16)
     prompts = [list(range(1, 20)), [7, 8], list(range(30, 45))]
     expected = [o.token_ids for o in llm.generate(prompts, greedy(6))]
     ids = [llm.add_request(p, greedy(6)) for p in prompts]
@@ -205,7 +205,7 @@ def test_bad_paths_and_configs(tiny, tmp_path):
     with pytest.raises(ValueError, match="num_gpu_blocks=0"):
         LLM(str(tiny), num_gpu_blocks=0)
     with pytest.raises(ValueError, match="max_model_len=100 is larger than"):
-        LLM(str(tiny), block_size=4, num_gpu_blocks=8, max_model_len=100)
+        LLM(str(tiny), device="cpu", block_size=4, num_gpu_blocks=8, max_model_len=100)
     with pytest.raises(ValueError, match="max_model_len=999"):
         LLM(str(tiny), max_model_len=999)
     with pytest.raises(ValueError, match="backend='cuda'"):
@@ -213,7 +213,7 @@ def test_bad_paths_and_configs(tiny, tmp_path):
 
 
 def test_bad_prompts_and_params(tiny):
-    llm = LLM(str(tiny), block_size=4, num_gpu_blocks=16, max_model_len=32)
+    llm = LLM(str(tiny), device="cpu", block_size=4, num_gpu_blocks=16, max_model_len=32)
     cases = [
         ([], "prompts is empty"),
         ([""], "prompt 0 is empty"),
@@ -238,7 +238,7 @@ def test_text_prompt_without_tokenizer(tiny, tmp_path):
     folder = tmp_path / "notok"
     shutil.copytree(tiny, folder)
     (folder / "kvlab_tokenizer.json").unlink()
-    llm = LLM(str(folder), block_size=4, num_gpu_blocks=16)
+    llm = LLM(str(folder), device="cpu", block_size=4, num_gpu_blocks=16)
     with pytest.raises(ValueError, match="no tokenizer"):
         llm.generate(["hello"])
     assert llm.generate([[1, 2]], greedy(2))[0].text == ""
@@ -269,12 +269,24 @@ def test_triton_path_matches_torch_path(tiny, monkeypatch):
     spy(kernels.kv_store, "store_kv_triton", "store")
     prompts = [list(range(1, 8)), [40, 41, 42]]
     # A budget of 5 tokens chunks the 7-token prompt: fresh prefill, prefill over cached context, decode.
-    kw = dict(block_size=4, num_gpu_blocks=16, max_num_batched_tokens=5)
+    kw = dict(device=DEVICE, dtype="float32", block_size=4, num_gpu_blocks=16, max_num_batched_tokens=5)
     expected = [o.token_ids for o in LLM(str(tiny), backend="torch", **kw).generate(prompts, greedy(3))]
     assert calls == {"varlen": 0, "paged": 0, "store": 0}
     got = [o.token_ids for o in LLM(str(tiny), backend="triton", **kw).generate(prompts, greedy(3))]
     assert got == expected
     assert min(calls.values()) > 0
+
+
+@requires_cuda
+def test_cuda_engine_matches_cpu_engine(tiny):
+    prompts = [list(range(1, 30)), [40, 41, 42], list(range(50, 60))]
+    cpu = LLM(str(tiny), device="cpu", block_size=16, num_gpu_blocks=16).generate(prompts, greedy(4))
+    gpu = LLM(str(tiny), device="cuda", dtype="float32", block_size=16, num_gpu_blocks=16)
+    assert gpu.backend == "triton"
+    assert [o.token_ids for o in gpu.generate(prompts, greedy(4))] == [o.token_ids for o in cpu]
+    auto = LLM(str(tiny), block_size=16)  # bf16, blocks sized from free CUDA memory
+    assert auto.dtype == torch.bfloat16 and auto.num_gpu_blocks > 1000
+    assert all(len(o.token_ids) == 4 for o in auto.generate(prompts, greedy(4)))
 
 
 @pytest.mark.skipif(not (DEMO_DIR / "config.json").is_file(), reason="demo model not trained yet")

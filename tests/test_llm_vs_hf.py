@@ -4,7 +4,8 @@ Tiny random LlamaForCausalLM / Qwen2ForCausalLM checkpoints are written with `sa
 and loaded by both sides. The engine runs all prompts together (packed prefill, paged decode, continuous
 batching); the reference runs each prompt alone, unpadded, so nothing about batching can leak into it.
 Variants: block sizes 4 and 16, prefix caching on prompts that share a prefix, and a cache so small that
-requests queue, are chunked and get preempted.
+requests queue, are chunked and get preempted. The engine runs on CPU in fp32 so the comparison is exact;
+tests/test_llm.py checks the CUDA / Triton path against this CPU path.
 """
 
 from __future__ import annotations
@@ -76,7 +77,13 @@ def _greedy() -> SamplingParams:
 @pytest.mark.parametrize("prefix", [False, True])
 def test_greedy_matches_transformers(checkpoint, block_size, prefix):
     folder, prompts, refs = checkpoint
-    llm = LLM(str(folder), block_size=block_size, num_gpu_blocks=2048 // block_size, enable_prefix_caching=prefix)
+    llm = LLM(
+        str(folder),
+        device="cpu",
+        block_size=block_size,
+        num_gpu_blocks=2048 // block_size,
+        enable_prefix_caching=prefix,
+    )
     outs = llm.generate(prompts[:5], _greedy())  # the first batch leaves `shared` in the prefix cache...
     outs += llm.generate(prompts[5:], _greedy())  # ...which the second batch hits when caching is on
     assert [o.token_ids for o in outs] == refs
@@ -92,7 +99,7 @@ def test_tiny_cache_queues_chunks_and_preempts(checkpoint):
     folder, prompts, refs = checkpoint
     traces = []
     # 12 blocks of 16 = 192 slots for ~400 tokens of work; 48 tokens per step forces chunked prefill.
-    llm = LLM(str(folder), block_size=16, num_gpu_blocks=12, max_num_batched_tokens=48, max_num_seqs=4)
+    llm = LLM(str(folder), device="cpu", block_size=16, num_gpu_blocks=12, max_num_batched_tokens=48, max_num_seqs=4)
     outs = llm.generate(prompts, _greedy(), on_step=traces.append)
     assert [o.token_ids for o in outs] == refs
     assert any(t.preempted for t in traces), "the workload was meant to preempt"
@@ -103,7 +110,14 @@ def test_tiny_cache_queues_chunks_and_preempts(checkpoint):
 
 def test_tiny_cache_with_prefix_caching(checkpoint):
     folder, prompts, refs = checkpoint
-    llm = LLM(str(folder), block_size=4, num_gpu_blocks=40, max_num_batched_tokens=32, enable_prefix_caching=True)
+    llm = LLM(
+        str(folder),
+        device="cpu",
+        block_size=4,
+        num_gpu_blocks=40,
+        max_num_batched_tokens=32,
+        enable_prefix_caching=True,
+    )
     traces = []
     outs = llm.generate(prompts, _greedy(), on_step=traces.append)
     assert [o.token_ids for o in outs] == refs
