@@ -13,7 +13,7 @@ sessions in different threads never share a batch.
 
 KV sizing when `num_gpu_blocks` is None: on CUDA, `gpu_memory_utilization` of the device's total memory,
 minus what is already in use (weights, other processes) and an activation reserve for one full step; on
-CPU, `min(256 MiB, enough for max_num_seqs sequences of max_model_len tokens)`.
+CPU, 256 MiB. Either is capped at what `max_num_seqs` sequences of `max_model_len` tokens can use.
 """
 
 from __future__ import annotations
@@ -140,7 +140,10 @@ class LLM:
             reserve = max_num_batched_tokens * per_token * 4 + max_num_seqs * cfg.vocab_size * 8 + 256 * 2**20
             budget = min(free, int(total * utilization) - (total - free)) - reserve
         else:
-            budget = min(CPU_KV_BUDGET_BYTES, max_num_seqs * max_len * bytes_per_slot)
+            budget = CPU_KV_BUDGET_BYTES
+        # More than max_num_seqs full-length sequences can never be resident at once; a bigger pool would
+        # only cost memory and make every allocator snapshot the playground draws longer.
+        budget = min(budget, max_num_seqs * max_len * bytes_per_slot)
         num_blocks = budget // block_bytes
         if num_blocks < 1:
             raise ValueError(
