@@ -1,0 +1,65 @@
+"""ui/charts_memory.py: block-table, pool, sweep and memory-breakdown figures carry their data as text."""
+
+import pytest
+
+from ui import charts_memory as cm
+
+
+def test_block_table_picture_names_physical_blocks_and_fills():
+    fig = cm.block_table_picture({"A": [7, 2, 9], "B": [4]}, {"A": [4, 4, 1], "B": [3]}, 4, "tables")
+    (heat,) = fig.data
+    assert list(heat.text[0]) == ["→ 7<br>4/4", "→ 2<br>4/4", "→ 9<br>1/4"]
+    assert list(heat.text[1]) == ["→ 4<br>3/4", "", ""]  # shorter tables leave empty cells
+    assert list(heat.z[0]) == [1.0, 1.0, 0.25] and heat.z[1][1] is None
+    assert list(heat.y) == ["A", "B"]
+
+
+def test_block_table_picture_caps_columns_and_says_so():
+    fig = cm.block_table_picture({"A": list(range(40))}, {"A": [1] * 40}, 1, "wide", max_cols=10)
+    assert len(fig.data[0].z[0]) == 10 and "30 more not drawn" in fig.layout.title.text
+
+
+@pytest.mark.parametrize(
+    ("tables", "fills", "match"),
+    [({}, {}, "no sequences"), ({"A": [1]}, {"B": [1]}, "same sequences"), ({"A": [1, 2]}, {"A": [1]}, "2 blocks")],
+)
+def test_block_table_picture_rejects_bad_input(tables, fills, match):
+    with pytest.raises(ValueError, match=match):
+        cm.block_table_picture(tables, fills, 4, "t")
+
+
+def test_block_pool_grid_marks_shared_blocks_in_words():
+    blocks = [
+        {"block_id": 0, "state": "used", "ref_count": 2, "owners": "A+B", "filled": 4},
+        {"block_id": 1, "state": "used", "ref_count": 1, "owners": "A", "filled": 2},
+        {"block_id": 2, "state": "cached", "ref_count": 0, "owners": "", "filled": 4},
+        {"block_id": 3, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
+        {"block_id": 4, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
+    ]
+    fig = cm.block_pool_grid(blocks, 4, "pool", columns=3)
+    heat = fig.data[0]
+    assert len(heat.z) == 2  # 5 blocks, 3 per row
+    assert heat.text[0][0] == "#0 shared ×2<br>A+B 4/4"
+    assert heat.text[0][2].startswith("#2 cached") and heat.text[1][0].startswith("#3 free")
+    assert heat.z[0][0] == cm.STATE_VALUES["shared"] and heat.z[1][2] is None
+    with pytest.raises(ValueError, match="unknown state"):
+        cm.block_pool_grid([{**blocks[0], "state": "lost"}], 4, "pool")
+    with pytest.raises(ValueError, match="empty"):
+        cm.block_pool_grid([], 4, "pool")
+
+
+def test_block_size_sweep_has_two_axes_and_marks_the_choice():
+    rows = [{"block size": b, "internal waste %": b / 10, "entries per sequence": 512 / b} for b in (1, 16, 256)]
+    fig = cm.block_size_sweep(rows, 16)
+    waste, entries = fig.data
+    assert list(waste.y) == [0.1, 1.6, 25.6] and entries.yaxis == "y2"
+    assert any("chosen: 16" in a.text for a in fig.layout.annotations)
+    with pytest.raises(ValueError, match="not in the sweep"):
+        cm.block_size_sweep(rows, 32)
+
+
+def test_memory_breakdown_labels_each_part():
+    rows = [{"part": "weights", "GiB": 15.0}, {"part": "KV cache", "GiB": 5.5}]
+    fig = cm.memory_breakdown(rows, "gpu")
+    assert [t.name for t in fig.data] == ["weights", "KV cache"]
+    assert fig.data[1].text[0] == "KV cache: 5.5 GiB" and fig.layout.barmode == "stack"
