@@ -22,11 +22,20 @@ import triton.language as tl
 
 from kernels.backend import triton_interpreting
 
-# Rows per program (query tokens x heads of one KV group) and keys per inner step. 128 x 64 tiles with a
-# head dim up to 128 fit an H100/H200 SM's registers at 8 warps (FlashAttention-2's forward tiles); tl.dot
-# needs every tile dim >= 16, which these and HEAD_DIM_P2 >= 16 guarantee.
-TILE_ROWS = 128
-BLOCK_N = 64
+
+def tile_config(dtype: torch.dtype, head_dim_p2: int) -> tuple[int, int, int, int]:
+    """(rows per program, keys per step, num_warps, num_stages) for a dtype and padded head dim.
+
+    Rows are query tokens x heads of one KV group. Chosen by compiling for sm_90 and reading `ptxas -v`
+    (2026-11): 128 x 64 tiles at head dim <= 128 in fp16/bf16 use 254 registers and no spills at 8 warps
+    (FlashAttention-2's forward tiles); head dim 256 needs 32 x 32; fp32 ("ieee" dots, a correctness path
+    on GPU) gets small tiles. tl.dot needs every tile dim >= 16, which all of these keep.
+    """
+    if dtype == torch.float32:
+        return 32, 32, 4, 1
+    if head_dim_p2 > 128:
+        return 32, 32, 8, 2
+    return 128, 64, (8 if head_dim_p2 > 64 else 4), 2
 
 
 @triton.jit
@@ -35,22 +44,19 @@ def _attend_key_tile(
     acc,  # [ROWS, HEAD_DIM_P2] fp32 running numerator
     l_i,  # [ROWS] fp32 running denominator
     m_i,  # [ROWS] fp32 running max (base 2)
-    k_ptr,  # [total_k, num_kv_heads, head_dim]
-    v_ptr,  # [total_k, num_kv_heads, head_dim]
-    k_start,
+    k_tile_ptr,  # key row start_n of this sequence, at this program's KV head
+    v_tile_ptr,  # value row start_n of this sequence, at this program's KV head
     len_k,
     start_n,
-    kv_head,
     tok,  # [ROWS] query position within the sequence
     diag,  # len_k - len_q: bottom-right causal offset
     offs_n,
     offs_d,
-    d_ok,
     stride_kt,
-    stride_kh,
     stride_vt,
-    stride_vh,
     qk_scale,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_P2: tl.constexpr,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     UPCAST: tl.constexpr,
@@ -58,17 +64,30 @@ def _attend_key_tile(
 ):
     """One online-softmax step over keys start_n .. start_n + BLOCK_N (FlashAttention-2, Algorithm 1)."""
     key = start_n + offs_n  # [BLOCK_N] position within the sequence
-    key_ok = key < len_k
-    kv_mask = key_ok[:, None] & d_ok[None, :]
-    k_rows = (k_start + key).to(tl.int64)
-    k = tl.load(k_ptr + k_rows[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(v_ptr + k_rows[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :], mask=kv_mask, other=0.0)
+    # Scalar tile base (advanced by the caller in 64-bit pointer arithmetic) + small 32-bit in-tile offsets:
+    # 64-bit offsets per element would double the registers the address tensors take (checked with ptxas -v).
+    k_offs = offs_n[:, None] * stride_kt + offs_d[None, :]  # [BLOCK_N, HEAD_DIM_P2]
+    v_offs = offs_n[:, None] * stride_vt + offs_d[None, :]
+    if MASKED:
+        key_ok = key < len_k
+        kv_mask = key_ok[:, None]
+        if HEAD_DIM_P2 != HEAD_DIM:
+            kv_mask = kv_mask & (offs_d < HEAD_DIM)[None, :]
+        k = tl.load(k_tile_ptr + k_offs, mask=kv_mask, other=0.0)
+        v = tl.load(v_tile_ptr + v_offs, mask=kv_mask, other=0.0)
+    elif HEAD_DIM_P2 != HEAD_DIM:  # whole tile in range: only padded head-dim columns are masked
+        d_mask = (offs_d < HEAD_DIM)[None, :]
+        k = tl.load(k_tile_ptr + k_offs, mask=d_mask, other=0.0)
+        v = tl.load(v_tile_ptr + v_offs, mask=d_mask, other=0.0)
+    else:
+        k = tl.load(k_tile_ptr + k_offs)
+        v = tl.load(v_tile_ptr + v_offs)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # [ROWS, BLOCK_N]
     if MASKED:  # only tiles that cross the sequence end or the causal diagonal pay for the mask
-        visible = key_ok[None, :]
+        visible = (key < len_k)[None, :]
         if CAUSAL:
             visible = visible & (key[None, :] <= tok[:, None] + diag)
         s = tl.where(visible, s, float("-inf"))
@@ -127,12 +146,13 @@ def _varlen_attention_kernel(
     head = kv_head * QUERIES_PER_KV + rows % GROUP_P2
     row_ok = (tok < len_q) & (rows % GROUP_P2 < QUERIES_PER_KV)
     offs_d = tl.arange(0, HEAD_DIM_P2)
-    d_ok = offs_d < HEAD_DIM
-    q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh  # [ROWS]
-    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    io_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+    # In-tile row offsets stay 32-bit; the tile's first token is folded into a 64-bit scalar base pointer.
+    q_offs = ((rows // GROUP_P2) * stride_qt + head * stride_qh)[:, None] + offs_d[None, :]  # [ROWS, HEAD_DIM_P2]
+    q_tile_ptr = q_ptr + (q_start + tile_start).to(tl.int64) * stride_qt
+    q = tl.load(q_tile_ptr + q_offs, mask=io_mask, other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
-
     # Keys [0, lo) are visible to every row of the tile (whole tiles, no mask); [lo, hi) need the mask;
     # keys >= hi are hidden from every row and never loaded.
     diag = len_k - len_q
@@ -148,24 +168,29 @@ def _varlen_attention_kernel(
     l_i = tl.zeros([BLOCK_Q * GROUP_P2], dtype=tl.float32)
     acc = tl.zeros([BLOCK_Q * GROUP_P2, HEAD_DIM_P2], dtype=tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
+    k_tile_ptr = k_ptr + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
+    v_tile_ptr = v_ptr + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
     for start_n in range(0, lo, BLOCK_N):
         acc, l_i, m_i = _attend_key_tile(
-            q, acc, l_i, m_i, k_ptr, v_ptr, k_start, len_k, start_n, kv_head, tok, diag, offs_n, offs_d, d_ok,
-            stride_kt, stride_kh, stride_vt, stride_vh, qk_scale,
+            q, acc, l_i, m_i, k_tile_ptr, v_tile_ptr, len_k, start_n, tok, diag, offs_n, offs_d, stride_kt, stride_vt,
+            qk_scale, HEAD_DIM=HEAD_DIM, HEAD_DIM_P2=HEAD_DIM_P2,
             MASKED=False, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION,
         )  # fmt: skip
-    for start_n in range(lo, hi, BLOCK_N):
+        k_tile_ptr += BLOCK_N * stride_kt
+        v_tile_ptr += BLOCK_N * stride_vt
+    for start_n in range(lo, hi, BLOCK_N):  # the pointers already stand at key lo
         acc, l_i, m_i = _attend_key_tile(
-            q, acc, l_i, m_i, k_ptr, v_ptr, k_start, len_k, start_n, kv_head, tok, diag, offs_n, offs_d, d_ok,
-            stride_kt, stride_kh, stride_vt, stride_vh, qk_scale,
+            q, acc, l_i, m_i, k_tile_ptr, v_tile_ptr, len_k, start_n, tok, diag, offs_n, offs_d, stride_kt, stride_vt,
+            qk_scale, HEAD_DIM=HEAD_DIM, HEAD_DIM_P2=HEAD_DIM_P2,
             MASKED=True, CAUSAL=CAUSAL, UPCAST=UPCAST, DOT_PRECISION=DOT_PRECISION,
         )  # fmt: skip
+        k_tile_ptr += BLOCK_N * stride_kt
+        v_tile_ptr += BLOCK_N * stride_vt
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # rows that saw no key stay exactly zero
-    o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
-    tl.store(
-        o_ptr + o_rows[:, None] + offs_d[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :]
-    )
+    o_offs = ((rows // GROUP_P2) * stride_ot + head * stride_oh)[:, None] + offs_d[None, :]
+    o_tile_ptr = o_ptr + (q_start + tile_start).to(tl.int64) * stride_ot
+    tl.store(o_tile_ptr + o_offs, out.to(o_ptr.dtype.element_ty), mask=io_mask)
 
 
 def varlen_attention_triton(
@@ -194,7 +219,9 @@ def varlen_attention_triton(
     if total_q == 0 or batch == 0:
         return out
     group_p2 = triton.next_power_of_2(queries_per_kv)
-    block_q = max(TILE_ROWS // group_p2, 1)
+    head_dim_p2 = max(triton.next_power_of_2(head_dim), 16)
+    tile_rows, block_n, num_warps, num_stages = tile_config(q.dtype, head_dim_p2)
+    block_q = max(tile_rows // group_p2, 1)
     interpreting = triton_interpreting()
     grid = (triton.cdiv(max(max_seqlen_q, 1), block_q), batch, num_kv_heads)
     _varlen_attention_kernel[grid](
@@ -214,18 +241,18 @@ def varlen_attention_triton(
         out.stride(1),
         scale * 1.4426950408889634,
         HEAD_DIM=head_dim,
-        HEAD_DIM_P2=max(triton.next_power_of_2(head_dim), 16),
+        HEAD_DIM_P2=head_dim_p2,
         QUERIES_PER_KV=queries_per_kv,
         GROUP_P2=group_p2,
         BLOCK_Q=block_q,
-        BLOCK_N=BLOCK_N,
+        BLOCK_N=block_n,
         CAUSAL=causal,
         # 2026-11: Triton 3.7's interpreter returns garbage from tl.dot on bf16 operands, so under
         # TRITON_INTERPRET=1 the kernel upcasts q/k/v/p to fp32 first. Compiled GPU code keeps bf16/fp16.
         UPCAST=interpreting and q.dtype != torch.float32,
         # fp32 inputs get true fp32 dots (not TF32) so they match the reference to ~1e-5.
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=8 if head_dim > 64 else 4,
-        num_stages=2,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return out

@@ -3,6 +3,12 @@
 Triton runs through the interpreter on CPU, so its cases stay tiny.
 """
 
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +19,7 @@ from kernels.ops import varlen_attention
 from kernels.reference import varlen_attention_ref
 from tests.conftest import DEVICE, requires_triton
 
+ROOT = Path(__file__).resolve().parents[1]
 NUM_HEADS = [(4, 4), (8, 2), (5, 1)]
 # (q lengths, k lengths): ragged incl. 1, equal, q shorter than k (cached prefix), q longer than k, empty.
 SEQLENS = [
@@ -175,3 +182,41 @@ def test_triton_backend_property(lens, group, causal):
     out = run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal=causal, backend="triton")
     assert not out.isnan().any()
     torch.testing.assert_close(out, varlen_attention_ref(q, k, v, cu_q, cu_k, causal=causal), **TOL[torch.float32])
+
+
+COMPILE_SCRIPT = """
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernels.varlen_attention import _varlen_attention_kernel as kernel, tile_config
+dtype, head_dim, group, causal = {config!r}
+rows, block_n, num_warps, num_stages = tile_config(getattr(torch, dtype), head_dim)
+ptr = "*" + {{"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}}[dtype]
+sig = dict.fromkeys(["q_ptr", "k_ptr", "v_ptr", "o_ptr"], ptr)
+sig |= dict.fromkeys(["cu_seqlens_q_ptr", "cu_seqlens_k_ptr"], "*i32")
+sig |= dict.fromkeys([n for n in kernel.arg_names if n.startswith("stride")], "i32") | {{"qk_scale": "fp32"}}
+consts = dict(HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim, QUERIES_PER_KV=group, GROUP_P2=group, BLOCK_Q=rows // group,
+              BLOCK_N=block_n, CAUSAL=causal, UPCAST=False, DOT_PRECISION="ieee" if dtype == "float32" else "tf32")
+sig |= dict.fromkeys(consts, "constexpr")
+src = ASTSource(fn=kernel, signature=sig, constexprs={{(kernel.arg_names.index(k),): v for k, v in consts.items()}})
+options = {{"num_warps": num_warps, "num_stages": num_stages}}
+compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+assert "cubin" in compiled.asm
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
+@pytest.mark.parametrize("config", [("bfloat16", 128, 4, True)])
+def test_kernel_compiles_for_sm90(config):
+    """The interpreter cannot catch compile-only errors; compile the hot configuration for H100/H200 ahead of time.
+
+    Runs in a subprocess without TRITON_INTERPRET so the kernel is a real JIT function. Needs no GPU.
+    """
+    import triton.backends
+
+    if "nvidia" not in triton.backends.backends:
+        pytest.skip("triton has no NVIDIA backend here")
+    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT)}
+    script = COMPILE_SCRIPT.format(config=config)
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
