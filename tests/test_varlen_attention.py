@@ -206,6 +206,7 @@ assert "cubin" in compiled.asm
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a CUDA machine the other tests compile the kernel for real")
 @pytest.mark.parametrize("config", [("bfloat16", 128, 4, True)])
 def test_kernel_compiles_for_sm90(config):
     """The interpreter cannot catch compile-only errors; compile the hot configuration for H100/H200 ahead of time.
