@@ -18,6 +18,7 @@ device's HBM peak (from engine.catalog; null for an unknown device).
 
 from __future__ import annotations
 
+import os
 import re
 
 import torch
@@ -108,7 +109,10 @@ def main() -> None:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: float32 on CPU, float16 on CUDA")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cuda = device == "cuda"
     args.seqs = args.seqs or (64 if cuda else 8)
@@ -134,6 +138,7 @@ def main() -> None:
     fns = {"contiguous": contiguous, "paged": paged}
     if cuda:
         fns["sdpa_contiguous"] = lambda: sdpa_contiguous(w)
+    load_before = os.getloadavg()[0]
     times = time_interleaved(fns, repeats=args.repeats, warmup=args.warmup)
     kv_bytes = 2 * sum(w["lens"]) * args.kv_heads * args.head_dim * w["k_cache"].element_size()
     result = {
@@ -159,6 +164,8 @@ def main() -> None:
         "seed": args.seed,
         "repeats": args.repeats,
         "env": env_info(),
+        # Other processes' load during the run (a shared machine inflates times, mostly of multi-op paths).
+        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     if cuda:
         peak = peak_bandwidth(torch.cuda.get_device_name(0))
