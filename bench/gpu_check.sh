@@ -39,11 +39,11 @@ step() {
 }
 
 rm -f "$OUT_DIR/gpu_check-steps.txt"
-step kernel_tests 170 "$PY" -m pytest tests -p no:cacheprovider -k "varlen or paged or store or fmha" \
+step kernel_tests 160 "$PY" -m pytest tests -p no:cacheprovider -k "varlen or paged or store or fmha" \
     --junitxml="$OUT_DIR/kernel_tests-cuda.xml"
-step varlen_vs_flash 45 "$PY" -m bench.packing --flash --json --repeats 7 --warmup 2
-step packing 35 "$PY" -m bench.packing --json --repeats 5 --warmup 1
-step paged_decode 40 "$PY" -m bench.paged_decode --json --repeats 7 --warmup 2
+step varlen_vs_flash 60 "$PY" -m bench.packing --flash --json --repeats 7 --warmup 2
+step packing 30 "$PY" -m bench.packing --json --repeats 5 --warmup 1
+step paged_decode 45 "$PY" -m bench.paged_decode --json --repeats 7 --warmup 2
 
 # Summary: each step's rc and seconds, its JSON (tests: pytest's last line), in one file.
 "$PY" - "$OUT_DIR" <<'EOF'
