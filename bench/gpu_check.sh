@@ -6,7 +6,7 @@
 # Installs nothing and never sets TRITON_INTERPRET, so the Triton kernels run compiled. Uses $PYTHON if set,
 # else the first `python` / `python3` on PATH; that interpreter must already have CUDA torch and triton.
 # Steps (each with its own time limit; a failing step is recorded and the next one still runs):
-#   1. kernel tests with compiled Triton: pytest -k "varlen or paged or store or fmha"
+#   1. kernel tests with compiled Triton (varlen, fmha, paged, store, kv_cache, ops errors)
 #   2. varlen Triton vs SDPA flash on the same packed bf16 head-dim-128 workload (bench.packing --flash)
 #   3. padded vs packed attention (bench.packing)
 #   4. paged decode: overhead vs contiguous and achieved HBM bandwidth (bench.paged_decode)
@@ -39,8 +39,12 @@ step() {
 }
 
 rm -f "$OUT_DIR/gpu_check-steps.txt"
-step kernel_tests 160 "$PY" -m pytest tests -p no:cacheprovider -k "varlen or paged or store or fmha" \
-    --junitxml="$OUT_DIR/kernel_tests-cuda.xml"
+# The kernel test files by name: a bare `-k "varlen or paged or store or fmha"` over tests/ also picks up
+# page, browser and progress-store tests that have nothing to do with the kernels.
+KERNEL_TESTS=(tests/test_varlen_attention.py tests/test_fmha.py tests/test_paged_attention.py tests/test_store_kv.py
+    tests/test_kv_cache.py tests/test_ops_errors.py tests/test_reference.py)
+step kernel_tests 160 "$PY" -m pytest "${KERNEL_TESTS[@]}" -p no:cacheprovider -m "not browser" \
+    -k "varlen or paged or store or fmha or kv_cache or ops_errors" --junitxml="$OUT_DIR/kernel_tests-cuda.xml"
 step varlen_vs_flash 60 "$PY" -m bench.packing --flash --json --repeats 7 --warmup 2
 step packing 30 "$PY" -m bench.packing --json --repeats 5 --warmup 1
 step paged_decode 45 "$PY" -m bench.paged_decode --json --repeats 7 --warmup 2
