@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernels.paged_attention as paged
+import kernels.paged_attention_torch as paged_torch
 from kernels.ops import paged_attention
 from kernels.reference import paged_attention_ref
 from tests.conftest import DEVICE, TRITON_OK
@@ -125,7 +126,7 @@ def test_torch_chunked_split_k_matches_single_gather(monkeypatch):
     """The CPU path attends to chunks and merges them by log-sum-exp; force many uneven chunks."""
     q, kc, vc, bt, sl, ks, vs = make_paged([200, 1, 64, 65, 0, 130], 8, 2, 16, 16)
     whole = paged.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
-    monkeypatch.setattr(paged, "TORCH_CHUNK_BYTES", 1)  # -> the 64-token minimum chunk
+    monkeypatch.setattr(paged_torch, "TORCH_CHUNK_BYTES", 1)  # -> the 64-token minimum chunk
     chunked = paged.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
     expected = sdpa_contiguous(q, ks, vs, 0.25)
     torch.testing.assert_close(whole, expected, atol=2e-5, rtol=2e-5)
