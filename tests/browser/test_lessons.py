@@ -94,3 +94,19 @@ def test_diagnosis_can_be_resolved(page, shoot):
     assert error_texts(page) == []
     verdict.scroll_into_view_if_needed()
     shoot(page, "lesson-diagnosis")
+
+
+def test_playground_generates_text(page, shoot):
+    open_page(page, "playground", "8_playground.py")
+    main = page.locator('[data-testid="stMain"]')
+    main.get_by_role("button", name="Generate").click()
+    generated = main.locator('[data-testid="stMetric"]', has_text="Generated tokens")
+    generated.or_(page.locator('[data-testid="stAlertContentError"]')).first.wait_for(timeout=120_000)
+    wait_for_app(page, timeout_ms=120_000)
+    assert error_texts(page) == [], "the playground could not generate"
+    assert number(metric_value(page, "Generated tokens")) > 0
+    assert number(metric_value(page, "Tokens/s")) > 0
+    assert number(metric_value(page, "Scheduler steps")) >= 1
+    assert error_texts(page) == []
+    generated.scroll_into_view_if_needed()
+    shoot(page, "lesson-playground")
