@@ -4,6 +4,7 @@ Triton runs through the interpreter on CPU, so its cases stay tiny.
 """
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -221,3 +222,33 @@ def test_kernel_compiles_for_sm90(config):
     script = COMPILE_SCRIPT.format(config=config)
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_packing_benchmark_smoke():
+    """bench.packing prints one JSON object as its last stdout line with the documented keys (tiny sizes)."""
+    args = [
+        "--json",
+        "--batch",
+        "3",
+        "--min-len",
+        "4",
+        "--max-len",
+        "24",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--dtype",
+        "float32",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.packing", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = json.loads(result.stdout.strip().splitlines()[-1])
+    for key in ("padded_s", "packed_s", "speedup", "ideal_speedup", "real_token_fraction", "seq_lens", "torch"):
+        assert key in record
+    assert record["max_seqlen"] == 24 and len(record["seq_lens"]) == 3
+    assert record["max_abs_diff"] < 1e-3  # both sides computed the same attention
+    assert 0 < record["real_token_fraction"] <= 1 and record["ideal_speedup"] >= 1
