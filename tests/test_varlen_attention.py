@@ -226,21 +226,7 @@ def test_kernel_compiles_for_sm90(config):
 
 def test_packing_benchmark_smoke():
     """bench.packing prints one JSON object as its last stdout line with the documented keys (tiny sizes)."""
-    args = [
-        "--json",
-        "--batch",
-        "3",
-        "--min-len",
-        "4",
-        "--max-len",
-        "24",
-        "--repeats",
-        "1",
-        "--warmup",
-        "0",
-        "--dtype",
-        "float32",
-    ]
+    args = "--json --batch 3 --min-len 4 --max-len 24 --repeats 1 --warmup 0 --dtype float32".split()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
         [sys.executable, "-m", "bench.packing", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
