@@ -48,43 +48,46 @@ def peak_bandwidth(device_name: str) -> float | None:
 
 def make_workload(args, device: str) -> dict:
     """Lengths from a fixed seed; the contiguous store; the same values in a paged cache, shuffled blocks."""
+    if args.max_len % args.block_size:
+        raise ValueError(f"--max-len {args.max_len} must be a multiple of --block-size {args.block_size}")
     gen = torch.Generator().manual_seed(args.seed)
     dtype = DTYPES[args.dtype]
     lens = torch.randint(args.max_len // 4, args.max_len + 1, (args.seqs,), generator=gen).tolist()
     lens[0] = args.max_len  # pin the longest sequence so Lmax is the configured maximum
+    # Values are drawn on the device itself: a GPU-sized store would take seconds to fill on the host.
+    dev_gen = torch.Generator(device=device).manual_seed(args.seed)
     shape = (args.seqs, args.max_len, args.kv_heads, args.head_dim)
-    k_contig = torch.randn(shape, generator=gen).to(dtype)  # [S, Lmax, Hkv, D]
-    v_contig = torch.randn(shape, generator=gen).to(dtype)
-    q = torch.randn(args.seqs, args.heads, args.head_dim, generator=gen).to(dtype)
+    k_contig = torch.randn(shape, generator=dev_gen, device=device).to(dtype)  # [S, Lmax, Hkv, D]
+    v_contig = torch.randn(shape, generator=dev_gen, device=device).to(dtype)
+    q = torch.randn(args.seqs, args.heads, args.head_dim, generator=dev_gen, device=device).to(dtype)
 
     bs = args.block_size
-    blocks_per_seq = -(-args.max_len // bs)
-    needed = [-(-n // bs) for n in lens]
-    num_blocks = sum(needed)
-    order = torch.randperm(num_blocks, generator=gen).tolist()  # physical block of each logical block
-    k_cache = torch.zeros(num_blocks, bs, args.kv_heads, args.head_dim, dtype=dtype)
-    v_cache = torch.zeros_like(k_cache)
+    blocks_per_seq = args.max_len // bs
+    needed = torch.tensor([-(-n // bs) for n in lens])  # [S] blocks each sequence uses
+    num_blocks = int(needed.sum())
+    seq_of = torch.repeat_interleave(torch.arange(args.seqs), needed)  # [num_blocks] owner of each block
+    logical = torch.cat([torch.arange(int(n)) for n in needed])  # [num_blocks] its index in the sequence
+    physical = torch.randperm(num_blocks, generator=gen)  # shuffled placement in the pool
     block_tables = torch.zeros(args.seqs, blocks_per_seq, dtype=torch.int32)
-    for i, n in enumerate(lens):
-        for b in range(needed[i]):
-            block = order.pop()
-            block_tables[i, b] = block
-            rows = min(bs, n - b * bs)
-            k_cache[block, :rows] = k_contig[i, b * bs : b * bs + rows]
-            v_cache[block, :rows] = v_contig[i, b * bs : b * bs + rows]
+    block_tables[seq_of, logical] = physical.to(torch.int32)
+    # Whole blocks are copied; slots past a sequence's end hold stale (finite) values, as in a real pool.
+    k_cache = torch.empty(num_blocks, bs, args.kv_heads, args.head_dim, dtype=dtype, device=device)
+    v_cache = torch.empty_like(k_cache)
+    src = (seq_of.to(device), logical.to(device))
+    k_cache[physical.to(device)] = k_contig.view(args.seqs, blocks_per_seq, bs, *shape[2:])[src]
+    v_cache[physical.to(device)] = v_contig.view(args.seqs, blocks_per_seq, bs, *shape[2:])[src]
     seq_lens = torch.tensor(lens, dtype=torch.int32)
     valid = torch.arange(args.max_len)[None, :] < seq_lens[:, None]  # [S, Lmax] key-padding mask
-    on = lambda t: t.to(device)
     return {
         "lens": lens,
-        "q": on(q),
-        "k_contig": on(k_contig),
-        "v_contig": on(v_contig),
-        "valid": on(valid),
-        "k_cache": on(k_cache),
-        "v_cache": on(v_cache),
-        "block_tables": on(block_tables),
-        "seq_lens": on(seq_lens),
+        "q": q,
+        "k_contig": k_contig,
+        "v_contig": v_contig,
+        "valid": valid.to(device),
+        "k_cache": k_cache,
+        "v_cache": v_cache,
+        "block_tables": block_tables.to(device),
+        "seq_lens": seq_lens.to(device),
     }
 
 
