@@ -195,3 +195,63 @@ def test_two_sessions_keep_their_own_results() -> None:
     kv_a, kv_b = _metric(a, "KV per token"), _metric(b, "KV per token")
     assert kv_a == "16 KiB" and kv_b == "512 KiB", (kv_a, kv_b)  # 2 · 32 layers · G · 128 dims · 2 bytes
     assert a.session_state["progress"] is not b.session_state["progress"]
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory) -> Path:
+    """A random two-layer Llama folder with its own tokenizer (no downloads, no demo weights needed)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from engine.model import CausalLM
+    from engine.model_config import ModelConfig
+    from engine.tokenizer import ByteBPETokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tok = ByteBPETokenizer.train("blocks hold keys and values for every token of every request. " * 8, vocab_size=280)
+    tok.save(folder)
+    config = ModelConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,),
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = CausalLM(config)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config.to_hf()))
+    return folder
+
+
+def _playground(folder: Path, block_size: int, num_blocks: int) -> AppTest:
+    at = AppTest.from_file("../pages/8_playground.py", default_timeout=180).run()
+    at.radio(key="pg_source").set_value("folder").run()  # the path field is enabled once "folder" is picked
+    at.text_input(key="pg_path").set_value(str(folder))
+    at.select_slider(key="pg_block").set_value(block_size)
+    at.slider(key="pg_blocks").set_value(num_blocks)
+    at.slider(key="pg_max_tokens").set_value(4).run()
+    return at
+
+
+def test_two_sessions_keep_their_own_engine_and_allocator(tiny_folder) -> None:
+    # Two learners run the playground with different paged-KV settings, interleaved.
+    a = _playground(tiny_folder, block_size=4, num_blocks=40)
+    b = _playground(tiny_folder, block_size=16, num_blocks=10)
+    a.button(key="pg_generate").click().run()
+    b.button(key="pg_generate").click().run()
+    a.run()
+    for at in (a, b):
+        assert not at.exception and not at.error, [e.value for e in at.error]
+    (_, llm_a), (_, llm_b) = a.session_state["pg_engine"], b.session_state["pg_engine"]
+    assert llm_a is not llm_b
+    assert llm_a.block_manager is not llm_b.block_manager and llm_a.kv_cache is not llm_b.kv_cache
+    assert (llm_a.block_size, llm_b.block_size) == (4, 16)
+    assert (a.session_state["pg_run"].block_size, b.session_state["pg_run"].block_size) == (4, 16)
+    assert a.session_state["pg_run"] is not b.session_state["pg_run"]
+    # The weights are the one shared read-only resource: same object, and generation did not change them.
+    assert llm_a.model is llm_b.model
+    from safetensors.torch import load_file
+
+    saved = load_file(str(tiny_folder / "model.safetensors"))
+    for name, param in llm_a.model.state_dict().items():
+        assert torch.equal(param.cpu(), saved[name].to(param.dtype)), f"shared weight {name} changed"
