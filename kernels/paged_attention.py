@@ -209,7 +209,7 @@ def paged_attention_triton(
     _, block_size, num_kv_heads, _ = k_cache.shape
     q = q.contiguous() if q.stride(-1) != 1 else q
     _check_last_dim_contiguous(k_cache=k_cache, v_cache=v_cache)
-    block_tables = block_tables.to(torch.int32)
+    block_tables = block_tables.to(torch.int32).contiguous()  # the kernel steps along a row with stride 1
     seq_lens = seq_lens.to(torch.int32).contiguous()
     out = torch.empty(num_seqs, num_q_heads, head_dim, dtype=q.dtype, device=q.device)
     if num_seqs == 0:

@@ -125,7 +125,7 @@ def _attend_chunked(
         k = _gather(flat_k, chunk_slots, k_buf)  # [live, Hkv, c, D]
         v = _gather(flat_v, chunk_slots, v_buf)
         out, lse = _FLASH_CPU(qg[rows], k, v, attn_mask=bias[rows, ..., start:end], scale=scale)
-        outs[i, rows] = out
-        lses[i, rows] = lse  # finite: every live sequence has at least one token here
+        outs[i, rows] = out.float()  # chunks merge in fp32 whatever the cache dtype
+        lses[i, rows] = lse.float()  # finite: every live sequence has at least one token here
     weights = torch.softmax(lses, dim=0)  # [C, S, Hkv, G]; chunks a sequence skipped weigh 0
     return (outs * weights[..., None]).sum(dim=0).to(qg.dtype)  # [S, Hkv, G, Dv]

@@ -122,15 +122,18 @@ def test_triton_split_k_merges_exactly(num_splits, dtype):
         paged.paged_attention_triton(q, kc, vc, bt, sl, 0.2, num_splits=0)
 
 
-def test_torch_chunked_split_k_matches_single_gather(monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_chunked_split_k_matches_single_gather(monkeypatch, dtype):
     """The CPU path attends to chunks and merges them by log-sum-exp; force many uneven chunks."""
-    q, kc, vc, bt, sl, ks, vs = make_paged([200, 1, 64, 65, 0, 130], 8, 2, 16, 16)
+    q, kc, vc, bt, sl, ks, vs = make_paged([200, 1, 64, 65, 0, 130], 8, 2, 16, 16, dtype=dtype)
     whole = paged.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
     monkeypatch.setattr(paged_torch, "TORCH_CHUNK_BYTES", 1)  # -> the 64-token minimum chunk
     chunked = paged.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
     expected = sdpa_contiguous(q, ks, vs, 0.25)
-    torch.testing.assert_close(whole, expected, atol=2e-5, rtol=2e-5)
-    torch.testing.assert_close(chunked, expected, atol=2e-5, rtol=2e-5)
+    atol, rtol = TOLERANCES[dtype]
+    assert chunked.dtype == dtype
+    torch.testing.assert_close(whole.float(), expected, atol=atol, rtol=rtol)
+    torch.testing.assert_close(chunked.float(), expected, atol=atol, rtol=rtol)
     assert (chunked[4] == 0).all()
 
 
