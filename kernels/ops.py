@@ -235,20 +235,15 @@ def store_kv(
     if slot_mapping.shape[0] != k.shape[0]:
         raise ValueError(f"slot_mapping has {slot_mapping.shape[0]} slots but k has {k.shape[0]} tokens; give one each")
     num_slots = num_blocks * block_size
-    if slot_mapping.numel():
-        slots = slot_mapping.long()
-        # Skipped (negative) slots get distinct negative stand-ins so only real duplicates compare equal.
-        distinct = torch.where(slots >= 0, slots, -1 - torch.arange(slots.numel(), device=slots.device))
-        ordered = distinct.sort().values
-        duplicate = (ordered[1:] == ordered[:-1]).any().long() if slots.numel() > 1 else slots.new_zeros(())
-        top, dup = torch.stack([slots.max(), duplicate]).tolist()  # one device sync
-        if top >= num_slots:
-            raise ValueError(
-                f"slot_mapping holds slot {top} but the cache has {num_blocks} blocks x {block_size} = "
-                f"{num_slots} slots; slots must be < {num_slots} (or negative to skip)"
-            )
-        if dup:
-            raise ValueError("slot_mapping writes the same slot twice; each new token needs its own slot")
+    # One read-back of the (per-step, small) mapping; plain Python is faster than a chain of tiny torch ops.
+    live = [s for s in slot_mapping.tolist() if s >= 0]
+    if live and max(live) >= num_slots:
+        raise ValueError(
+            f"slot_mapping holds slot {max(live)} but the cache has {num_blocks} blocks x {block_size} = "
+            f"{num_slots} slots; slots must be < {num_slots} (or negative to skip)"
+        )
+    if len(set(live)) != len(live):
+        raise ValueError("slot_mapping writes the same slot twice; each new token needs its own slot")
     backend = resolve_backend(backend, k.device)
     check_last_stride(backend, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
     if backend == "triton":
