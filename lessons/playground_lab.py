@@ -11,6 +11,7 @@ read-only between learners' engines (`new_engine(..., preloaded=...)`); each lea
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,11 +145,34 @@ class PlaygroundRun:
         return max((t.kv_usage for t in self.traces), default=0.0)
 
 
-def generate(llm: LLM, prompts: list[str], params: SamplingParams) -> PlaygroundRun:
-    """Run the prompts to completion on the learner's engine, recording every scheduler step."""
+def live_line(trace: StepTrace, generated: int, elapsed_s: float) -> str:
+    """One progress line while the engine runs: batch, queue, KV usage and tokens/s so far."""
+    rate = generated / elapsed_s if elapsed_s > 0 else 0.0
+    return (
+        f"step {trace.step}: {len(trace.running)} running, {len(trace.waiting)} waiting, "
+        f"KV {100 * trace.kv_usage:.0f}% of {trace.num_blocks} blocks, {generated} tokens, {rate:,.1f} tokens/s"
+    )
+
+
+def generate(
+    llm: LLM, prompts: list[str], params: SamplingParams, on_progress: Callable[[str], None] | None = None
+) -> PlaygroundRun:
+    """Run the prompts to completion on the learner's engine, recording every scheduler step.
+
+    on_progress, when given, receives a `live_line` after each step (the page shows it while it waits).
+    """
     traces: list[StepTrace] = []
     start = time.perf_counter()
-    outputs = llm.generate(prompts, params, on_step=traces.append)
+    generated = 0
+
+    def record(trace: StepTrace) -> None:
+        nonlocal generated
+        traces.append(trace)
+        generated += sum(1 for r in trace.scheduled if r.sampled_token is not None)
+        if on_progress is not None:
+            on_progress(live_line(trace, generated, time.perf_counter() - start))
+
+    outputs = llm.generate(prompts, params, on_step=record)
     wall = time.perf_counter() - start
     return PlaygroundRun(outputs, traces, wall, llm.block_size, llm.num_gpu_blocks)
 
@@ -239,5 +263,5 @@ def step_view(run: PlaygroundRun, index: int) -> StepView:
 
 
 __all__ = ["DEFAULT_PROMPTS", "EngineSettings", "MAX_BLOCKS", "MAX_NEW_TOKENS", "MAX_PROMPTS", "PlaygroundRun",
-           "StepView", "default_device", "generate", "load", "new_engine", "output_rows", "parse_prompts",
+           "StepView", "default_device", "generate", "live_line", "load", "new_engine", "output_rows", "parse_prompts",
            "resolve_model", "sampling_params", "step_rows", "step_view"]  # fmt: skip

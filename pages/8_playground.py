@@ -63,7 +63,8 @@ if st.button("Generate", key="pg_generate", type="primary"):
             status.write("Loading weights (once per process) …")
             llm = _engine(model, lab.EngineSettings(block_size, int(num_blocks), bool(prefix)))
             status.write(f"Running {len(prompts)} request(s) through the scheduler …")
-            st.session_state[RUN_KEY] = lab.generate(llm, prompts, params)
+            live = st.empty()  # tokens/s and KV usage while the engine runs
+            st.session_state[RUN_KEY] = lab.generate(llm, prompts, params, on_progress=live.caption)
             status.update(label="Done", state="complete")
         st.session_state.pop("pg_step", None)
     except ValueError as exc:

@@ -95,7 +95,9 @@ def test_small_pool_run_matches_solo_runs_and_rows_add_up(tiny):
     assert llm.model is loaded[0]  # weights shared, not reloaded
     prompts = ["def add(a, b):", "class Stack:", "self.items", "return a + b"]
     params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
-    run = lab.generate(llm, prompts, params)
+    lines: list[str] = []
+    run = lab.generate(llm, prompts, params, on_progress=lines.append)
+    assert len(lines) == len(run.traces) and f"{run.generated_tokens} tokens" in lines[-1]
     assert run.num_preemptions > 0 and run.peak_kv_usage == 1.0  # 36 slots for 4 growing requests
     solo = LLM(tiny, block_size=16, num_gpu_blocks=64, device="cpu")  # independent engine, roomy pool
     for p, out in zip(prompts, run.outputs, strict=True):
