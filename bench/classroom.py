@@ -27,7 +27,7 @@ from bench.app_server import APP_IDLE, CHROMIUM_ARGS, ROOT, RUN_COUNTER_JS, find
 
 MAX_SESSIONS, MAX_MOVES = 100, 20
 # Lesson path: (URL path, label prefix of the slider to move). Calculator pages only.
-PATH = [("gqa", "KV groups G"), ("bandwidth", "Sequences decoding together")]
+PATH = [("gqa", "KV groups G"), ("paged_attention", "Block size"), ("bandwidth", "Sequences decoding together")]
 ERRORS_SEL = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 
@@ -93,7 +93,7 @@ async def run_classroom(url: str, chromium: str, sessions: int, moves: int, path
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=20, help=f"simultaneous learners (1..{MAX_SESSIONS})")
-    p.add_argument("--moves", type=int, default=6, help=f"slider moves per page per learner (1..{MAX_MOVES})")
+    p.add_argument("--moves", type=int, default=4, help=f"slider moves per page per learner (1..{MAX_MOVES})")
     p.add_argument("--timeout", type=float, default=300.0, help="hard limit for the whole run, seconds")
     p.add_argument("--step-timeout", type=float, default=30.0, help="limit for one page load or update, seconds")
     args = p.parse_args()
