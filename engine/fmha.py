@@ -69,7 +69,15 @@ def _gather(x: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
     return x if contiguous else torch.cat([x[a:b] for a, b in spans])
 
 
-def _run_blocks(q, k, v, blocks, causal: bool, scale, backend: str) -> torch.Tensor:
+def _run_blocks(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    blocks: list[tuple[int, int, int, int]],
+    causal: bool,
+    scale: float | None,
+    backend: str,
+) -> torch.Tensor:
     """One varlen call over the given (q0, q1, k0, k1) blocks; returns outputs for their query rows in order."""
     lens_q = [q1 - q0 for q0, q1, _, _ in blocks]
     lens_k = [k1 - k0 for _, _, k0, k1 in blocks]
