@@ -39,7 +39,9 @@ def resolve_backend(backend: str, device: torch.device | str) -> str:
         return "triton" if HAS_TRITON and device.type == "cuda" else "torch"
     if backend == "triton":
         if not HAS_TRITON:
-            raise ValueError("backend='triton' but triton is not installed; install triton (Linux) or use backend='torch'")
+            raise ValueError(
+                "backend='triton' but triton is not installed; install triton (Linux) or use backend='torch'"
+            )
         if device.type != "cuda" and not triton_interpreting():
             raise ValueError(
                 f"backend='triton' needs CUDA tensors, got device {device}; on CPU set TRITON_INTERPRET=1 "
