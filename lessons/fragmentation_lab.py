@@ -77,13 +77,13 @@ class FragmentationReport:
         for name, s in (("static (max_model_len)", self.static), ("paged (16-token blocks)", self.paged)):
             rows.append({
                 "server": name,
-                "stored %": 100 * (1 - s.avg_waste),
-                "reserved %": 100 * s.avg_reserved,
-                "internal %": 100 * s.avg_internal,
-                "external %": 100 * s.avg_external,
+                "stored %": round(100 * (1 - s.avg_waste), 1),
+                "reserved %": round(100 * s.avg_reserved, 1),
+                "internal %": round(100 * s.avg_internal, 1),
+                "external %": round(100 * s.avg_external, 1),
                 "peak running": s.peak_concurrency,
-                "tokens/s": s.tokens_per_s,
-                "p95 wait s": s.p95_wait_s,
+                "tokens/s": round(s.tokens_per_s, 1),
+                "p95 wait s": round(s.p95_wait_s, 2),
             })  # fmt: skip
         return rows
 

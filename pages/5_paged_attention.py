@@ -128,7 +128,7 @@ st.markdown(f"**{chosen.title}**")
 if chosen.copies:
     st.info(
         "Copy-on-write: " + ", ".join(f"block {s} was copied to block {d}" for s, d in chosen.copies) +
-        " before the write, so the other sharer still reads the old contents.", icon="📋",
+        " before the write, so the other sharer still reads the old contents.", icon=":material/content_copy:",
     )  # fmt: skip
 _pool(
     chosen.picture,

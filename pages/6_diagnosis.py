@@ -117,7 +117,9 @@ if result:
     st.subheader("Result")
     if result["picked"] != picked or result["fixes"] != fixes:
         st.caption("You changed your answers since this run; press **Run the traffic again** to grade them.")
-    (st.success if result["resolved"] else st.warning)(result["verdict"], icon="✅" if result["resolved"] else "✖️")
+    (st.success if result["resolved"] else st.warning)(
+        result["verdict"], icon=":material/check_circle:" if result["resolved"] else ":material/cancel:"
+    )
     for line in result["explanation"]:
         st.markdown(f"- {line}")
     show_table(result["rows"], f"diagnosis-{sid}-{variant}", "diag_rows", "before / after")

@@ -72,7 +72,7 @@ if st.button("Generate", key="pg_generate", type="primary"):
 
 run: lab.PlaygroundRun | None = st.session_state.get(RUN_KEY)
 if run is None:
-    st.info("Press **Generate** to run the engine; the scheduler's steps appear here.", icon="▶️")
+    st.info("Press **Generate** to run the engine; the scheduler's steps appear here.", icon=":material/play_arrow:")
 else:
     m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("Tokens/s", f"{run.tokens_per_s:,.1f}")

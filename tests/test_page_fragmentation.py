@@ -27,7 +27,7 @@ def at():
 def test_defaults_show_the_callout_and_static_vs_paged(at):
     shown = metrics(at)
     assert "slots are never used" in at.info[0].value and "2,048 reserved" in at.info[0].value
-    assert int(shown["… with paged blocks, same memory"]) > int(shown["Requests running at once (static)"])
+    assert int(shown["Running at once, paged"]) > int(shown["Running at once, static"])
     assert 0 < pct(at, "KV holding live tokens") < 50  # the vLLM paper's 20.4–38.2% territory
     assert "fragmentation" in at.session_state["progress"]["visited"]
 
@@ -58,7 +58,7 @@ def test_sliders_at_extremes(at, key, values):
     for v in values:
         at.slider(key=key).set_value(v).run()
         assert not at.exception and not at.error, (key, v)
-        assert metrics(at)["Requests running at once (static)"]
+        assert metrics(at)["Running at once, static"]
 
 
 def test_model_gpu_and_traffic_choices(at):

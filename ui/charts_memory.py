@@ -8,6 +8,7 @@ pair each figure with a caption and a table (`pages/_ui.show_chart`). No Streaml
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -124,11 +125,16 @@ def block_size_sweep(
         line={"color": PALETTE[0], "dash": DASHES[1]},
         marker={"symbol": "square", "size": 8},
     )
-    fig.add_vline(x=chosen, line={"color": PALETTE[7], "dash": "dot"}, annotation_text=f"chosen: {chosen}")
+    # on a log axis plotly places shapes in data units but annotations in log10 units: add them separately
+    fig.add_vline(x=chosen, line={"color": PALETTE[7], "dash": "dot"})
+    fig.add_annotation(x=math.log10(chosen), y=1.0, yref="paper", text=f"chosen: {chosen}", showarrow=False,
+                       xanchor="left", yanchor="bottom")  # fmt: skip
+    ticks = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
     fig.update_layout(
         xaxis={"type": "log", "tickvals": sizes, "ticktext": [str(s) for s in sizes]},
-        yaxis2={"overlaying": "y", "side": "right", "type": "log", "title": "entries per sequence (log)"},
-    )
+        yaxis2={"overlaying": "y", "side": "right", "type": "log", "title": "entries per sequence (log)",
+                "tickvals": ticks, "ticktext": [f"{v:,}" for v in ticks], "showgrid": False},
+    )  # fmt: skip
     return _layout(fig, title, "block size (tokens, log scale)", "internal waste (% of allocated slots)", height=400)
 
 
