@@ -121,6 +121,7 @@ else:
         "pg_pool",
     )
 
+st.subheader("What to look for")
 prose(PAGE, "What to look for")
 sources(PAGE)
 lesson_check(PAGE)

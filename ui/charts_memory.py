@@ -155,9 +155,10 @@ def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Fig
             textposition="inside",
             marker={"color": PALETTE[i % len(PALETTE)], "pattern": {"shape": patterns[i % len(patterns)]}},
         )
-    fig.update_layout(barmode="stack")
     fig.update_yaxes(visible=False)
-    return _layout(fig, title, "GiB", "", height=260)
+    _layout(fig, title, "GiB", "", height=330)
+    # legend under the bar: its entries are long (e.g. "KV reserved by 7 sessions") and would cover the title
+    return fig.update_layout(barmode="stack", legend={"orientation": "h", "yanchor": "top", "y": -0.35, "x": 0})
 
 
 def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:
