@@ -110,3 +110,24 @@ def test_playground_generates_text(page, shoot):
     assert error_texts(page) == []
     generated.scroll_into_view_if_needed()
     shoot(page, "lesson-playground")
+
+
+def test_protocol_client_moves_sliders_like_a_browser(app_url):
+    # bench.classroom's browserless client must drive the same app state as the keyboard does.
+    import asyncio
+
+    from bench.st_client import StreamlitSession, slider_position
+
+    async def scenario() -> tuple[str, str, list[str]]:
+        async with StreamlitSession(app_url, timeout_s=120) as session:
+            first = await session.run("gqa")
+            slider = next(s for label, s in first.sliders.items() if label.startswith("KV groups G"))
+            pos, low, _, step = slider_position(slider)
+            session.set_slider(slider, pos - step)  # 8 KV heads -> 4
+            second = await session.run("gqa")
+            kv = [next(v for k, v in r.metrics.items() if k.startswith("KV per token")) for r in (first, second)]
+            return kv[0], kv[1], first.errors + second.errors
+
+    before, after, errors = asyncio.run(scenario())
+    assert errors == []
+    assert number(after) == pytest.approx(number(before) / 2)
