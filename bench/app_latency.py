@@ -15,6 +15,7 @@ Run: python -m bench.app_latency --json [--save]
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -144,6 +145,7 @@ def main() -> None:
             "repeats": args.repeats,
             "playground_model": "demo" if model == "demo" else "tiny random Llama (hidden 32, 2 layers)",
             "method": "AppTest.run() after moving the widget; values alternate; caches warm (see first_move_ms)",
+            "load_average_1m": round(os.getloadavg()[0], 2),  # the machine is shared: context for the numbers
         },
         "env": env_info(),
     }
