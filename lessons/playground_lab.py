@@ -78,8 +78,13 @@ def load(model: str, device: str | None = None) -> tuple[Any, Any, Any]:
     """(model, config, tokenizer) of 'demo' or a folder; every loader problem becomes a ValueError."""
     try:
         return load_model(model, device or default_device())
-    except FileNotFoundError as exc:
-        raise ValueError(str(exc)) from exc
+    except ValueError:
+        raise
+    except Exception as exc:  # missing shards, a truncated or corrupt safetensors file, an unreadable folder
+        raise ValueError(
+            f"could not load {model}: {exc}; check that the folder holds a complete Hugging Face checkpoint "
+            "(config.json + *.safetensors)"
+        ) from exc
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,15 @@ def test_resolve_model_validates_folders(tmp_path, tiny):
             lab.resolve_model("demo")
 
 
+def test_corrupt_weights_are_a_value_error(tmp_path, tiny):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((Path(tiny) / "config.json").read_text())
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match="could not load"):
+        lab.load(lab.resolve_model("folder", str(broken)), "cpu")
+
+
 def test_sampling_params_limits():
     assert lab.sampling_params(4, 0.0, 1.0, 0, 3) == SamplingParams(max_tokens=4, temperature=0.0, seed=3)
     with pytest.raises(ValueError, match="max tokens 65"):
