@@ -31,7 +31,13 @@ from kernels.ops import paged_attention
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Device-name pattern -> engine.catalog key, for the HBM peak. Unknown devices report null.
-PEAK_KEYS = [(r"h200", "h200"), (r"h100(?!.*pcie)", "h100-sxm"), (r"\bl4\b", "l4"), (r"4090", "rtx-4090")]
+PEAK_KEYS = [
+    (r"h200", "h200"),
+    (r"h100(?!.*pcie)", "h100-sxm"),
+    (r"\bl4\b", "l4"),
+    (r"4090", "rtx-4090"),
+    (r"3090", "rtx-3090"),
+]
 
 
 def peak_bandwidth(device_name: str) -> float | None:
