@@ -4,8 +4,11 @@
 headless system Chromium with N browser contexts (each its own Streamlit session) and runs the same
 scripted lesson path in all of them concurrently (joining over a few seconds, after one untimed warm-up
 visit): open a calculator page, wait for it to render, then move its main slider with the keyboard
-several times, each time timing keypress → re-run finished. The browsers share the server's CPUs, so
-on a 2-core machine the numbers include rendering 20 pages' charts — a pessimistic classroom.
+several times (pausing --think seconds to read, as a learner does), each time timing keypress →
+re-run finished. The browsers share the server's CPUs, so on a 2-core machine the numbers include
+rendering 20 pages' charts — a pessimistic classroom. `--client protocol` replaces the browsers by
+bench/st_client.py sessions that speak the app's websocket protocol: the server's cost alone.
+`--think 0` turns the lesson path into a stress test (every learner moves again at once).
 Reports p50/p95/max page-update latency and every error (timeouts, exception or st.error elements).
 BENCHMARKS.md target on the 2-core CPU: 0 errors, p95 <= 2,000 ms for 20 sessions (not asserted).
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -36,6 +40,13 @@ CLIENT_NOTES = {
     "protocol": "sessions speak the app's websocket protocol; no rendering (the server's cost alone)",
 }
 ERRORS_SEL = '[data-testid="stException"], [data-testid="stAlertContentError"]'
+
+
+async def think(out: dict, idx: int, step: int) -> None:
+    """A learner reads the page before the next move: think_s ± 50 %, seeded per learner and step."""
+    mean = out.get("think_s", 0.0)
+    if mean > 0:
+        await asyncio.sleep(mean * random.Random(1000 * idx + step).uniform(0.5, 1.5))
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -62,7 +73,8 @@ async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: flo
             thumb = page.locator(f'[data-testid="stSlider"]:has-text("{label}") input[type="range"]').first
             await thumb.focus(timeout=timeout_ms)
             direction = 1 if idx % 2 == 0 else -1  # half the class moves each way: fewer shared cache hits
-            for _ in range(moves):
+            for step in range(moves):
+                await think(out, idx, step)
                 before = await page.evaluate("window.__kvRuns")
                 attrs = await thumb.evaluate("e => [e.value, e.min, e.max]")
                 value, low, high = (float(a or 0) for a in attrs)
@@ -97,7 +109,8 @@ async def protocol_learner(url: str, idx: int, path, moves: int, timeout_ms: flo
                     raise LookupError(f"no slider labelled {label!r} on {route}")
                 pos, low, high, step = slider_position(slider)
                 direction = 1 if idx % 2 == 0 else -1
-                for _ in range(moves):
+                for step in range(moves):
+                    await think(out, idx, step)
                     direction = -1 if pos >= high else 1 if pos <= low else direction
                     pos += direction * step
                     session.set_slider(slider, pos)
@@ -110,12 +123,12 @@ async def protocol_learner(url: str, idx: int, path, moves: int, timeout_ms: flo
 
 
 async def run_classroom(
-    url: str, client: str, sessions: int, moves: int, path, step_timeout_s: float, ramp_s: float
+    url: str, client: str, sessions: int, moves: int, path, step_timeout_s: float, ramp_s: float, think_s: float
 ) -> dict:
     """All learners at once (joining over `ramp_s`) after an untimed warm-up visit."""
     from playwright.async_api import async_playwright
 
-    out: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
+    out: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}, "think_s": think_s}
     warm: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
     gap, ms = ramp_s / max(1, sessions - 1), step_timeout_s * 1000
     # Warm-up (untimed): the first visit imports the engine and fills the shared caches; a class
@@ -144,6 +157,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="hard limit for the whole run, seconds")
     p.add_argument("--step-timeout", type=float, default=60.0, help="limit for one page load or update, seconds")
     p.add_argument("--ramp", type=float, default=5.0, help="learners join evenly over this many seconds")
+    p.add_argument("--think", type=float, default=2.0, help="mean pause before each slider move, seconds (0: stress)")
     p.add_argument(
         "--client",
         choices=["browser", "protocol"],
@@ -164,7 +178,8 @@ def main() -> None:
         p.error("none of the calculator pages of the lesson path exist yet")
 
     result = {"bench": "classroom", "host": "127.0.0.1", "sessions": args.sessions, "moves_per_page": args.moves,
-              "ramp_s": args.ramp, "client": args.client, "path": [route for route, _ in path], "timed_out": False,
+              "ramp_s": args.ramp, "think_s": args.think, "client": args.client,
+              "path": [route for route, _ in path], "timed_out": False,
               "client_note": CLIENT_NOTES[args.client]}  # fmt: skip
     start = time.perf_counter()
     # Last resort if shutdown itself hangs: end the process a minute after the hard limit.
@@ -176,7 +191,9 @@ def main() -> None:
         raw: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
         try:
             with running_app(Path(data_dir), Path(data_dir) / "streamlit.log") as url:
-                coro = run_classroom(url, chromium, args.sessions, args.moves, path, args.step_timeout, args.ramp)
+                coro = run_classroom(
+                    url, chromium, args.sessions, args.moves, path, args.step_timeout, args.ramp, args.think
+                )
                 raw = asyncio.run(asyncio.wait_for(coro, timeout=args.timeout))
         except (TimeoutError, asyncio.TimeoutError):
             result["timed_out"] = True
