@@ -73,8 +73,8 @@ async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: flo
             thumb = page.locator(f'[data-testid="stSlider"]:has-text("{label}") input[type="range"]').first
             await thumb.focus(timeout=timeout_ms)
             direction = 1 if idx % 2 == 0 else -1  # half the class moves each way: fewer shared cache hits
-            for step in range(moves):
-                await think(out, idx, step)
+            for move in range(moves):
+                await think(out, idx, move)
                 before = await page.evaluate("window.__kvRuns")
                 attrs = await thumb.evaluate("e => [e.value, e.min, e.max]")
                 value, low, high = (float(a or 0) for a in attrs)
@@ -109,8 +109,8 @@ async def protocol_learner(url: str, idx: int, path, moves: int, timeout_ms: flo
                     raise LookupError(f"no slider labelled {label!r} on {route}")
                 pos, low, high, step = slider_position(slider)
                 direction = 1 if idx % 2 == 0 else -1
-                for step in range(moves):
-                    await think(out, idx, step)
+                for move in range(moves):
+                    await think(out, idx, move)
                     direction = -1 if pos >= high else 1 if pos <= low else direction
                     pos += direction * step
                     session.set_slider(slider, pos)
