@@ -58,8 +58,17 @@ def _healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def running_app(data_dir: Path, log_path: Path, timeout_s: float = 90.0, extra_env: dict[str, str] | None = None):
-    """Start ``streamlit run app.py`` on a free loopback port; yield its base URL; stop it afterwards."""
+def running_app(
+    data_dir: Path,
+    log_path: Path,
+    timeout_s: float = 90.0,
+    extra_env: dict[str, str] | None = None,
+    info: dict[str, Any] | None = None,
+):
+    """Start ``streamlit run app.py`` on a free loopback port; yield its base URL; stop it afterwards.
+
+    ``info``, when given, receives the server's ``pid`` (for CPU accounting).
+    """
     port = free_port()
     url = f"http://{HOST}:{port}"
     env = {**os.environ, "KVLAB_DATA_DIR": str(data_dir), **(extra_env or {})}
@@ -69,6 +78,8 @@ def running_app(data_dir: Path, log_path: Path, timeout_s: float = 90.0, extra_e
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        if info is not None:
+            info["pid"] = proc.pid
         try:
             deadline = time.monotonic() + timeout_s
             while not _healthy(url):
@@ -98,6 +109,15 @@ def chromium_browser(executable: str) -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds used so far by process ``pid`` (all its threads); None off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime in clock ticks
 
 
 APP_IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"][data-test-connection-state="CONNECTED"]'

@@ -29,7 +29,15 @@ import time
 from pathlib import Path
 
 from bench._util import emit, env_info, log, parser, save
-from bench.app_server import APP_IDLE, CHROMIUM_ARGS, ROOT, RUN_COUNTER_JS, find_chromium, running_app
+from bench.app_server import (
+    APP_IDLE,
+    CHROMIUM_ARGS,
+    ROOT,
+    RUN_COUNTER_JS,
+    find_chromium,
+    process_cpu_seconds,
+    running_app,
+)
 from bench.st_client import StreamlitSession, slider_position
 
 MAX_SESSIONS, MAX_MOVES = 100, 20
@@ -123,7 +131,15 @@ async def protocol_learner(url: str, idx: int, path, moves: int, timeout_ms: flo
 
 
 async def run_classroom(
-    url: str, client: str, sessions: int, moves: int, path, step_timeout_s: float, ramp_s: float, think_s: float
+    url: str,
+    client: str,
+    sessions: int,
+    moves: int,
+    path,
+    step_timeout_s: float,
+    ramp_s: float,
+    think_s: float,
+    server_pid: int | None = None,
 ) -> dict:
     """All learners at once (joining over `ramp_s`) after an untimed warm-up visit."""
     from playwright.async_api import async_playwright
@@ -135,6 +151,7 @@ async def run_classroom(
     # measures the server after the teacher has opened it once.
     if client == "protocol":
         await protocol_learner(url, -1, path, 1, 4 * ms, warm)
+        out["cpu_start"] = process_cpu_seconds(server_pid) if server_pid else None
         tasks = [protocol_learner(url, i, path, moves, ms, out, delay_s=i * gap) for i in range(sessions)]
         await asyncio.gather(*tasks)
     else:
@@ -142,11 +159,14 @@ async def run_classroom(
             browser = await pw.chromium.launch(executable_path=client, headless=True, args=CHROMIUM_ARGS)
             try:
                 await learner(browser, url, -1, path, 1, 4 * ms, warm)
+                out["cpu_start"] = process_cpu_seconds(server_pid) if server_pid else None
                 tasks = [learner(browser, url, i, path, moves, ms, out, delay_s=i * gap) for i in range(sessions)]
                 await asyncio.gather(*tasks)
             finally:
                 await browser.close()
     out["warmup_errors"] = warm["errors"]
+    end = process_cpu_seconds(server_pid) if server_pid else None
+    out["server_cpu_s"] = end - out["cpu_start"] if end is not None and out["cpu_start"] is not None else None
     return out
 
 
@@ -190,9 +210,18 @@ def main() -> None:
         log(f"classroom: starting server; {args.sessions} sessions × {len(path)} pages × {args.moves} moves")
         raw: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
         try:
-            with running_app(Path(data_dir), Path(data_dir) / "streamlit.log") as url:
+            server: dict = {}
+            with running_app(Path(data_dir), Path(data_dir) / "streamlit.log", info=server) as url:
                 coro = run_classroom(
-                    url, chromium, args.sessions, args.moves, path, args.step_timeout, args.ramp, args.think
+                    url,
+                    chromium,
+                    args.sessions,
+                    args.moves,
+                    path,
+                    args.step_timeout,
+                    args.ramp,
+                    args.think,
+                    server["pid"],
                 )
                 raw = asyncio.run(asyncio.wait_for(coro, timeout=args.timeout))
         except (TimeoutError, asyncio.TimeoutError):
@@ -201,6 +230,7 @@ def main() -> None:
         except RuntimeError as exc:  # the server did not start
             raw["errors"].append(str(exc))
     updates, loads = raw["updates_ms"], raw["loads_ms"]
+    runs = len(updates) + len(loads)
     expected = args.sessions * len(path) * args.moves
     result.update(
         {
@@ -217,6 +247,9 @@ def main() -> None:
             "load_p95_ms": round(percentile(loads, 95), 1) if loads else None,
             "wall_s": round(time.perf_counter() - start, 1),
             "target": {"errors": 0, "update_p95_ms": 2000},
+            # Load-independent: the server's CPU per script run, and the runs/s two free cores could serve.
+            "server_cpu_ms_per_run": round(1000 * cpu / runs, 1) if (cpu := raw.get("server_cpu_s")) and runs else None,
+            "capacity_runs_per_s_2_cores": round(2 * runs / cpu, 1) if cpu and runs else None,
             "load_average_1m": round(os.getloadavg()[0], 2),  # a busy shared machine inflates every number
             "env": env_info(),
         }
