@@ -115,6 +115,7 @@ def test_playground_generates_text(page, shoot):
 def test_protocol_client_moves_sliders_like_a_browser(app_url):
     # bench.classroom's browserless client must drive the same app state as the keyboard does.
     import asyncio
+    import concurrent.futures
 
     from bench.st_client import StreamlitSession, slider_position
 
@@ -128,6 +129,8 @@ def test_protocol_client_moves_sliders_like_a_browser(app_url):
             kv = [next(v for k, v in r.metrics.items() if k.startswith("KV per token")) for r in (first, second)]
             return kv[0], kv[1], first.errors + second.errors
 
-    before, after, errors = asyncio.run(scenario())
+    # Its own thread: Playwright's sync API keeps an event loop running in this one.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        before, after, errors = pool.submit(lambda: asyncio.run(scenario())).result(timeout=300)
     assert errors == []
     assert number(after) == pytest.approx(number(before) / 2)
