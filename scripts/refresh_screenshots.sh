@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_browser.sh
 rm -rf test-artifacts/screenshots
-.venv/bin/python -m pytest tests/browser -q "$@"
+status=0
+.venv/bin/python -m pytest tests/browser -q "$@" || status=$?  # a failing page still leaves the others' shots
 .venv/bin/python - <<'PY'
 from pathlib import Path
 
@@ -17,9 +18,9 @@ dst.mkdir(parents=True, exist_ok=True)
 order = ["welcome", "bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis", "golden", "playground"]
 
 
-def rank(path: Path) -> tuple[int, str]:
+def rank(path: Path) -> tuple[int, bool, str]:
     hits = [i for i, word in enumerate(order) if word in path.stem]
-    return (hits[0] if hits else len(order), path.stem)
+    return (hits[0] if hits else len(order), not path.stem.startswith("page-"), path.stem)
 
 
 lines = ["# KV Lab screenshots", "", "Captured from the running app by the browser tests "
@@ -32,3 +33,4 @@ for png in sorted(src.glob("*.png"), key=rank):
 (dst / "README.md").write_text("\n".join(lines))
 print(f"refreshed {len(list(src.glob('*.png')))} screenshots in {dst}")
 PY
+exit "$status"
