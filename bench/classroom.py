@@ -1,14 +1,14 @@
 """Classroom load check: N learners at once against one KV Lab server on loopback.
 
-`python -m bench.classroom --json` starts `streamlit run app.py` on a free 127.0.0.1 port, opens one
-headless system Chromium with N browser contexts (each its own Streamlit session) and runs the same
-scripted lesson path in all of them concurrently (joining over a few seconds, after one untimed warm-up
-visit): open a calculator page, wait for it to render, then move its main slider with the keyboard
-several times (pausing --think seconds to read, as a learner does), each time timing keypress →
-re-run finished. The browsers share the server's CPUs, so on a 2-core machine the numbers include
-rendering 20 pages' charts — a pessimistic classroom. `--client protocol` replaces the browsers by
-bench/st_client.py sessions that speak the app's websocket protocol: the server's cost alone.
-`--think 0` turns the lesson path into a stress test (every learner moves again at once).
+`python -m bench.classroom --json` starts `streamlit run app.py` on a free 127.0.0.1 port and runs
+the same scripted lesson path in N sessions at once (joining over a few seconds, after one untimed
+warm-up visit): open a calculator page, then move its main slider several times, pausing --think
+seconds to read as a learner does, timing each move → re-run finished. By default the sessions are
+bench/st_client.py clients speaking the app's websocket protocol (the same protobuf messages a browser
+sends): the server's cost alone, as in a classroom where every learner has their own computer.
+`--client browser` uses N contexts of one headless system Chromium driven by the keyboard instead;
+their rendering shares the server's CPUs, so on 2 cores use a handful of sessions. `--think 0` is a
+stress test (everyone moves again at once).
 Reports p50/p95/max page-update latency and every error (timeouts, exception or st.error elements).
 BENCHMARKS.md target on the 2-core CPU: 0 errors, p95 <= 2,000 ms for 20 sessions (not asserted).
 
@@ -181,9 +181,10 @@ def main() -> None:
     p.add_argument(
         "--client",
         choices=["browser", "protocol"],
-        default="browser",
-        help="browser: headless Chromium contexts (rendering shares the server's CPUs); "
-        "protocol: the app's websocket protocol without rendering (server cost only)",
+        default="protocol",
+        help="protocol (default): the app's websocket protocol without rendering, the server's cost alone, "
+        "as when every learner has their own computer; browser: headless Chromium contexts whose "
+        "rendering shares the server's CPUs (use a handful of sessions on a 2-core machine)",
     )
     args = p.parse_args()
     if not 1 <= args.sessions <= MAX_SESSIONS:
@@ -256,7 +257,7 @@ def main() -> None:
     )
     log(f"classroom: {len(updates)}/{expected} updates, {result['errors']} errors, p95 {result['update_p95_ms']} ms")
     if args.save:
-        log(f"saved {save('classroom' if args.client == 'browser' else 'classroom-protocol', result)}")
+        log(f"saved {save('classroom' if args.client == 'protocol' else 'classroom-browser', result)}")
     emit(result)
     sys.stdout.flush()
     os._exit(0)  # never linger on a stuck browser thread after the result is out
