@@ -147,10 +147,9 @@ def test_llama3_rope_scaling_changes_frequencies():
     assert medium.any() and bool(((scaled[medium] < plain[medium]) & (scaled[medium] > plain[medium] / 8)).all())
 
 
-def test_sliding_window_is_rejected_beyond_the_window(pair):
-    arch, hf, ours = pair
-    if arch != "mistral":
-        pytest.skip("only Mistral has a sliding window here")
+def test_sliding_window_is_rejected_beyond_the_window(tmp_path):
+    save_tiny(tmp_path, "mistral")
+    ours, _, _ = load_model(tmp_path, backend="torch")
     assert ours.config.max_model_len == 48
     with pytest.raises(ValueError, match="sliding window of 48"):
         ours.forward_full(torch.zeros(1, 49, dtype=torch.long))
