@@ -7,7 +7,7 @@ The model is written in the Hugging Face folder layout (config.json + model.safe
 `LLM(model="demo")` loads it through the same loader as any real checkpoint.
 
     python -m scripts.train_demo --out models/demo             # 2 cores x 11.5 minutes of CPU time
-    python -m scripts.train_demo --steps N --decay-start S       # replay a run exactly (see train_log.json)
+    python -m scripts.train_demo --steps N --decay-start S       # replay a run's schedule (train_log.json)
     python -m scripts.train_demo --steps 20 --out /tmp/demo    # smoke test
 """
 
@@ -150,7 +150,7 @@ def main() -> None:
     # Fixed --steps: decay over the last DECAY_FRACTION of them (or from --decay-start), fully reproducible.
     # Budget (default): train at the peak until 80% of the CPU budget (2 cores x 11.5 min: the compute of
     # 11.5 idle minutes, however busy the shared machine is) or of the wall cap, then decay. The recorded
-    # steps / decay_start replay the run exactly on any machine.
+    # steps / decay_start replay the same schedule and data order on any machine.
     steps, decay_start = args.steps, args.decay_start
     if steps is not None and decay_start is None:
         decay_start = steps - max(1, int(DECAY_FRACTION * steps))
