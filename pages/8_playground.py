@@ -42,9 +42,10 @@ text = st.text_area("Prompts, one per line", lab.DEFAULT_PROMPTS, key="pg_prompt
 st.markdown("**Sampling**")
 s1, s2, s3, s4, s5 = st.columns(5)
 max_tokens = s1.slider("Max new tokens", 1, lab.MAX_NEW_TOKENS, 12, key="pg_max_tokens")
-temperature = s2.slider("Temperature (0 = greedy)", 0.0, 2.0, 0.0, step=0.1, key="pg_temperature")
+temperature = s2.slider("Temperature (0 = greedy)", 0.0, 2.0, 0.6, step=0.1, key="pg_temperature",
+                        help="The tiny demo model loops when greedy; 0.6 with top-k 40 reads better.")  # fmt: skip
 top_p = s3.slider("Top-p", 0.05, 1.0, 1.0, step=0.05, key="pg_top_p")
-top_k = s4.number_input("Top-k (0 = off)", 0, 1024, 0, key="pg_top_k")
+top_k = s4.number_input("Top-k (0 = off)", 0, 1024, 40, key="pg_top_k")
 seed = s5.number_input("Seed", 0, 2**31 - 1, 0, key="pg_seed")
 
 st.markdown("**Paged KV cache** — few blocks make the scheduler queue and preempt requests")
