@@ -144,7 +144,12 @@ def main() -> None:
         "kv_budget_bytes": budget,
         "kv_bytes_per_token": kv_bytes_per_token,
         "engine": {"block_size": BLOCK_SIZE, "num_blocks": num_blocks, **stats},
-        "hf": {"batch_size_under_budget": hf_batch, "max_len": max_len, "batching": "arrival order, left padded"},
+        "hf": {
+            "batch_size_under_budget": hf_batch,
+            "max_len": max_len,
+            "batching": "arrival order, left padded",
+            "cache": "transformers default (DynamicCache)",
+        },
         "repeats": args.repeats,
         "warmup": args.warmup,
         "env": env_info(),
