@@ -135,15 +135,18 @@ def wait_for_app(page: Any, timeout_ms: float = 60_000) -> None:
 RUN_COUNTER_JS = """
 () => {
   window.__kvRuns = 0;
+  const attr = 'data-test-script-state';
   const watch = () => {
     const app = document.querySelector('[data-testid="stApp"]');
     if (!app) { setTimeout(watch, 20); return; }
-    let last = app.getAttribute('data-test-script-state');
-    new MutationObserver(() => {
-      const now = app.getAttribute('data-test-script-state');
-      if (now === 'notRunning' && last !== 'notRunning') window.__kvRuns += 1;
-      last = now;
-    }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+    // Records arrive batched: rebuild the sequence of states from their old values so a run that
+    // starts and ends within one batch is still counted.
+    new MutationObserver((records) => {
+      const states = records.map((r) => r.oldValue).concat([app.getAttribute(attr)]);
+      for (let i = 1; i < states.length; i++) {
+        if (states[i] === 'notRunning' && states[i - 1] !== 'notRunning') window.__kvRuns += 1;
+      }
+    }).observe(app, {attributes: true, attributeOldValue: true, attributeFilter: [attr]});
   };
   watch();
 }
