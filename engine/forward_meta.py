@@ -22,9 +22,11 @@ Build it with `ForwardMeta.build(...)` from plain Python lists; the raw fields a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from kernels.paged_attention_torch import TokenSlots, token_slots
 
 
 @dataclass(slots=True)
@@ -44,6 +46,11 @@ class ForwardMeta:
       has_context    bool           True when some sequence has cached tokens before this step (prefill only)
       context_slot_mapping int64 [sum(seq_lens)] | None  cache slot of every context token, sequence by
                                     sequence; needed when has_context (gathers K/V for varlen attention)
+      mixed          MixedSplit | None  set by `build` for a prefill step that also holds decode rows: the
+                                    decode rows then take the paged path and only the prompt rows the varlen one
+
+    Per-step values every layer needs (the decode gather index, the varlen offsets as Python lists) are
+    computed on first use and cached on the instance, so the layers of one step share them.
     """
 
     positions: torch.Tensor
@@ -57,6 +64,23 @@ class ForwardMeta:
     is_prefill: bool
     has_context: bool = False
     context_slot_mapping: torch.Tensor | None = None
+    mixed: MixedSplit | None = None
+    _paged_index: TokenSlots | None = field(default=None, init=False, repr=False, compare=False)
+    _offsets: tuple[list[int], list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def paged_index(self, block_size: int) -> TokenSlots:
+        """The decode gather index of this step (kernels/paged_attention_torch.py), built once, shared by layers."""
+        index = self._paged_index
+        if index is None or index.block_size != block_size:
+            index = token_slots(self.block_tables, self.seq_lens, block_size)
+            self._paged_index = index
+        return index
+
+    def offsets(self) -> tuple[list[int], list[int]]:
+        """cu_seqlens_q and cu_seqlens_k as Python lists (one device read per step, not per layer)."""
+        if self._offsets is None:
+            self._offsets = (self.cu_seqlens_q.tolist(), self.cu_seqlens_k.tolist())
+        return self._offsets
 
     @property
     def num_seqs(self) -> int:
@@ -99,6 +123,8 @@ class ForwardMeta:
             )
         if block_size < 1:
             raise ValueError(f"block_size={block_size} must be >= 1")
+        is_prefill = any(q != 1 for q in query_lens) or any(c == 0 for c in context_lens)
+        has_context = is_prefill and any(c > 0 for c in context_lens)
         positions: list[int] = []
         slots: list[int] = []
         context_slots: list[int] = []
@@ -112,14 +138,15 @@ class ForwardMeta:
                     f"sequence {i}: block table has {len(table)} blocks of {block_size} slots but needs "
                     f"{seq_len} tokens; allocate more blocks before the step"
                 )
-            # slot of position p = table[p // block_size] * block_size + p % block_size
-            seq_slots = [table[p // block_size] * block_size + p % block_size for p in range(seq_len)]
+            # slot of position p = table[p // block_size] * block_size + p % block_size; only the positions
+            # a step needs (the new ones, plus the whole context when it is gathered for varlen attention).
+            first = 0 if has_context else ctx_len
+            seq_slots = [table[p // block_size] * block_size + p % block_size for p in range(first, seq_len)]
             positions.extend(range(ctx_len, seq_len))
-            slots.extend(seq_slots[ctx_len:])
-            context_slots.extend(seq_slots)
+            slots.extend(seq_slots[ctx_len - first :])
+            if has_context:
+                context_slots.extend(seq_slots)
             seq_lens.append(seq_len)
-        is_prefill = any(q != 1 for q in query_lens) or any(c == 0 for c in context_lens)
-        has_context = is_prefill and any(c > 0 for c in context_lens)
         max_blocks = max(1, max(len(t) for t in block_tables))
         padded = [list(t) + [0] * (max_blocks - len(t)) for t in block_tables]
         cu_q = [0]
@@ -131,6 +158,26 @@ class ForwardMeta:
         def tensor(values: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype, device=device)
 
+        mixed = None
+        decode = [i for i in range(num_seqs) if query_lens[i] == 1 and context_lens[i] > 0]
+        if has_context and 0 < len(decode) < num_seqs:
+            # A prefill step that carries decodes: split it so only the prompt rows pay for varlen attention.
+            dec = set(decode)
+            prompt = [i for i in range(num_seqs) if i not in dec]
+
+            def part(rows: list[int]) -> ForwardMeta:
+                return cls.build(
+                    [query_lens[i] for i in rows], [context_lens[i] for i in rows], [block_tables[i] for i in rows],
+                    block_size, device,
+                )  # fmt: skip
+
+            prompt_tokens = [t for i in prompt for t in range(cu_q[i], cu_q[i + 1])]
+            mixed = MixedSplit(
+                decode_rows=tensor([cu_q[i] for i in decode], torch.int64),
+                decode=part(decode),
+                prompt_rows=tensor(prompt_tokens, torch.int64),
+                prompt=part(prompt),
+            )
         return cls(
             positions=tensor(positions, torch.int64),
             slot_mapping=tensor(slots, torch.int64),
@@ -143,4 +190,19 @@ class ForwardMeta:
             is_prefill=is_prefill,
             has_context=has_context,
             context_slot_mapping=tensor(context_slots, torch.int64) if has_context else None,
+            mixed=mixed,
         )
+
+
+@dataclass(slots=True)
+class MixedSplit:
+    """A mixed step cut in two: decode rows (one new token each) and prompt rows, each with its own metadata.
+
+    decode_rows  int64 [Sd]  packed index of each decode sequence's token; `decode` is their pure-decode meta
+    prompt_rows  int64 [Tp]  packed indices of the prompt tokens, in order; `prompt` is their prefill meta
+    """
+
+    decode_rows: torch.Tensor
+    decode: ForwardMeta
+    prompt_rows: torch.Tensor
+    prompt: ForwardMeta

@@ -25,6 +25,10 @@ from engine.forward_meta import ForwardMeta
 from engine.model_config import ModelConfig
 from engine.rope import apply_rope, rope_cos_sin, rope_inv_freq
 from kernels import ops
+from kernels.backend import resolve_backend
+from kernels.kv_store import store_kv_torch
+from kernels.ops import varlen_attention_torch
+from kernels.paged_attention_torch import paged_attention_torch
 
 KVCaches = Sequence[tuple[torch.Tensor, torch.Tensor]]  # per layer: k_cache, v_cache [blocks, block_size, Hkv, D]
 
@@ -74,32 +78,70 @@ class Attention(nn.Module):
         meta: ForwardMeta,
         kv_cache: tuple[torch.Tensor, torch.Tensor],
         backend: str,
+        direct: bool = False,
     ) -> torch.Tensor:
-        """Packed tokens x [T, hidden] -> [T, hidden]; stores this step's K/V into kv_cache first."""
+        """Packed tokens x [T, hidden] -> [T, hidden]; stores this step's K/V into kv_cache first.
+
+        direct: call the torch kernels without kernels.ops' checks, for a layer whose step metadata and cache
+        layout an earlier layer already passed through kernels.ops (they are the same for every layer).
+        """
         q, k, v = self._qkv(x, cos, sin)  # [T, Hq, D], [T, Hkv, D], [T, Hkv, D]
         k_cache, v_cache = kv_cache  # [num_blocks, block_size, Hkv, D]
-        ops.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
+        if direct:
+            store_kv_torch(k, v, k_cache, v_cache, meta.slot_mapping)
+        else:
+            ops.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
+        out = self._attend(q, k, v, k_cache, v_cache, meta, backend, direct)
+        return self.o_proj(out.flatten(-2))  # [T, Hq, D] -> [T, Hq * D] -> [T, hidden]
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: ForwardMeta,
+        backend: str,
+        direct: bool,
+    ) -> torch.Tensor:
+        """Attention of the packed queries q [T, Hq, D] over their sequences' contexts -> [T, Hq, D]."""
         if not meta.is_prefill:
             # Decode: one query per sequence reads its whole context through the block table.
-            out = ops.paged_attention(
+            if direct:
+                index = meta.paged_index(k_cache.shape[1])  # built by the first layer, shared by the rest
+                return paged_attention_torch(
+                    q, k_cache, v_cache, meta.block_tables, meta.seq_lens, self.scale, index=index
+                )
+            return ops.paged_attention(
                 q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale=self.scale, backend=backend
             )
-        elif meta.has_context:
+        if meta.mixed is not None:
+            # Prefill + decode in one step: decode rows take the paged path (no gather of their contexts
+            # into a varlen batch), prompt rows the varlen one; both read the cache this layer just wrote.
+            part = meta.mixed
+            out = q.new_empty(q.shape)  # [T, Hq, D]; every row is written below
+            dec, rows = part.decode_rows, part.prompt_rows
+            out[dec] = self._attend(q[dec], k[dec], v[dec], k_cache, v_cache, part.decode, backend, direct)
+            out[rows] = self._attend(q[rows], k[rows], v[rows], k_cache, v_cache, part.prompt, backend, direct)
+            return out
+        if meta.has_context:
             # Prefill on top of cached tokens: gather each sequence's full context (cached + new) from the cache.
             slots = meta.context_slot_mapping
-            k_ctx = k_cache.flatten(0, 1)[slots]  # [sum(seq_lens), Hkv, D]
-            v_ctx = v_cache.flatten(0, 1)[slots]  # [sum(seq_lens), Hkv, D]
-            out = ops.varlen_attention(
-                q, k_ctx, v_ctx, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q, meta.max_seqlen_k,
-                causal=True, scale=self.scale, backend=backend,
-            )  # fmt: skip
+            k = k_cache.flatten(0, 1).index_select(0, slots)  # [sum(seq_lens), Hkv, D]
+            v = v_cache.flatten(0, 1).index_select(0, slots)  # [sum(seq_lens), Hkv, D]
+            cu_k, max_k = meta.cu_seqlens_k, meta.max_seqlen_k
         else:
             # Fresh prompts: the new K/V are the whole context, no need to read the cache back.
-            out = ops.varlen_attention(
-                q, k, v, meta.cu_seqlens_q, meta.cu_seqlens_q, meta.max_seqlen_q, meta.max_seqlen_q,
-                causal=True, scale=self.scale, backend=backend,
-            )  # fmt: skip
-        return self.o_proj(out.flatten(-2))  # [T, Hq, D] -> [T, Hq * D] -> [T, hidden]
+            cu_k, max_k = meta.cu_seqlens_q, meta.max_seqlen_q
+        if direct:
+            starts_q, starts_k = meta.offsets()
+            return varlen_attention_torch(
+                q, k, v, starts_q, starts_k if meta.has_context else starts_q, causal=True, scale=self.scale
+            )
+        return ops.varlen_attention(
+            q, k, v, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, max_k, causal=True, scale=self.scale, backend=backend
+        )
 
     def forward_full(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Causal attention over whole sequences, no cache: x [B, T, hidden] -> [B, T, hidden]."""
@@ -147,6 +189,13 @@ class DecoderStack(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
+def _same_layout(kv_caches: KVCaches) -> bool:
+    """True when every layer's K and V cache has the first layer's K cache shape, dtype, device and strides."""
+    ref = kv_caches[0][0]
+    key = (ref.shape, ref.dtype, ref.device, ref.stride())
+    return all((c.shape, c.dtype, c.device, c.stride()) == key for pair in kv_caches for c in pair)
+
+
 class CausalLM(nn.Module):
     """A Llama-family causal language model; parameter names match Hugging Face's *ForCausalLM."""
 
@@ -189,8 +238,13 @@ class CausalLM(nn.Module):
         self._check_window(meta.max_seqlen_k)
         h = self.model.embed_tokens(input_ids)  # [T, hidden]
         cos, sin = rope_cos_sin(meta.positions, self.inv_freq, h.dtype)  # [T, D] each
-        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            h = h + layer.self_attn(layer.input_layernorm(h), cos, sin, meta, kv_cache, self.backend)
+        backend = resolve_backend(self.backend, h.device)
+        # Layer 0 goes through kernels.ops, which validates this step's metadata and its cache; the other
+        # layers share both, so on the torch backend they skip re-validating (a few syncs and tiny ops each).
+        direct = backend == "torch" and _same_layout(kv_caches)
+        for i, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
+            attn = layer.self_attn(layer.input_layernorm(h), cos, sin, meta, kv_cache, backend, direct and i > 0)
+            h = h + attn
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         last = h[meta.last_token_indices]  # [S, hidden]: only the tokens whose next token gets sampled
         return self.lm_head(self.model.norm(last)).float()  # [S, vocab]

@@ -11,6 +11,8 @@ heads act as that group's query rows.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -25,19 +27,38 @@ TORCH_CHUNK_BYTES = 4 << 20
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def _token_slots(
-    block_tables: torch.Tensor, seq_lens: torch.Tensor, max_len: int, block_size: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slot of every token position ([num_seqs, max_len] int64) and which positions hold a real token."""
+class TokenSlots(NamedTuple):
+    """Per-step gather index for paged decode: the same for every layer, so a caller can build it once.
+
+    slots  int64 [num_seqs, max_len]  cache slot of every token position (padding re-reads a real slot)
+    valid  bool  [num_seqs, max_len]  which positions hold a real token
+    max_len int                       max(seq_lens), the padded context length
+    any_empty bool                    some sequence has seq_len 0 (its output must be zeroed)
+    block_size int                    the cache's block size the slots were computed for
+    """
+
+    slots: torch.Tensor
+    valid: torch.Tensor
+    max_len: int
+    any_empty: bool
+    block_size: int
+
+
+def token_slots(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int) -> TokenSlots:
+    """The gather index of a decode batch (one device sync for max(seq_lens)); reusable by every layer."""
+    lo_hi = torch.stack([seq_lens.min(), seq_lens.max()]).tolist() if seq_lens.numel() else [0, 0]
+    max_len = max(int(lo_hi[1]), 0)
     pos = torch.arange(max_len, device=block_tables.device)  # [max_len]
     blocks = block_tables.long()[:, pos // block_size]  # [num_seqs, max_len] physical block of each position
     slots = blocks * block_size + pos % block_size
     valid = pos[None, :] < seq_lens.long()[:, None]  # [num_seqs, max_len]
-    # Positions past seq_len re-read the sequence's first token: a finite value that the mask then hides
-    # (a NaN under a -inf mask would still poison the softmax). Empty sequences read slot 0; the caller
-    # zeroes their output.
-    first = torch.where(seq_lens > 0, slots[:, 0], 0)  # [num_seqs]
-    return torch.where(valid, slots, first[:, None]), valid
+    if max_len:
+        # Positions past seq_len re-read the sequence's first token: a finite value that the mask then hides
+        # (a NaN under a -inf mask would still poison the softmax). Empty sequences read slot 0; the caller
+        # zeroes their output.
+        first = torch.where(seq_lens > 0, slots[:, 0], 0)  # [num_seqs]
+        slots = torch.where(valid, slots, first[:, None])
+    return TokenSlots(slots, valid, max_len, int(lo_hi[0]) <= 0, block_size)
 
 
 def paged_attention_torch(
@@ -47,15 +68,32 @@ def paged_attention_torch(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    index: TokenSlots | None = None,
 ) -> torch.Tensor:
-    """Plain-torch paged decode attention (any device); inputs as validated by kernels.ops.paged_attention."""
+    """Plain-torch paged decode attention (any device); inputs as validated by kernels.ops.paged_attention.
+
+    `index`: optional `token_slots(block_tables, seq_lens, block_size)` of this very batch, built once per
+    step and shared by the layers (it only depends on the block tables and lengths, not on the cache).
+    """
     num_seqs, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     head_dim_v = v_cache.shape[-1]
-    if num_seqs == 0 or int(seq_lens.max()) == 0:
+    if index is None:
+        index = token_slots(block_tables, seq_lens, block_size)
+    elif (
+        index.block_size != block_size
+        or index.slots.shape != (num_seqs, index.max_len)
+        or index.valid.shape != index.slots.shape
+    ):
+        raise ValueError(
+            f"index holds slots {tuple(index.slots.shape)} (block size {index.block_size}) for {num_seqs} "
+            f"sequences in blocks of {block_size}; build it with token_slots(block_tables, seq_lens, block_size) "
+            "of this batch"
+        )
+    max_len = index.max_len
+    if num_seqs == 0 or max_len == 0:
         return torch.zeros(num_seqs, num_q_heads, head_dim_v, dtype=q.dtype, device=q.device)
-    max_len = int(seq_lens.max())
-    slots, valid = _token_slots(block_tables, seq_lens, max_len, block_size)
+    slots, valid = index.slots, index.valid
     flat_k = k_cache.reshape(-1, num_kv_heads, head_dim)  # [num_slots, Hkv, D]
     flat_v = v_cache.reshape(-1, num_kv_heads, head_dim_v)  # [num_slots, Hkv, Dv]
     # GQA without repeating K/V: the query heads of one KV group become that group's query rows.
@@ -66,6 +104,8 @@ def paged_attention_torch(
     else:
         out = _attend_chunked(qg, flat_k, flat_v, slots, valid, seq_lens, scale, chunk)
     out = out.reshape(num_seqs, num_q_heads, head_dim_v)
+    if not index.any_empty:
+        return out
     # Empty sequences attended to nothing (and may have read a NaN slot): their output is zeros.
     return torch.where(seq_lens[:, None, None] > 0, out, torch.zeros((), dtype=out.dtype, device=out.device))
 
