@@ -82,17 +82,24 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """Packed tokens x [T, hidden] -> [T, hidden]; stores this step's K/V into kv_cache first.
 
+        cos, sin: this step's rotary tables from `rope_tables` ([T, 1, D], sin with the rotate-half sign folded in).
+
         direct: call the torch kernels without kernels.ops' checks, for a layer whose step metadata and cache
         layout an earlier layer already passed through kernels.ops (they are the same for every layer).
         """
-        q, k, v = self._qkv(x, cos, sin)  # [T, Hq, D], [T, Hkv, D], [T, Hkv, D]
+        # Functional calls on the weights: this runs 7 projections per layer per step, and nn.Module's call
+        # machinery (hooks, which the serving path does not support) costs about as much as a tiny matmul.
+        q = F.linear(x, self.q_proj.weight, self.q_proj.bias).unflatten(-1, (self.num_heads, self.head_dim))
+        k = F.linear(x, self.k_proj.weight, self.k_proj.bias).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        v = F.linear(x, self.v_proj.weight, self.v_proj.bias).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)  # [T, Hq, D], [T, Hkv, D]
         k_cache, v_cache = kv_cache  # [num_blocks, block_size, Hkv, D]
         if direct:
             store_kv_torch(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
             ops.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
         out = self._attend(q, k, v, k_cache, v_cache, meta, backend, direct)
-        return self.o_proj(out.flatten(-2))  # [T, Hq, D] -> [T, Hq * D] -> [T, hidden]
+        return F.linear(out.flatten(-2), self.o_proj.weight, self.o_proj.bias)  # [T, Hq * D] -> [T, hidden]
 
     def _attend(
         self,
@@ -167,6 +174,11 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
+    def serve(self, x: torch.Tensor) -> torch.Tensor:
+        """forward() as functional calls on the weights (the serving path, which skips module hooks)."""
+        gate = F.linear(x, self.gate_proj.weight)
+        return F.linear(F.silu(gate) * F.linear(x, self.up_proj.weight), self.down_proj.weight)
+
 
 class DecoderLayer(nn.Module):
     """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
@@ -187,6 +199,23 @@ class DecoderStack(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-step rotary tables cos, sin [T, D] -> [T, 1, D] each, with rotate-half's sign folded into sin.
+
+    rotate_half(x) * sin = [-x2, x1] * [s1, s2] = [x2, x1] * [-s1, s2]: negation is exact, so `_rotate`
+    matches engine/rope.py's apply_rope bit for bit while each layer skips a negation and a concatenation.
+    """
+    half = sin.shape[-1] // 2
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)  # [T, D]
+    return cos.unsqueeze(-2), signed.unsqueeze(-2)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of x [T, H, D] with `rope_tables` output: x * cos + swap_halves(x) * signed_sin."""
+    swapped = x.unflatten(-1, (2, x.shape[-1] // 2)).flip(-2).flatten(-2)  # [x2, x1]
+    return x * cos + swapped * signed_sin
 
 
 def _same_layout(kv_caches: KVCaches) -> bool:
@@ -237,15 +266,18 @@ class CausalLM(nn.Module):
         self._check_ids(input_ids)
         self._check_window(meta.max_seqlen_k)
         h = self.model.embed_tokens(input_ids)  # [T, hidden]
-        cos, sin = rope_cos_sin(meta.positions, self.inv_freq, h.dtype)  # [T, D] each
+        cos, sin = rope_tables(*rope_cos_sin(meta.positions, self.inv_freq, h.dtype))  # [T, 1, D] each
         backend = resolve_backend(self.backend, h.device)
         # Layer 0 goes through kernels.ops, which validates this step's metadata and its cache; the other
         # layers share both, so on the torch backend they skip re-validating (a few syncs and tiny ops each).
         direct = backend == "torch" and _same_layout(kv_caches)
         for i, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
-            attn = layer.self_attn(layer.input_layernorm(h), cos, sin, meta, kv_cache, backend, direct and i > 0)
+            # .forward / .serve directly: module __call__ overhead is a real share of a tiny model's step.
+            attn = layer.self_attn.forward(
+                layer.input_layernorm.forward(h), cos, sin, meta, kv_cache, backend, direct and i > 0
+            )
             h = h + attn
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = h + layer.mlp.serve(layer.post_attention_layernorm.forward(h))
         last = h[meta.last_token_indices]  # [S, hidden]: only the tokens whose next token gets sampled
         return self.lm_head(self.model.norm(last)).float()  # [S, vocab]
 

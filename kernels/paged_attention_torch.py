@@ -32,6 +32,7 @@ class TokenSlots(NamedTuple):
 
     slots  int64 [num_seqs, max_len]  cache slot of every token position (padding re-reads a real slot)
     valid  bool  [num_seqs, max_len]  which positions hold a real token
+    bias   float32 [num_seqs, 1, 1, max_len]  0 at real tokens, -inf at padding (SDPA's additive mask)
     max_len int                       max(seq_lens), the padded context length
     any_empty bool                    some sequence has seq_len 0 (its output must be zeroed)
     block_size int                    the cache's block size the slots were computed for
@@ -39,6 +40,7 @@ class TokenSlots(NamedTuple):
 
     slots: torch.Tensor
     valid: torch.Tensor
+    bias: torch.Tensor
     max_len: int
     any_empty: bool
     block_size: int
@@ -58,7 +60,9 @@ def token_slots(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: 
         # zeroes their output.
         first = torch.where(seq_lens > 0, slots[:, 0], 0)  # [num_seqs]
         slots = torch.where(valid, slots, first[:, None])
-    return TokenSlots(slots, valid, max_len, int(lo_hi[0]) <= 0, block_size)
+    # The additive mask SDPA would otherwise build from `valid` in every call (i.e. in every layer).
+    bias = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device).masked_fill_(~valid, float("-inf"))
+    return TokenSlots(slots, valid, bias[:, None, None, :], max_len, int(lo_hi[0]) <= 0, block_size)
 
 
 def paged_attention_torch(
@@ -83,7 +87,7 @@ def paged_attention_torch(
     elif (
         index.block_size != block_size
         or index.slots.shape != (num_seqs, index.max_len)
-        or index.valid.shape != index.slots.shape
+        or index.bias.shape != (num_seqs, 1, 1, index.max_len)
     ):
         raise ValueError(
             f"index holds slots {tuple(index.slots.shape)} (block size {index.block_size}) for {num_seqs} "
@@ -93,16 +97,16 @@ def paged_attention_torch(
     max_len = index.max_len
     if num_seqs == 0 or max_len == 0:
         return torch.zeros(num_seqs, num_q_heads, head_dim_v, dtype=q.dtype, device=q.device)
-    slots, valid = index.slots, index.valid
+    slots, bias = index.slots, index.bias if index.bias.dtype == q.dtype else index.bias.to(q.dtype)
     flat_k = k_cache.reshape(-1, num_kv_heads, head_dim)  # [num_slots, Hkv, D]
     flat_v = v_cache.reshape(-1, num_kv_heads, head_dim_v)  # [num_slots, Hkv, Dv]
     # GQA without repeating K/V: the query heads of one KV group become that group's query rows.
     qg = q.reshape(num_seqs, num_kv_heads, num_q_heads // num_kv_heads, head_dim)  # [S, Hkv, G, D]
     chunk = max(64, TORCH_CHUNK_BYTES // (num_seqs * num_kv_heads * head_dim * k_cache.element_size()))
     if _FLASH_CPU is None or q.device.type != "cpu" or max_len <= chunk:
-        out = _attend_gathered(qg, flat_k, flat_v, slots, valid, scale)  # [S, Hkv, G, Dv]
+        out = _attend_gathered(qg, flat_k, flat_v, slots, bias, scale)  # [S, Hkv, G, Dv]
     else:
-        out = _attend_chunked(qg, flat_k, flat_v, slots, valid, seq_lens, scale, chunk)
+        out = _attend_chunked(qg, flat_k, flat_v, slots, bias, seq_lens, scale, chunk)
     out = out.reshape(num_seqs, num_q_heads, head_dim_v)
     if not index.any_empty:
         return out
@@ -125,11 +129,11 @@ def _gather(flat: torch.Tensor, slots: torch.Tensor, buf: torch.Tensor | None = 
 
 
 def _attend_gathered(
-    qg: torch.Tensor, flat_k: torch.Tensor, flat_v: torch.Tensor, slots: torch.Tensor, valid: torch.Tensor, scale: float
+    qg: torch.Tensor, flat_k: torch.Tensor, flat_v: torch.Tensor, slots: torch.Tensor, bias: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """One gather of every sequence's K/V, one SDPA call under the length mask -> [S, Hkv, G, Dv]."""
+    """One gather of every sequence's K/V, one SDPA call under the length mask (bias) -> [S, Hkv, G, Dv]."""
     k, v = _gather(flat_k, slots), _gather(flat_v, slots)  # [S, Hkv, L, D]
-    return F.scaled_dot_product_attention(qg, k, v, attn_mask=valid[:, None, None, :], scale=scale)
+    return F.scaled_dot_product_attention(qg, k, v, attn_mask=bias, scale=scale)
 
 
 def _attend_chunked(
@@ -137,7 +141,7 @@ def _attend_chunked(
     flat_k: torch.Tensor,
     flat_v: torch.Tensor,
     slots: torch.Tensor,
-    valid: torch.Tensor,
+    bias: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
     chunk: int,
@@ -148,8 +152,6 @@ def _attend_chunked(
     """
     num_seqs, num_kv_heads, group, _ = qg.shape
     max_len = slots.shape[1]
-    bias = torch.zeros(num_seqs, 1, 1, max_len, dtype=qg.dtype, device=qg.device)
-    bias.masked_fill_(~valid[:, None, None, :], float("-inf"))  # [S, 1, 1, L]
     starts = list(range(0, max_len, chunk))
     outs = torch.zeros(len(starts), num_seqs, num_kv_heads, group, flat_v.shape[-1], device=qg.device)
     lses = torch.full((len(starts), num_seqs, num_kv_heads, group), float("-inf"), device=qg.device)
