@@ -31,6 +31,11 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",  # small /dev/shm in containers
+    # Many contexts in one browser: pages not in front must keep their timers (Streamlit debounces widget
+    # values with setTimeout; a throttled background page sends a slider move a minute late).
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-backgrounding-occluded-windows",
 ]
 
 

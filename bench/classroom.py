@@ -47,6 +47,19 @@ CLIENT_NOTES = {
     "browser": "all sessions are contexts of one headless Chromium on the server's CPUs (rendering included)",
     "protocol": "sessions speak the app's websocket protocol; no rendering (the server's cost alone)",
 }
+SLIDER_SEL = '[data-testid="stSlider"]:has-text("{label}") input[type="range"]'
+
+
+async def value_changed(thumb, old: str, wait_s: float = 1.5) -> bool:
+    """Whether the slider's input shows a value other than ``old`` within ``wait_s``."""
+    deadline = time.perf_counter() + wait_s
+    while time.perf_counter() < deadline:
+        if await thumb.evaluate("e => e.value") != old:
+            return True
+        await asyncio.sleep(0.03)
+    return False
+
+
 ERRORS_SEL = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 
@@ -72,13 +85,15 @@ async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: flo
     context = await browser.new_context(viewport={"width": 1200, "height": 800})
     await context.add_init_script(f"({RUN_COUNTER_JS})()")
     page = await context.new_page()
+    where = "start"
     try:
         for route, label in path:
+            where = route
             start = time.perf_counter()
             await page.goto(f"{url}/{route}", timeout=timeout_ms)
             await page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
             out["loads_ms"].append(1000 * (time.perf_counter() - start))
-            thumb = page.locator(f'[data-testid="stSlider"]:has-text("{label}") input[type="range"]').first
+            thumb = page.locator(SLIDER_SEL.format(label=label)).first
             await thumb.focus(timeout=timeout_ms)
             direction = 1 if idx % 2 == 0 else -1  # half the class moves each way: fewer shared cache hits
             for move in range(moves):
@@ -88,8 +103,14 @@ async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: flo
                 value, low, high = (float(a or 0) for a in attrs)
                 # Turn at either end of the scale: a key that changes nothing triggers no re-run.
                 direction = -1 if value >= high else 1 if value <= low else direction
+                where = f"{route} move {move} from {value:g} in [{low:g}, {high:g}] by {direction:+d}"
                 start = time.perf_counter()
-                await thumb.press("ArrowRight" if direction > 0 else "ArrowLeft")
+                key = "ArrowRight" if direction > 0 else "ArrowLeft"
+                for _attempt in range(3):  # a key sent while React re-mounts the slider can be lost: resend it
+                    await thumb.press(key)
+                    if await value_changed(thumb, attrs[0]):
+                        break
+                    where += " (key resent)"
                 await page.wait_for_function(f"window.__kvRuns > {before}", timeout=timeout_ms, polling=20)
                 await page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
                 out["updates_ms"].append(1000 * (time.perf_counter() - start))
@@ -98,7 +119,16 @@ async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: flo
             for text in errors:
                 out["errors"].append(f"session {idx} {route}: {text[:200]}")
     except Exception as exc:  # noqa: BLE001 - every failure is a counted, reported error
-        out["errors"].append(f"session {idx}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        try:
+            state = await page.evaluate(
+                "() => [document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state'),"
+                " document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-connection-state'),"
+                " window.__kvRuns]"
+            )
+        except Exception:  # noqa: BLE001 - the page itself may be gone
+            state = None
+        msg = f"session {idx} ({where}; app state {state}): {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        out["errors"].append(msg)
     finally:
         await context.close()
 
@@ -140,11 +170,13 @@ async def run_classroom(
     ramp_s: float,
     think_s: float,
     server_pid: int | None = None,
+    out: dict | None = None,
 ) -> dict:
     """All learners at once (joining over `ramp_s`) after an untimed warm-up visit."""
     from playwright.async_api import async_playwright
 
-    out: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}, "think_s": think_s}
+    out = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}} if out is None else out  # survives a timeout
+    out["think_s"] = think_s
     warm: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
     gap, ms = ramp_s / max(1, sessions - 1), step_timeout_s * 1000
     # Warm-up (untimed): the first visit imports the engine and fills the shared caches; a class
@@ -223,8 +255,9 @@ def main() -> None:
                     args.ramp,
                     args.think,
                     server["pid"],
+                    raw,
                 )
-                raw = asyncio.run(asyncio.wait_for(coro, timeout=args.timeout))
+                asyncio.run(asyncio.wait_for(coro, timeout=args.timeout))
         except (TimeoutError, asyncio.TimeoutError):
             result["timed_out"] = True
             raw["errors"].append(f"hard timeout after {args.timeout:.0f} s")
