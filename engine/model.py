@@ -47,6 +47,12 @@ class RMSNorm(nn.Module):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
 
+    def serve(self, x: torch.Tensor) -> torch.Tensor:
+        """forward() for inference: the same arithmetic, in place on its own temporaries (no autograd)."""
+        x32 = x.float()
+        scaled = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True).add_(self.eps))
+        return scaled.to(x.dtype).mul_(self.weight)
+
 
 class Attention(nn.Module):
     """Grouped-query self-attention: Hq query heads share Hkv K/V heads."""
@@ -87,19 +93,38 @@ class Attention(nn.Module):
         direct: call the torch kernels without kernels.ops' checks, for a layer whose step metadata and cache
         layout an earlier layer already passed through kernels.ops (they are the same for every layer).
         """
+        q, k, v = self.project(x, cos, sin)
+        out = self.attend(q, k, v, meta, kv_cache, backend, direct)
+        return F.linear(out.flatten(-2), self.o_proj.weight, self.o_proj.bias)  # [T, Hq * D] -> [T, hidden]
+
+    def project(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows x [T, hidden] -> q [T, Hq, D], k [T, Hkv, D] (rotary applied, `rope_tables` form), v [T, Hkv, D]."""
         # Functional calls on the weights: this runs 7 projections per layer per step, and nn.Module's call
         # machinery (hooks, which the serving path does not support) costs about as much as a tiny matmul.
         q = F.linear(x, self.q_proj.weight, self.q_proj.bias).unflatten(-1, (self.num_heads, self.head_dim))
         k = F.linear(x, self.k_proj.weight, self.k_proj.bias).unflatten(-1, (self.num_kv_heads, self.head_dim))
         v = F.linear(x, self.v_proj.weight, self.v_proj.bias).unflatten(-1, (self.num_kv_heads, self.head_dim))
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)  # [T, Hq, D], [T, Hkv, D]
+        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        meta: ForwardMeta,
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        backend: str,
+        direct: bool = False,
+    ) -> torch.Tensor:
+        """Store this step's k/v [T, Hkv, D] into kv_cache, then attend: q [T, Hq, D] -> [T, Hq, D]."""
         k_cache, v_cache = kv_cache  # [num_blocks, block_size, Hkv, D]
         if direct:
             store_kv_torch(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
             ops.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
-        out = self._attend(q, k, v, k_cache, v_cache, meta, backend, direct)
-        return F.linear(out.flatten(-2), self.o_proj.weight, self.o_proj.bias)  # [T, Hq * D] -> [T, hidden]
+        return self._attend(q, k, v, k_cache, v_cache, meta, backend, direct)
 
     def _attend(
         self,
@@ -175,9 +200,9 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
     def serve(self, x: torch.Tensor) -> torch.Tensor:
-        """forward() as functional calls on the weights (the serving path, which skips module hooks)."""
-        gate = F.linear(x, self.gate_proj.weight)
-        return F.linear(F.silu(gate) * F.linear(x, self.up_proj.weight), self.down_proj.weight)
+        """forward() for inference: functional calls on the weights, in place on its own temporaries."""
+        gate = F.silu(F.linear(x, self.gate_proj.weight), inplace=True)
+        return F.linear(gate.mul_(F.linear(x, self.up_proj.weight)), self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -214,8 +239,8 @@ def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, tor
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding of x [T, H, D] with `rope_tables` output: x * cos + swap_halves(x) * signed_sin."""
-    swapped = x.unflatten(-1, (2, x.shape[-1] // 2)).flip(-2).flatten(-2)  # [x2, x1]
-    return x * cos + swapped * signed_sin
+    swapped = x.unflatten(-1, (2, x.shape[-1] // 2)).flip(-2).flatten(-2)  # [x2, x1], a new tensor
+    return (x * cos).add_(swapped.mul_(signed_sin))
 
 
 def _same_layout(kv_caches: KVCaches) -> bool:
@@ -265,6 +290,11 @@ class CausalLM(nn.Module):
             raise ValueError(f"got {len(kv_caches)} layer caches for {len(self.model.layers)} layers")
         self._check_ids(input_ids)
         self._check_window(meta.max_seqlen_k)
+        with torch.inference_mode():  # the serving path never needs autograd; in-place updates below rely on it
+            return self._serve(input_ids, meta, kv_caches)
+
+    def _serve(self, input_ids: torch.Tensor, meta: ForwardMeta, kv_caches: KVCaches) -> torch.Tensor:
+        """forward()'s body under inference mode."""
         h = self.model.embed_tokens(input_ids)  # [T, hidden]
         cos, sin = rope_tables(*rope_cos_sin(meta.positions, self.inv_freq, h.dtype))  # [T, 1, D] each
         backend = resolve_backend(self.backend, h.device)
@@ -272,14 +302,15 @@ class CausalLM(nn.Module):
         # layers share both, so on the torch backend they skip re-validating (a few syncs and tiny ops each).
         direct = backend == "torch" and _same_layout(kv_caches)
         for i, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
-            # .forward / .serve directly: module __call__ overhead is a real share of a tiny model's step.
-            attn = layer.self_attn.forward(
-                layer.input_layernorm.forward(h), cos, sin, meta, kv_cache, backend, direct and i > 0
-            )
-            h = h + attn
-            h = h + layer.mlp.serve(layer.post_attention_layernorm.forward(h))
+            attn = layer.self_attn
+            q, k, v = attn.project(layer.input_layernorm.serve(h), cos, sin)
+            out = attn.attend(q, k, v, meta, kv_cache, backend, direct and i > 0).flatten(-2)  # [T, Hq * D]
+            # Residual adds in place (h is this step's own tensor); row-chunking the row-wise ops to keep
+            # temporaries in cache measured slower here (extra copies and calls outweighed the cache hits).
+            h.add_(F.linear(out, attn.o_proj.weight, attn.o_proj.bias))
+            h.add_(layer.mlp.serve(layer.post_attention_layernorm.serve(h)))
         last = h[meta.last_token_indices]  # [S, hidden]: only the tokens whose next token gets sampled
-        return self.lm_head(self.model.norm(last)).float()  # [S, vocab]
+        return F.linear(self.model.norm.serve(last), self.lm_head.weight).float()  # [S, vocab]
 
     def forward_full(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Whole sequences input_ids [B, T] -> logits [B, T, vocab] (no cache; training and reference path)."""
