@@ -15,22 +15,33 @@ Progress contract (shared with pages/_progress_ui.py, which persists it):
         "quiz": {question_id: {"answer": str, "correct": bool}},  # ids like "gqa.kv_formula"
         "diagnosis": {scenario_id: dict},                       # whatever the diagnosis page records
     }
-Only the helpers below write it (`mark_visited`, `record_quiz`, `record_diagnosis`); each write calls
-`_progress_ui.persist(progress)` when that module exists. `_progress_ui.sidebar_signin()` may replace the
+Only the helpers in pages/_progress.py (re-exported here: `mark_visited`, `record_quiz`, `record_diagnosis`)
+write it; each write calls `_progress_ui.persist(progress)`. `_progress_ui.sidebar_signin()` may replace the
 dict with a stored one of the same shape (after `ensure_progress` normalizes it).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import streamlit as st
 
-from kernels.backend import describe
 from lessons import content, quizzes
+from pages._progress import (  # noqa: F401  (re-exported: pages import progress helpers from here)
+    LESSON_PAGES,
+    PROGRESS_KEY,
+    backend_info,
+    clear_quiz,
+    ensure_progress,
+    mark_visited,
+    progress_rows,
+    record_diagnosis,
+    record_quiz,
+    sidebar,
+    sidebar_progress,
+)
 from ui.export import rows_to_csv, to_json
 
 T = TypeVar("T")
@@ -55,102 +66,6 @@ PAGES: list[tuple[str, str, str]] = [
 def available_pages(root: Path = ROOT) -> list[tuple[str, str, str]]:
     """The PAGES entries whose script exists under `root`."""
     return [entry for entry in PAGES if (root / entry[0]).exists()]
-
-
-PROGRESS_KEY = "progress"
-# Lesson pages counted for the sidebar's progress (welcome and playground are not lessons with a check).
-LESSON_PAGES: tuple[str, ...] = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis", "golden_rules")
-
-
-# --- cached shared resources -------------------------------------------------------------------------
-
-
-@st.cache_resource(show_spinner=False)
-def backend_info() -> dict:
-    """kernels.backend.describe() computed once per process (read-only)."""
-    return describe()
-
-
-def _progress_module() -> Any | None:
-    """pages/_progress_ui.py when the classroom module is present, else None."""
-    try:
-        return importlib.import_module("pages._progress_ui")
-    except ImportError:
-        return None
-
-
-# --- progress ----------------------------------------------------------------------------------------
-
-
-def ensure_progress() -> dict:
-    """The learner's progress dict, created (or repaired to the contract's shape) in session state."""
-    progress = st.session_state.get(PROGRESS_KEY)
-    if not isinstance(progress, dict):
-        progress = {}
-    progress.setdefault("visited", [])
-    progress.setdefault("quiz", {})
-    progress.setdefault("diagnosis", {})
-    st.session_state[PROGRESS_KEY] = progress
-    return progress
-
-
-def _persist(progress: dict) -> None:
-    mod = _progress_module()
-    if mod is None or not hasattr(mod, "persist"):
-        return
-    try:
-        mod.persist(progress)
-    except Exception as exc:  # persistence is optional: the lesson must keep working without it
-        st.warning(f"Progress could not be saved ({exc}); it is kept for this session only.")
-
-
-def mark_visited(page_id: str) -> None:
-    """Record that the learner opened `page_id` (once)."""
-    progress = ensure_progress()
-    if page_id not in progress["visited"]:
-        progress["visited"].append(page_id)
-        _persist(progress)
-
-
-def record_quiz(question_id: str, answer: str, correct: bool) -> None:
-    """Record the learner's latest answer to one question."""
-    progress = ensure_progress()
-    entry = {"answer": answer, "correct": bool(correct)}
-    if progress["quiz"].get(question_id) != entry:
-        progress["quiz"][question_id] = entry
-        _persist(progress)
-
-
-def clear_quiz(question_ids: Sequence[str]) -> None:
-    """Forget answers to these questions (progress and radio state); call it from a widget callback."""
-    progress = ensure_progress()
-    for qid in question_ids:
-        progress["quiz"].pop(qid, None)
-        st.session_state[f"quiz_{qid}"] = None
-    _persist(progress)
-
-
-def record_diagnosis(scenario_id: str, result: Mapping[str, Any]) -> None:
-    """Record the learner's latest graded diagnosis of one incident scenario."""
-    progress = ensure_progress()
-    progress["diagnosis"][scenario_id] = dict(result)
-    _persist(progress)
-
-
-def progress_rows(progress: Mapping[str, Any] | None = None) -> list[dict]:
-    """One row per lesson: visited flag and check score, for the sidebar table and its download."""
-    progress = ensure_progress() if progress is None else progress
-    rows = []
-    for page_id in LESSON_PAGES:
-        correct, total = quizzes.score(progress.get("quiz", {}), page_id)
-        rows.append(
-            {
-                "lesson": content.load(page_id).title,
-                "visited": page_id in progress.get("visited", []),
-                "check": f"{correct}/{total}" if total else "—",
-            }
-        )
-    return rows
 
 
 # --- page furniture ----------------------------------------------------------------------------------
@@ -253,41 +168,3 @@ def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple
     correct, total = quizzes.score(progress["quiz"], page_id)
     st.caption(f"Score on this page: {correct} / {total}")
     return correct, total
-
-
-# --- sidebar (called by app.py) ----------------------------------------------------------------------
-
-
-def sidebar() -> Any:
-    """Backend badge, device name and sign-in; returns a sidebar container for `sidebar_progress` to fill."""
-    info = backend_info()
-    with st.sidebar:
-        st.markdown(f"**Engine backend:** `{info['label']}`")
-        st.caption(f"Device: {info['device']} · torch {info['torch']} · {info['threads']} threads")
-        mod = _progress_module()
-        if mod is not None and hasattr(mod, "sidebar_signin"):
-            try:
-                mod.sidebar_signin()
-            except Exception as exc:  # a broken store must not take the course down
-                st.warning(f"Sign-in is unavailable ({exc}); progress is kept for this session only.")
-        return st.container()
-
-
-def sidebar_progress(slot: Any) -> None:
-    """Lesson progress in the sidebar; called after the page ran so this visit and its answers count."""
-    progress = ensure_progress()
-    rows = progress_rows(progress)
-    done = sum(1 for r in rows if r["visited"])
-    with slot:
-        st.progress(done / len(rows), text=f"Lessons visited: {done} / {len(rows)}")
-        correct, total = quizzes.score(progress["quiz"])
-        st.caption(f"Quiz answers correct: {correct} / {total}")
-        with st.expander("My progress", expanded=False):
-            st.dataframe(rows, hide_index=True, key="sidebar_progress_table")
-            st.download_button(
-                "Download progress (JSON)",
-                to_json(progress),
-                file_name="kvlab-progress.json",
-                mime="application/json",
-                key="sidebar_progress_json",
-            )
