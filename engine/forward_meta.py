@@ -9,10 +9,11 @@ The model then, in every layer:
 1. writes the new tokens' K/V into the paged cache through `slot_mapping` (`kernels.ops.store_kv`);
 2. decode step (`is_prefill=False`, every query_len == 1): `paged_attention` over `block_tables` / `seq_lens`;
    prefill step with no cached context (`has_context=False`): `varlen_attention` over the new K/V only;
-   prefill step with cached context (`has_context=True`, also used for mixed prefill + decode batches):
-   K/V of each sequence's whole context are gathered from the paged cache through `context_slot_mapping`
-   and `varlen_attention` runs with `cu_seqlens_k` over the full context, causal bottom-right aligned,
-   so new token j of a sequence sees the cached prefix plus new tokens 0..j.
+   prefill step with cached context (`has_context=True`): K/V of each sequence's whole context are
+   gathered from the paged cache through `context_slot_mapping` and `varlen_attention` runs with
+   `cu_seqlens_k` over the full context, causal bottom-right aligned, so new token j of a sequence sees the
+   cached prefix plus new tokens 0..j. A prefill step that also carries decode rows is split (`mixed`): the
+   decode rows attend with `paged_attention`, only the prompt rows pay for the gather and varlen attention.
 
 This is passed to the model as an argument rather than kept in a module global (nano-vllm's context):
 Streamlit runs each learner in a thread, and a global would leak one learner's batch into another's.

@@ -9,7 +9,11 @@ Two forward paths share the weights:
 - `forward(input_ids [T], meta, kv_caches)`: the serving path. The T new tokens of S sequences are packed in
   one batch (no padding); each layer writes its K/V into the paged cache (`store_kv`), then attends with
   `varlen_attention` (prefill, bottom-right causal, optionally over cached context gathered from the cache)
-  or `paged_attention` (decode). See engine/forward_meta.py. Returns logits of each sequence's last token.
+  or `paged_attention` (decode); a step mixing both runs its decode rows through `paged_attention` and only
+  its prompt rows through `varlen_attention`. See engine/forward_meta.py. Returns logits of each sequence's
+  last token. Runs under inference mode; per-step values (rotary tables, the decode gather index) are built
+  once and shared by the layers, and on the torch backend only the first layer goes through kernels.ops'
+  validation: the metadata and the cache layout it checked are the same for every layer.
 - `forward_full(input_ids [B, T])`: plain causal attention with no cache, for training and as a reference.
 """
 
