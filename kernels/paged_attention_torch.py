@@ -17,10 +17,11 @@ import torch
 import torch.nn.functional as F
 
 # Target bytes of gathered K (and of V) per chunk: big enough to amortize per-op costs, small enough that the
-# gathered copy is still in cache when SDPA reads it. On a shared 2-core Xeon (2 MiB L2 per core), at 8
-# sequences x 1024 tokens x 8 KV heads x 128 fp32, 2-4 MiB chunks ran at 1.0-1.3x the time of SDPA on the
-# contiguous store, one whole-batch gather at 1.5-3.5x (bench/paged_decode.py).
-TORCH_CHUNK_BYTES = 4 << 20
+# gathered copy is still in cache when SDPA reads it. On a quiet 2-core Xeon (2 MiB L2 per core, large
+# shared L3), at 8 sequences x 1024 tokens x 8 KV heads x 128 fp32 and 2 threads, paged/contiguous SDPA time
+# was 1.36-1.40 with 4 MiB chunks, 1.20-1.24 with 8 MiB, 1.45 with 16 MiB (fewer chunks pad more: a chunk
+# spans every sequence still running at its start) and 3.7 with 32 MiB (bench/paged_decode.py).
+TORCH_CHUNK_BYTES = 8 << 20
 
 # Returns (output, logsumexp); the log-sum-exp lets chunk results merge exactly. A private op, so the torch
 # path falls back to one whole gather when a torch build lacks it.
