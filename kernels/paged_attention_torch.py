@@ -21,6 +21,9 @@ import torch.nn.functional as F
 # shared L3), at 8 sequences x 1024 tokens x 8 KV heads x 128 fp32 and 2 threads, paged/contiguous SDPA time
 # was 1.36-1.40 with 4 MiB chunks, 1.20-1.24 with 8 MiB, 1.45 with 16 MiB (fewer chunks pad more: a chunk
 # spans every sequence still running at its start) and 3.7 with 32 MiB (bench/paged_decode.py).
+# Measured on the same box and not kept (no gain beyond the +-3% noise): gathering whole blocks instead of
+# token rows (the copy is bandwidth-bound either way), chunk cuts placed at sequence ends to skip padding
+# (each extra chunk costs more than the padding it saves), and sorting sequences so live rows are a prefix.
 TORCH_CHUNK_BYTES = 8 << 20
 
 # Returns (output, logsumexp); the log-sum-exp lets chunk results merge exactly. A private op, so the torch
