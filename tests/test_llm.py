@@ -12,15 +12,12 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from engine.llm import CPU_KV_BUDGET_BYTES, LLM
 from engine.loader import DEMO_DIR
-from engine.model import CausalLM
-from engine.model_config import ModelConfig
 from engine.sampling import SamplingParams, filter_logits, make_generator, sample
-from engine.tokenizer import ByteBPETokenizer
 from tests.conftest import DEVICE, requires_cuda, requires_triton
+from tests.tiny_model import make_tiny_model
 
 TEXT = "the cache holds keys and values; the scheduler fills blocks with the tokens of every request. " * 4
 
@@ -28,21 +25,7 @@ TEXT = "the cache holds keys and values; the scheduler fills blocks with the tok
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A random tiny Llama folder with a tokenizer; returns its path."""
-    folder = tmp_path_factory.mktemp("tiny")
-    tok = ByteBPETokenizer.train(TEXT, vocab_size=300)
-    tok.save(folder)
-    config = ModelConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,),
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = CausalLM(config)
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.2)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(config.to_hf()))
-    return folder
+    return make_tiny_model(tmp_path_factory.mktemp("tiny"), TEXT)
 
 
 def greedy(n: int = 8, **kw) -> SamplingParams:

@@ -1,41 +1,22 @@
 """lessons/playground_lab.py: prompt and folder validation, runs on shared weights, step traces as rows."""
 
-import json
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from safetensors.torch import save_file
 
 from engine.llm import LLM
-from engine.model import CausalLM
-from engine.model_config import ModelConfig
 from engine.sampling import SamplingParams
-from engine.tokenizer import ByteBPETokenizer
 from lessons import playground_lab as lab
+from tests import tiny_model
 
 TEXT = "def add(a, b):\n    return a + b\nclass Stack:\n    def push(self, x):\n        self.items.append(x)\n" * 4
 
 
 def make_tiny_model(folder: Path) -> Path:
     """A random tiny Llama folder (hidden 32, 2 layers, GQA 4/2) with a byte-BPE tokenizer, in the HF layout."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tok = ByteBPETokenizer.train(TEXT, vocab_size=300)
-    tok.save(folder)
-    config = ModelConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,),
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = CausalLM(config)
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.2)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(config.to_hf()))
-    return folder
+    return tiny_model.make_tiny_model(folder, TEXT)
 
 
 @pytest.fixture(scope="module")
