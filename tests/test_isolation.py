@@ -212,27 +212,9 @@ def test_two_sessions_keep_their_own_results() -> None:
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory) -> Path:
     """A random two-layer Llama folder with its own tokenizer (no downloads, no demo weights needed)."""
-    import json
+    from tests.tiny_model import make_tiny_model
 
-    from safetensors.torch import save_file
-
-    from engine.model import CausalLM
-    from engine.model_config import ModelConfig
-    from engine.tokenizer import ByteBPETokenizer
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tok = ByteBPETokenizer.train("blocks hold keys and values for every token of every request. " * 8, vocab_size=280)
-    tok.save(folder)
-    config = ModelConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,),
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = CausalLM(config)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(config.to_hf()))
-    return folder
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "blocks hold keys and values for every token. " * 8)
 
 
 def _playground(folder: Path, block_size: int, num_blocks: int) -> AppTest:
