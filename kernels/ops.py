@@ -27,6 +27,7 @@ from kernels.checks import (
     check_scale,
     check_tensor,
 )
+from kernels.paged_attention_torch import TokenSlots
 
 
 # --------------------------------------------------------------------------------------------- varlen
@@ -149,11 +150,15 @@ def paged_attention(
     seq_lens: torch.Tensor,
     scale: float | None = None,
     backend: str = "auto",
+    index: TokenSlots | None = None,
 ) -> torch.Tensor:
     """Decode attention through block tables: q [num_seqs, Hq, D] -> [num_seqs, Hq, D].
 
     Sequence i's token t lives in k_cache[block_tables[i, t // block_size], t % block_size]; only the first
     seq_lens[i] tokens are read. A sequence with seq_lens 0 outputs zeros.
+
+    index: optional `token_slots(block_tables, seq_lens, block_size)` of this batch for the torch backend (a
+    model builds it once per step and shares it between its layers); the Triton kernel reads the tables itself.
     """
     q = check_tensor("q", q, 3, "[num_seqs, num_heads, head_dim]")
     k_cache, v_cache = check_cache(k_cache, v_cache)
@@ -203,7 +208,7 @@ def paged_attention(
         return paged_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, scale)
     from kernels.paged_attention import paged_attention_torch
 
-    return paged_attention_torch(q, k_cache, v_cache, block_tables, seq_lens, scale)
+    return paged_attention_torch(q, k_cache, v_cache, block_tables, seq_lens, scale, index=index)
 
 
 def store_kv(

@@ -223,3 +223,18 @@ def test_forward_meta_build_fields():
 def test_forward_meta_build_errors(args, match):
     with pytest.raises(ValueError, match=match):
         ForwardMeta.build(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hidden", [8, 64, 1000, 4096])
+def test_rms_norm_serving_op_is_bit_identical_to_forward(dtype, hidden):
+    """The serving path's RMSNorm (torch's fused op for fp32 on CPU) returns forward()'s values bit for bit."""
+    from engine.model import RMSNorm
+
+    torch.manual_seed(hidden)
+    norm = RMSNorm(hidden, eps=1e-5).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(hidden))
+    x = (torch.randn(33, hidden) * 3).to(dtype)
+    with torch.inference_mode():
+        assert torch.equal(norm.serve(x), norm(x))

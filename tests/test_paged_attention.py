@@ -150,6 +150,21 @@ def test_shared_blocks_and_empty_batch(backend):
     assert empty.shape == (0, 4, 16)
 
 
+def test_ops_uses_a_prebuilt_index_and_rejects_a_stale_one():
+    """kernels.ops.paged_attention takes a model's per-step gather index (torch backend) after its own checks."""
+    q, kc, vc, bt, sl, ks, vs = make_paged([37, 5, 70, 0], 8, 2, 16, 16)
+    index = paged_torch.token_slots(bt, sl, 16)
+    out = paged_attention(q, kc, vc, bt, sl, backend="torch", index=index)
+    torch.testing.assert_close(out, sdpa_contiguous(q, ks, vs, 0.25), atol=2e-5, rtol=2e-5)
+    stale = paged_torch.token_slots(bt[:2], sl[:2], 16)  # built for another batch
+    with pytest.raises(ValueError, match="build it with token_slots"):
+        paged_attention(q, kc, vc, bt, sl, backend="torch", index=stale)
+    bad = bt.clone()
+    bad[0, 0] = kc.shape[0]  # validation still runs first, whatever index is passed
+    with pytest.raises(ValueError, match="outside the cache"):
+        paged_attention(q, kc, vc, bad, sl, backend="torch", index=index)
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     lens=st.lists(st.integers(0, 70), min_size=1, max_size=5),
