@@ -7,11 +7,20 @@ dtype and threads, and the same KV memory budget. A static cache reserves `max_l
 transformers' batch size under the budget is `budget // (max_len * kv_bytes_per_token)`; it runs the requests
 in arrival order in batches of that size, each padded to its longest prompt and decoded until its longest
 output is done (the tokens a request did not ask for are not counted). The engine gets the same bytes as
-paged blocks. transformers with the whole workload in one batch (no budget) is reported too. Sides are
-timed interleaved, median of repeats after a warm-up. The vLLM paper (Kwon et al., SOSP 2023) and its blog
-report the GPU version of this comparison.
+paged blocks. transformers runs its static cache (`cache_implementation="static"`, the reservation the budget
+rule describes); the same batches on its default DynamicCache, and the whole workload in one static batch
+(no budget), are reported too. Sides are timed interleaved, median of repeats after a warm-up. The vLLM
+paper (Kwon et al., SOSP 2023) and its blog report the GPU version of this comparison.
 
-    python -m bench.throughput --json [--repeats 5] [--warmup 1] [--threads 1] [--save]
+Step accounting (`steps` in the JSON) explains the ratio: continuous batching needs far fewer decode steps
+than static batches (no request waits for the longest one in its batch) and computes no padded prompt
+tokens. On a GPU a decode step costs about the same at batch 1 or 64 (it streams the weights once), so fewer,
+wider steps are almost free speed. On one CPU core a step's cost grows with every sequence in it (the
+matmuls and the attention are compute- and cache-bound), so fewer steps buy less than on a GPU.
+
+`decode_step_cost` measures one decode step of B sequences on each side at the same context length.
+
+    python -m bench.throughput --json [--repeats 5] [--warmup 1] [--threads 1] [--no-step-costs] [--save]
 """
 
 from __future__ import annotations
@@ -45,9 +54,16 @@ def workload() -> tuple[list[list[int]], list[int]]:
     return prompts, output_lens
 
 
-def hf_generate(model, prompts: list[list[int]], output_lens: list[int], batch_size: int) -> int:
-    """Static batching in arrival order, left padding; returns the generated tokens the requests asked for."""
+def hf_generate(
+    model, prompts: list[list[int]], output_lens: list[int], batch_size: int, cache: str | None = "static"
+) -> int:
+    """Static batching in arrival order, left padding; returns the generated tokens the requests asked for.
+
+    cache: transformers' `cache_implementation` ("static": a fixed [batch, max_len] KV reservation per batch;
+    None: its default DynamicCache, which grows by concatenation).
+    """
     useful = 0
+    extra = {} if cache is None else {"cache_implementation": cache}
     for start in range(0, len(prompts), batch_size):
         batch, outs = prompts[start : start + batch_size], output_lens[start : start + batch_size]
         width = max(len(p) for p in batch)
@@ -59,11 +75,84 @@ def hf_generate(model, prompts: list[list[int]], output_lens: list[int], batch_s
         with torch.inference_mode():
             out = model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=max(outs),
-                do_sample=False, pad_token_id=0,
+                do_sample=False, pad_token_id=0, **extra,
             )  # fmt: skip
         assert out.shape[1] == width + max(outs)
         useful += sum(outs)
     return useful
+
+
+def hf_steps(prompts: list[list[int]], output_lens: list[int], batch_size: int) -> dict:
+    """What static batches compute: padded prompt tokens and forward passes (one prefill + one per new token)."""
+    prefill_tokens = decode_steps = forwards = 0
+    for start in range(0, len(prompts), batch_size):
+        batch, outs = prompts[start : start + batch_size], output_lens[start : start + batch_size]
+        prefill_tokens += len(batch) * max(len(p) for p in batch)
+        decode_steps += max(outs) - 1  # the prefill forward samples the first token
+        forwards += max(outs)
+    return {"prefill_tokens": prefill_tokens, "decode_steps": decode_steps, "forward_passes": forwards}
+
+
+def engine_steps(llm, prompts: list[list[int]], params: list) -> dict:
+    """One untimed engine run with step traces: forward passes, pure-decode steps, prompt tokens computed."""
+    counts = {"prefill_tokens": 0, "decode_steps": 0, "forward_passes": 0, "mean_decode_batch": 0.0}
+    decode_rows = 0
+
+    def on_step(trace) -> None:
+        nonlocal decode_rows
+        counts["forward_passes"] += 1
+        counts["prefill_tokens"] += sum(r.num_new_tokens for r in trace.scheduled if r.phase == "prefill")
+        if all(r.phase == "decode" for r in trace.scheduled):
+            counts["decode_steps"] += 1
+            decode_rows += len(trace.scheduled)
+
+    llm.generate(prompts, params, on_step=on_step)
+    counts["mean_decode_batch"] = round(decode_rows / max(1, counts["decode_steps"]), 2)
+    return counts
+
+
+def decode_step_costs(llm_like, hf, batches=(1, 8, 16), context=240, new_tokens=48, repeats=3) -> dict:
+    """Milliseconds per decode step on both sides at the same batch size and context length.
+
+    B equal prompts of `context` random tokens: generating 1 token (the prefill) and 1 + new_tokens, the
+    difference over new_tokens is the cost of one decode step of B sequences. Interleaved, median of repeats.
+    The engine gets a pool big enough for the largest batch (it shares llm_like's weights).
+    """
+    from engine.llm import LLM
+    from engine.sampling import SamplingParams
+
+    g = torch.Generator().manual_seed(SEED + 1)
+    slots = max(batches) * (context + new_tokens + 1)
+    llm = LLM(
+        block_size=BLOCK_SIZE, num_gpu_blocks=-(-slots // BLOCK_SIZE) + max(batches), device="cpu",
+        max_model_len=llm_like.max_model_len, preloaded=(llm_like.model, llm_like.config, llm_like.tokenizer),
+    )  # fmt: skip
+    costs: dict = {"context": context, "new_tokens": new_tokens, "engine_ms": {}, "hf_static_ms": {}}
+    for b in batches:
+        prompts = torch.randint(3, MODEL["vocab_size"], (b, context), generator=g)
+        as_lists = prompts.tolist()
+
+        def ours(n: int, as_lists=as_lists) -> None:
+            llm.generate(as_lists, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+
+        def theirs(n: int, prompts=prompts) -> None:
+            with torch.inference_mode():
+                hf.generate(
+                    input_ids=prompts, max_new_tokens=n, do_sample=False, pad_token_id=0,
+                    cache_implementation="static",
+                )  # fmt: skip
+
+        times = time_interleaved(
+            {
+                "ours_1": lambda: ours(1), "ours_n": lambda: ours(1 + new_tokens),
+                "hf_1": lambda: theirs(1), "hf_n": lambda: theirs(1 + new_tokens),
+            },
+            repeats=repeats, warmup=1,
+        )  # fmt: skip
+        costs["engine_ms"][b] = round((times["ours_n"] - times["ours_1"]) / new_tokens * 1e3, 3)
+        costs["hf_static_ms"][b] = round((times["hf_n"] - times["hf_1"]) / new_tokens * 1e3, 3)
+        log(f"decode step, batch {b}: engine {costs['engine_ms'][b]} ms, transformers {costs['hf_static_ms'][b]} ms")
+    return costs
 
 
 def main() -> None:
@@ -74,6 +163,7 @@ def main() -> None:
     p.add_argument(
         "--budget-seqs", type=int, default=HF_BUDGET_BATCH, help="KV budget in max-length sequences (static batch)"
     )
+    p.add_argument("--no-step-costs", action="store_true", help="skip measuring ms per decode step at batch 1 / 8 / 16")
     p.set_defaults(repeats=5, warmup=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -109,6 +199,7 @@ def main() -> None:
         assert sum(len(o.token_ids) for o in outs) == useful
         stats.update(steps=llm.num_steps - steps, preemptions=llm.scheduler.num_preemptions - preemptions)
 
+    steps_engine = engine_steps(llm, prompts, params)  # untimed: step traces cost time
     log(f"workload: {NUM_REQUESTS} requests, {useful} output tokens; budget {budget / 2**20:.1f} MiB")
     log(f"engine: {num_blocks} blocks of {BLOCK_SIZE}; transformers: batches of {hf_batch} (and one of {NUM_REQUESTS})")
     started = time.perf_counter()
@@ -116,17 +207,21 @@ def main() -> None:
         {
             "engine": engine,
             "hf": lambda: hf_generate(hf, prompts, output_lens, hf_batch),
+            "hf_dynamic": lambda: hf_generate(hf, prompts, output_lens, hf_batch, cache=None),
             "hf_unbudgeted": lambda: hf_generate(hf, prompts, output_lens, NUM_REQUESTS),
         },
         repeats=args.repeats,
         warmup=args.warmup,
     )
     log(f"timed in {time.perf_counter() - started:.0f} s: " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()))
+    step_costs = None if args.no_step_costs else decode_step_costs(llm, hf)
     result = {
         "benchmark": "throughput",
         "engine_tok_s": useful / times["engine"],
         "hf_tok_s": useful / times["hf"],
         "speedup": times["hf"] / times["engine"],
+        "hf_dynamic_tok_s": useful / times["hf_dynamic"],
+        "speedup_vs_dynamic": times["hf_dynamic"] / times["engine"],
         "hf_unbudgeted_tok_s": useful / times["hf_unbudgeted"],
         "speedup_vs_unbudgeted": times["hf_unbudgeted"] / times["engine"],
         "seconds": times,
@@ -148,8 +243,10 @@ def main() -> None:
             "batch_size_under_budget": hf_batch,
             "max_len": max_len,
             "batching": "arrival order, left padded",
-            "cache": "transformers default (DynamicCache)",
+            "cache": "static (cache_implementation='static'); hf_dynamic: the same batches on DynamicCache",
         },
+        "steps": {"engine": steps_engine, "hf": hf_steps(prompts, output_lens, hf_batch)},
+        "decode_step_cost": step_costs,
         "repeats": args.repeats,
         "warmup": args.warmup,
         "env": env_info(),
