@@ -10,7 +10,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages._ui import available_pages, ensure_progress, sidebar, sidebar_progress
+from ui.page import available_pages, ensure_progress, sidebar, sidebar_progress
 
 ROOT = Path(__file__).resolve().parent
 

@@ -19,9 +19,9 @@ import os
 import random
 
 from bench._util import emit, env_info, log, parser, save, time_interleaved
-from engine.block_allocator import BlockAllocator, compute_block_hash
-from engine.block_manager import BlockManager
-from engine.sequence import Sequence
+from engine.core.block_allocator import BlockAllocator, compute_block_hash
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import Sequence
 
 
 def plain_pairs(alloc: BlockAllocator, num_pairs: int, burst: int) -> None:

@@ -76,11 +76,11 @@ def _timed_run(at: AppTest, case: PageCase) -> float:
 
 def _playground_model(tmp: Path) -> str:
     """'demo' when its weights are installed, else a tiny random model folder (same builder as the tests)."""
-    from lessons.playground_lab import DEMO_DIR
+    from lessons.labs.playground import DEMO_DIR
 
     if any(DEMO_DIR.glob("*.safetensors")):
         return "demo"
-    from tests.test_playground_lab import make_tiny_model
+    from tests.lessons.labs.test_playground import make_tiny_model
 
     return str(make_tiny_model(tmp / "tiny"))
 

@@ -13,9 +13,9 @@ Run: python -m bench.fragmentation --json
 from __future__ import annotations
 
 from bench._util import emit, env_info, log, parser, save, time_interleaved
-from engine.memory import serving_footprint
-from engine.simulate import simulate_model
-from engine.traces import DATASETS, generate_trace, trace_stats
+from engine.memory.footprint import serving_footprint
+from engine.sim.simulate import simulate_model
+from engine.sim.traces import DATASETS, generate_trace, trace_stats
 
 MODEL, GPU = "llama-2-13b", "a100-40gb"
 

@@ -39,12 +39,9 @@ step() {
 }
 
 rm -f "$OUT_DIR/gpu_check-steps.txt"
-# The kernel test files by name: a bare `-k "varlen or paged or store or fmha"` over tests/ also picks up
-# page, browser and progress-store tests that have nothing to do with the kernels.
-KERNEL_TESTS=(tests/test_varlen_attention.py tests/test_fmha.py tests/test_paged_attention.py tests/test_store_kv.py
-    tests/test_kv_cache.py tests/test_ops_errors.py tests/test_reference.py)
-step kernel_tests 160 "$PY" -m pytest "${KERNEL_TESTS[@]}" -p no:cacheprovider -m "not browser" \
-    -k "varlen or paged or store or fmha or kv_cache or ops_errors" --junitxml="$OUT_DIR/kernel_tests-cuda.xml"
+# The kernel tests: tests/kernels, plus the xformers-style front door and the paged KV cache that call them.
+KERNEL_TESTS=(tests/kernels tests/engine/attention/test_fmha.py tests/engine/core/test_kv_cache.py)
+step kernel_tests 160 "$PY" -m pytest "${KERNEL_TESTS[@]}" -p no:cacheprovider -m "not browser" --junitxml="$OUT_DIR/kernel_tests-cuda.xml"
 step varlen_vs_flash 60 "$PY" -m bench.packing --flash --json --repeats 7 --warmup 2
 step packing 30 "$PY" -m bench.packing --json --repeats 5 --warmup 1
 step paged_decode 45 "$PY" -m bench.paged_decode --json --repeats 7 --warmup 2

@@ -11,7 +11,7 @@ K/V values stored two ways, same backend on both sides, interleaved repeats.
 - paged: kernels.ops.paged_attention over blocks of `--block-size` tokens under a shuffled block table.
 
 `overhead` = paged_s / contiguous_s. On CUDA also: K/V bytes read / paged_s and its fraction of the
-device's HBM peak (from engine.catalog; null for an unknown device).
+device's HBM peak (from engine.memory.catalog; null for an unknown device).
 
     python -m bench.paged_decode --json
 """
@@ -25,12 +25,12 @@ import torch
 import torch.nn.functional as F
 
 from bench._util import emit, env_info, log, parser, save, time_interleaved
-from engine.catalog import GPUS
+from engine.memory.catalog import GPUS
 from kernels.backend import resolve_backend
 from kernels.ops import paged_attention
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# Device-name pattern -> engine.catalog key, for the HBM peak. Unknown devices report null.
+# Device-name pattern -> engine.memory.catalog key, for the HBM peak. Unknown devices report null.
 PEAK_KEYS = [
     (r"h200", "h200"),
     (r"h100(?!.*pcie)", "h100-sxm"),

@@ -25,15 +25,15 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from engine.block_manager import BlockManager
+from engine.core.block_manager import BlockManager
+from engine.core.kv_cache import PagedKVCache, kv_bytes_per_slot
+from engine.core.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from engine.core.sequence import Sequence, check_block_size
 from engine.forward_meta import ForwardMeta
-from engine.kv_cache import PagedKVCache, kv_bytes_per_slot
-from engine.loader import load_model
+from engine.model.loader import load_model
+from engine.model.tokenizer import ByteBPETokenizer
 from engine.outputs import RequestOutput, StepTrace
 from engine.sampling import SamplingParams, make_generator, sample
-from engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from engine.sequence import Sequence, check_block_size
-from engine.tokenizer import ByteBPETokenizer
 from kernels.backend import resolve_backend
 
 CPU_KV_BUDGET_BYTES = 256 * 2**20  # documented CPU default: small enough for a laptop, plenty for tiny models

@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.block_manager import BlockInfo, BlockUsage
+from engine.core.block_manager import BlockInfo, BlockUsage
 
 if TYPE_CHECKING:
-    from engine.scheduler import Scheduler, SchedulerOutput
-    from engine.sequence import Sequence
+    from engine.core.scheduler import Scheduler, SchedulerOutput
+    from engine.core.sequence import Sequence
 
 
 @dataclass(slots=True)

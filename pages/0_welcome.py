@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages._ui import page_header, prose
+from ui.page import page_header, prose
 
 page_header("welcome")
 prose("welcome", "How the course works")

@@ -2,11 +2,11 @@
 
 import streamlit as st
 
-from engine.measure import measure_demo_decode, measure_machine
-from engine.memory import GPUS, MODELS
-from lessons import bandwidth_lab as lab
-from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
+from engine.memory.footprint import GPUS, MODELS
+from engine.memory.measure import measure_demo_decode, measure_machine
+from lessons.labs import bandwidth as lab
 from ui import charts
+from ui.page import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
 
 PAGE = "bandwidth"
 MEASURE_KEY = "bw_measurements"  # this learner's live measurements (session state, never shared)

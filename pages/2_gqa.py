@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from engine.memory import MODELS
-from lessons import gqa_lab as lab
-from pages._ui import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from engine.memory.footprint import MODELS
+from lessons.labs import gqa as lab
 from ui import charts
+from ui.page import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "gqa"
 GiB, KiB = 1024**3, 1024

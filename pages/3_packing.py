@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from lessons import packing_lab as lab
-from pages._ui import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from lessons.labs import packing as lab
 from ui import charts
+from ui.page import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "packing"
 
@@ -59,7 +59,7 @@ show_chart(
     "Dark cells (■ on small masks) mark the keys (columns) each query (rows) may attend to; white cells are "
     "masked; dashed lines separate requests. "
     "Everything outside a request's own block is masked, so packing changes no result. "
-    "Built by engine.attn_bias.BlockDiagonalMask.materialize.",
+    "Built by engine.attention.attn_bias.BlockDiagonalMask.materialize.",
     [{"query": i, "visible keys": ", ".join(str(j) for j, ok in enumerate(row) if ok)} for i, row in enumerate(vis)],
     "block-diagonal-mask",
     "pack_mask",

@@ -4,11 +4,11 @@ from typing import Any
 
 import streamlit as st
 
-from engine.memory import GPUS, MODELS
-from engine.traces import DATASETS
-from lessons import fragmentation_lab as lab
-from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from engine.memory.footprint import GPUS, MODELS
+from engine.sim.traces import DATASETS
+from lessons.labs import fragmentation as lab
 from ui import charts
+from ui.page import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "fragmentation"
 

@@ -4,9 +4,9 @@ from typing import Any
 
 import streamlit as st
 
-from lessons import paged_lab as lab
-from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from lessons.labs import paged as lab
 from ui import charts_memory
+from ui.page import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "paged"
 
@@ -112,7 +112,7 @@ _pool(picture, None, f"The physical pool ({len(picture.blocks)} blocks)", f"bloc
 st.caption(
     f"Allocated slots {picture.allocated_slots:,}, holding tokens {picture.used_slots:,}: "
     f"{picture.allocated_slots - picture.used_slots:,} idle slots, all in the sequences' last blocks. "
-    "Drawn from engine.block_manager.BlockManager.snapshot()."
+    "Drawn from engine.core.block_manager.BlockManager.snapshot()."
 )
 
 st.subheader("Sharing: fork, copy-on-write and the prefix cache")

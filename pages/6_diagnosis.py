@@ -4,10 +4,11 @@ from typing import Any
 
 import streamlit as st
 
-from engine.memory import GPUS, MODELS
-from lessons import diagnosis_lab as lab
-from lessons.scenarios import get_scenario, scenario_ids, symptoms, vllm_command
-from pages._ui import (
+from engine.memory.footprint import GPUS, MODELS
+from lessons.diagnosis import lab as lab
+from lessons.diagnosis.scenarios import get_scenario, scenario_ids, symptoms, vllm_command
+from ui import charts_memory
+from ui.page import (
     download_rows,
     lesson_check,
     page_header,
@@ -18,7 +19,6 @@ from pages._ui import (
     show_table,
     sources,
 )
-from ui import charts_memory
 
 PAGE = "diagnosis"
 

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lessons import quizzes
-from pages._ui import clear_quiz, ensure_progress, lesson_check, page_header, prose, show_table
+from ui.page import clear_quiz, ensure_progress, lesson_check, page_header, prose, show_table
 
 PAGE = "golden_rules"
 

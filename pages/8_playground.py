@@ -4,10 +4,10 @@ from typing import Any
 
 import streamlit as st
 
-from lessons import playground_lab as lab
-from lessons.paged_lab import BLOCK_SIZES
-from pages._ui import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
+from lessons.labs import playground as lab
+from lessons.labs.paged import BLOCK_SIZES
 from ui import charts, charts_memory
+from ui.page import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
 
 PAGE = "playground"
 RUN_KEY, ENGINE_KEY = "pg_run", "pg_engine"  # per-learner state: the last run and the learner's own LLM

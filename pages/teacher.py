@@ -12,10 +12,10 @@ import os
 
 import streamlit as st
 
-from lessons.progress import ProgressStoreError, validate_name
-from lessons.progress_report import REPORT_COLUMNS, class_report, report_csv
-from pages._progress_ui import get_store
-from pages._ui import LESSON_PAGES
+from progress.report import REPORT_COLUMNS, class_report, report_csv
+from progress.store import ProgressStoreError, validate_name
+from ui.page import LESSON_PAGES
+from ui.signin import get_store
 
 st.title("Teacher view")
 st.write(

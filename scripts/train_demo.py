@@ -31,9 +31,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from engine.model import CausalLM  # noqa: E402
-from engine.model_config import ModelConfig  # noqa: E402
-from engine.tokenizer import ByteBPETokenizer  # noqa: E402
+from engine.model.config import ModelConfig  # noqa: E402
+from engine.model.llama import CausalLM  # noqa: E402
+from engine.model.tokenizer import ByteBPETokenizer  # noqa: E402
 
 SEED = 0
 VOCAB_SIZE = 1024

@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from engine.model import CausalLM
-from engine.model_config import ModelConfig
-from engine.tokenizer import ByteBPETokenizer
+from engine.model.config import ModelConfig
+from engine.model.llama import CausalLM
+from engine.model.tokenizer import ByteBPETokenizer
 
 
 def make_tiny_model(folder: Path, text: str) -> Path:

@@ -1,0 +1,331 @@
+"""Per-sequence block tables over a `BlockAllocator`: admission, growth, prefix hits, copy-on-write.
+
+Follows PagedAttention (Kwon et al., SOSP 2023) as nano-vllm's `BlockManager` and vLLM v1's
+`KVCacheManager` implement it. A sequence's `block_table` maps logical block i (tokens
+i*block_size .. (i+1)*block_size - 1) to a physical block; token p lives in cache slot
+`block_table[p // block_size] * block_size + p % block_size`. The K/V tensors those slots index are
+`engine.core.kv_cache.PagedKVCache`.
+
+Public API:
+    BlockManager(num_blocks, block_size, enable_prefix_caching=False)    .allocator is the BlockAllocator
+        query / mutate pairs (a mutation that cannot fit raises OutOfBlocksError and changes nothing):
+        .num_cached_prefix_tokens(seq) -> int     tokens allocate_sequence would reuse from the prefix cache
+        .can_allocate(seq, num_new_tokens=None, watermark_blocks=0) -> bool
+        .allocate_sequence(seq, num_new_tokens=None) -> int   admit: reuse cached prefix blocks, allocate
+                  blocks for num_new_tokens more tokens (default: all the rest); sets seq.block_table,
+                  seq.num_cached_tokens and seq.num_computed_tokens (= cached); returns num_cached_tokens
+        .can_append(seq, num_new_tokens=1) -> bool
+        .append_slots(seq, num_new_tokens=1) -> list[tuple[int, int]]   cover positions
+                  seq.num_computed_tokens .. + num_new_tokens - 1; returns copy-on-write (src, dst) block
+                  copies the cache must perform (PagedKVCache.copy_blocks) before this step writes K/V
+        .fork(parent, child)             child shares all of parent's blocks (ref + 1), copy-on-write later
+        .free_sequence(seq)              decref all its blocks (reverse order), clears seq.block_table
+        .cache_computed_blocks(seq)      register its full computed blocks in the prefix cache (automatic in
+                                         append_slots / free_sequence; call it to publish earlier)
+        .snapshot() -> list[BlockInfo]   every block: id, ref count, owners, filled slots, hash
+        .usage(bytes_per_slot=0) -> BlockUsage    allocated / used slots, internal fragmentation
+        .num_free_blocks, .num_blocks, .block_size, .sequences (seq_id -> Sequence holding blocks)
+The caller (scheduler / model runner) advances seq.num_computed_tokens after each step; the manager
+never does. Full blocks are published to the prefix cache once they are computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.block_allocator import BlockAllocator, OutOfBlocksError, compute_block_hash
+from engine.core.sequence import Sequence
+
+
+@dataclass(slots=True)  # not frozen: frozen dataclasses build ~6x slower, and snapshot() makes one per block
+class BlockInfo:
+    """One physical block as the lessons draw it (a read-only record)."""
+
+    block_id: int
+    ref_count: int
+    owners: tuple[int, ...]  # seq_ids whose block table holds this block
+    num_filled: int  # slots holding (or being written with) a token; block_size for a cached free block
+    block_hash: int | None  # prefix-cache hash, None when not cached
+
+    @property
+    def state(self) -> str:
+        """ "used" (referenced), "cached" (free but reusable prefix) or "free"."""
+        if self.ref_count > 0:
+            return "used"
+        return "cached" if self.block_hash is not None else "free"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockUsage:
+    """Pool-wide numbers: what is allocated, what holds tokens, and the internal waste in between."""
+
+    num_blocks: int
+    block_size: int
+    num_used_blocks: int  # ref count > 0
+    num_free_blocks: int  # includes cached blocks nobody references
+    num_cached_free_blocks: int
+    allocated_slots: int  # num_used_blocks * block_size
+    used_slots: int  # slots holding a token (a shared block counts once)
+    bytes_per_slot: int = 0
+
+    @property
+    def internal_fragmentation_slots(self) -> int:
+        """Allocated slots holding no token (the tail of each sequence's last block)."""
+        return self.allocated_slots - self.used_slots
+
+    @property
+    def internal_fragmentation_bytes(self) -> int:
+        """Internal fragmentation in bytes (0 unless bytes_per_slot was given)."""
+        return self.internal_fragmentation_slots * self.bytes_per_slot
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Allocated slots in bytes."""
+        return self.allocated_slots * self.bytes_per_slot
+
+    @property
+    def used_bytes(self) -> int:
+        """Used slots in bytes."""
+        return self.used_slots * self.bytes_per_slot
+
+
+class BlockManager:
+    """Block tables, prefix hits and copy-on-write for sequences over one BlockAllocator."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+        self.allocator = BlockAllocator(num_blocks, block_size, enable_prefix_caching)
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.sequences: dict[int, Sequence] = {}  # sequences holding blocks
+        self._num_slots: dict[int, int] = {}  # seq_id -> positions covered by its last allocation
+        self._hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of its leading published blocks
+
+    def __repr__(self) -> str:
+        return f"BlockManager({self.allocator!r}, num_sequences={len(self.sequences)})"
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks the allocator can hand out."""
+        return self.allocator.num_free_blocks
+
+    # ---- queries -------------------------------------------------------------------------------------
+
+    def _check_seq(self, seq: Sequence) -> None:
+        if seq.block_size != self.block_size:
+            raise ValueError(
+                f"sequence {seq.seq_id} has block_size={seq.block_size} but the cache uses {self.block_size}; "
+                f"create the Sequence with block_size={self.block_size}"
+            )
+
+    def _prefix_hits(self, seq: Sequence) -> tuple[list[int], list[int]]:
+        """Cached blocks matching the prompt's leading full blocks, and their hashes."""
+        if not self.allocator.enable_prefix_caching:
+            return [], []
+        bs, tokens, lookup = self.block_size, seq.token_ids, self.allocator.lookup
+        blocks: list[int] = []
+        hashes: list[int] = []
+        parent = None
+        # Never the whole sequence: the last token must be computed to produce logits (as vLLM does).
+        for i in range((len(tokens) - 1) // bs):
+            chunk = tuple(tokens[i * bs : (i + 1) * bs])
+            block_hash = compute_block_hash(parent, chunk)
+            block_id = lookup(block_hash, chunk)
+            if block_id is None:
+                break
+            blocks.append(block_id)
+            hashes.append(block_hash)
+            parent = block_hash
+        return blocks, hashes
+
+    def num_cached_prefix_tokens(self, seq: Sequence) -> int:
+        """Tokens `allocate_sequence(seq)` would take from the prefix cache right now."""
+        self._check_seq(seq)
+        return len(self._prefix_hits(seq)[0]) * self.block_size
+
+    def _admission_cost(self, seq: Sequence, num_new_tokens: int | None) -> tuple[list[int], list[int], int, int, int]:
+        """(hit blocks, hit hashes, fresh blocks needed, free blocks consumed, new tokens) to admit `seq`."""
+        self._check_seq(seq)
+        if seq.seq_id in self.sequences or seq.block_table:
+            raise ValueError(
+                f"sequence {seq.seq_id} already holds blocks {seq.block_table}; call free_sequence() before "
+                f"allocating it again, or append_slots() to grow it"
+            )
+        blocks, hashes = self._prefix_hits(seq)
+        num_cached = len(blocks) * self.block_size
+        remaining = seq.num_tokens - num_cached
+        n = remaining if num_new_tokens is None else num_new_tokens
+        if type(n) is not int or not 1 <= n <= remaining:
+            raise ValueError(
+                f"num_new_tokens={num_new_tokens!r} for sequence {seq.seq_id} must be in 1..{remaining} "
+                f"({seq.num_tokens} tokens, {num_cached} cached)"
+            )
+        fresh = -(-(num_cached + n) // self.block_size) - len(blocks)
+        ref_count = self.allocator.ref_count
+        revived = sum(1 for b in blocks if ref_count(b) == 0)  # cached-free hits leave the free pool too
+        return blocks, hashes, fresh, fresh + revived, n
+
+    def can_allocate(self, seq: Sequence, num_new_tokens: int | None = None, watermark_blocks: int = 0) -> bool:
+        """Whether `allocate_sequence` would succeed and still leave `watermark_blocks` free."""
+        cost = self._admission_cost(seq, num_new_tokens)[3]
+        return cost + watermark_blocks <= self.allocator.num_free_blocks
+
+    def _append_plan(self, seq: Sequence, num_new_tokens: int) -> tuple[list[int], int]:
+        """(indices of shared blocks to copy-on-write, new blocks to append) to write the next tokens."""
+        if seq.seq_id not in self.sequences:
+            raise ValueError(f"sequence {seq.seq_id} holds no blocks; call allocate_sequence() first")
+        start, num_tokens = seq.num_computed_tokens, len(seq.token_ids)
+        if type(num_new_tokens) is not int or num_new_tokens < 1 or start + num_new_tokens > num_tokens:
+            raise ValueError(
+                f"num_new_tokens={num_new_tokens!r} for sequence {seq.seq_id} must be in "
+                f"1..{num_tokens - start} ({num_tokens} tokens, {start} computed)"
+            )
+        end, bs, table = start + num_new_tokens, self.block_size, seq.block_table
+        refs = self.allocator._ref_counts  # hot path (every decode step): index the list directly
+        last = -(-end // bs)  # blocks needed to cover positions 0..end-1
+        # A block this step writes into must be exclusively ours: shared ones are copied first.
+        shared = [i for i in range(start // bs, min(last, len(table))) if refs[table[i]] > 1]
+        return shared, last - len(table) if last > len(table) else 0
+
+    def can_append(self, seq: Sequence, num_new_tokens: int = 1) -> bool:
+        """Whether `append_slots(seq, num_new_tokens)` would find enough free blocks."""
+        shared, grow = self._append_plan(seq, num_new_tokens)
+        return len(shared) + grow <= self.allocator.num_free_blocks
+
+    # ---- mutations -----------------------------------------------------------------------------------
+
+    def allocate_sequence(self, seq: Sequence, num_new_tokens: int | None = None) -> int:
+        """Admit `seq`: reuse its cached prefix, allocate the rest; returns num_cached_tokens."""
+        blocks, hashes, fresh, cost, n = self._admission_cost(seq, num_new_tokens)
+        alloc = self.allocator
+        if cost > alloc.num_free_blocks:
+            raise OutOfBlocksError(cost, alloc.num_free_blocks, alloc.num_blocks)
+        for block_id in blocks:  # revive hits before allocating, so eviction cannot take them
+            alloc.incref(block_id)
+        seq.block_table = blocks + alloc.allocate_blocks(fresh)
+        num_cached = len(blocks) * self.block_size
+        seq.num_cached_tokens = seq.num_computed_tokens = num_cached
+        self.sequences[seq.seq_id] = seq
+        self._hashes[seq.seq_id] = hashes
+        self._num_slots[seq.seq_id] = num_cached + n
+        return num_cached
+
+    def append_slots(self, seq: Sequence, num_new_tokens: int = 1) -> list[tuple[int, int]]:
+        """Give the next `num_new_tokens` positions cache slots; returns (src, dst) block copies to perform."""
+        self.cache_computed_blocks(seq)
+        shared, grow = self._append_plan(seq, num_new_tokens)
+        alloc, table = self.allocator, seq.block_table
+        if len(shared) + grow > alloc.num_free_blocks:
+            raise OutOfBlocksError(len(shared) + grow, alloc.num_free_blocks, alloc.num_blocks)
+        copies: list[tuple[int, int]] = []
+        for i in shared:
+            old, new = table[i], alloc.allocate()
+            table[i] = new
+            alloc.free(old)
+            if i * self.block_size < seq.num_computed_tokens:  # holds computed tokens: copy them over
+                copies.append((old, new))
+        for _ in range(grow):
+            table.append(alloc.allocate())
+        end = seq.num_computed_tokens + num_new_tokens
+        if end > self._num_slots[seq.seq_id]:
+            self._num_slots[seq.seq_id] = end
+        return copies
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Make `child` share every block of `parent` (ref + 1 each); writes copy-on-write later."""
+        if parent.seq_id not in self.sequences:
+            raise ValueError(f"parent sequence {parent.seq_id} holds no blocks; allocate it before fork()")
+        self._check_seq(child)
+        if child.seq_id in self.sequences or child.block_table:
+            raise ValueError(f"child sequence {child.seq_id} already holds blocks; fork() into a new sequence")
+        n = parent.num_computed_tokens
+        if child.token_ids[:n] != parent.token_ids[:n]:
+            raise ValueError(
+                f"child sequence {child.seq_id} must start with parent {parent.seq_id}'s {n} computed tokens"
+            )
+        for block_id in parent.block_table:
+            self.allocator.incref(block_id)
+        child.block_table = list(parent.block_table)
+        child.num_computed_tokens = n
+        child.num_cached_tokens = parent.num_cached_tokens
+        self.sequences[child.seq_id] = child
+        self._hashes[child.seq_id] = list(self._hashes[parent.seq_id])
+        self._num_slots[child.seq_id] = min(self._num_slots[parent.seq_id], child.num_tokens)
+
+    def free_sequence(self, seq: Sequence) -> None:
+        """Release all of `seq`'s blocks (its full computed blocks stay in the prefix cache)."""
+        if seq.seq_id not in self.sequences:
+            raise ValueError(f"sequence {seq.seq_id} holds no blocks; it was never allocated or is already freed")
+        self.cache_computed_blocks(seq)
+        # Reverse order: the tail of a prefix is freed first, so LRU eviction takes it before the head.
+        for block_id in reversed(seq.block_table):
+            self.allocator.free(block_id)
+        seq.block_table = []
+        del self.sequences[seq.seq_id], self._hashes[seq.seq_id], self._num_slots[seq.seq_id]
+
+    def cache_computed_blocks(self, seq: Sequence) -> None:
+        """Publish `seq`'s full, computed blocks to the prefix cache (no-op without prefix caching)."""
+        if not self.allocator.enable_prefix_caching or seq.seq_id not in self.sequences:
+            return
+        hashes, bs, table = self._hashes[seq.seq_id], self.block_size, seq.block_table
+        num_full = min(seq.num_computed_tokens // bs, len(table))
+        if num_full <= len(hashes):
+            return
+        parent = hashes[-1] if hashes else None
+        for i in range(len(hashes), num_full):
+            chunk = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            parent = compute_block_hash(parent, chunk)
+            self.allocator.cache_block(table[i], parent, chunk)
+            hashes.append(parent)
+
+    # ---- observability -------------------------------------------------------------------------------
+
+    def _filled(self) -> tuple[dict[int, list[int]], dict[int, int]]:
+        """owners and filled-slot count of every referenced block (a shared block: max over owners)."""
+        owners: dict[int, list[int]] = {}
+        filled: dict[int, int] = {}
+        bs = self.block_size
+        for seq_id, seq in self.sequences.items():
+            n = self._num_slots[seq_id]
+            full = n // bs  # blocks before this index are full; the one at it holds n % bs slots
+            for i, block_id in enumerate(seq.block_table):
+                f = bs if i < full else (n - full * bs if i == full else 0)
+                seen = owners.get(block_id)
+                if seen is None:
+                    owners[block_id] = [seq_id]
+                    filled[block_id] = f
+                else:  # shared: count its slots once, as the fullest owner sees them
+                    seen.append(seq_id)
+                    if f > filled[block_id]:
+                        filled[block_id] = f
+        return owners, filled
+
+    def snapshot(self) -> list[BlockInfo]:
+        """Every physical block in id order, with owners and filled slots."""
+        owners, filled = self._filled()
+        alloc, bs = self.allocator, self.block_size
+        refs, hashes = alloc._ref_counts, alloc._block_hashes
+        return [
+            BlockInfo(
+                b,
+                refs[b],
+                tuple(owners.get(b, ())),
+                filled.get(b, bs if hashes[b] is not None else 0),
+                hashes[b],
+            )
+            for b in range(self.num_blocks)
+        ]
+
+    def usage(self, bytes_per_slot: int = 0) -> BlockUsage:
+        """Pool-wide allocated / used slots and internal fragmentation (bytes if bytes_per_slot given)."""
+        alloc = self.allocator
+        used_blocks = alloc.num_blocks - alloc.num_free_blocks
+        return BlockUsage(
+            num_blocks=alloc.num_blocks,
+            block_size=self.block_size,
+            num_used_blocks=used_blocks,
+            num_free_blocks=alloc.num_free_blocks,
+            num_cached_free_blocks=alloc.num_evictable_blocks,
+            allocated_slots=used_blocks * self.block_size,
+            used_slots=sum(self._filled()[1].values()),
+            bytes_per_slot=bytes_per_slot,
+        )

@@ -1,0 +1,225 @@
+"""KV-cache memory: paged K/V tensors with their kernel metadata, and the contiguous baseline they replace.
+
+Paged (PagedAttention, Kwon et al., SOSP 2023): every layer owns K and V tensors
+`[num_blocks, block_size, num_kv_heads, head_dim]`; a token's K/V row lives at slot
+`block_id * block_size + offset`, where the block comes from its sequence's block table
+(`engine.core.block_manager.BlockManager`). Contiguous (FasterTransformer / Hugging Face static cache): each
+sequence reserves `max_model_len` adjacent slots up front, which wastes memory three ways in the vLLM
+paper's terms: *reserved* (slots for tokens not generated yet), *internal* (slots past the request's
+final length) and *external* (gaps between reservations too small for another request).
+
+Public API:
+    kv_bytes_per_slot(num_layers, num_kv_heads, head_dim, dtype) -> int    K and V of one token, all layers
+    num_blocks_for_budget(budget_bytes, block_size, num_layers, num_kv_heads, head_dim, dtype) -> int
+    PagedKVCache(num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype=float32, device="cpu")
+        .from_budget(budget_bytes, num_layers, block_size, num_kv_heads, head_dim, dtype, device)
+        .kv  [L, 2, num_blocks, block_size, Hkv, D];  .kv_caches  list of (k_cache, v_cache) per layer
+        .k_cache(layer), .v_cache(layer), .copy_blocks([(src, dst), ...]), .bytes_per_slot, .nbytes
+    build_slot_mapping(seqs, num_new_tokens, device="cpu", dtype=int64) -> [sum(num_new_tokens)]
+    build_block_tables(seqs, device="cpu", max_num_blocks=None, pad_value=0) -> int32 [S, max_blocks]
+    build_seq_lens(seqs, num_new_tokens=None, device="cpu") -> int32 [S]
+    ContiguousAllocator(num_slots, max_model_len)  (engine.core.contiguous_cache; re-exported here)
+BlockManager, BlockInfo and BlockUsage are re-exported from engine.core.block_manager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+
+import torch
+
+from engine.core.block_manager import BlockInfo, BlockManager, BlockUsage
+from engine.core.contiguous_cache import ContiguousAllocator, ContiguousUsage, Reservation
+from engine.core.sequence import Sequence, check_block_size
+
+__all__ = [
+    "BlockInfo",
+    "BlockManager",
+    "BlockUsage",
+    "ContiguousAllocator",
+    "ContiguousUsage",
+    "PagedKVCache",
+    "Reservation",
+    "build_block_tables",
+    "build_seq_lens",
+    "build_slot_mapping",
+    "kv_bytes_per_slot",
+    "num_blocks_for_budget",
+]
+
+
+def _check_positive(**values: object) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an integer >= 1")
+
+
+def kv_bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """Bytes one token's K and V take across all layers: 2 * layers * kv_heads * head_dim * element size."""
+    _check_positive(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def num_blocks_for_budget(
+    budget_bytes: int,
+    block_size: int,
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype = torch.float32,
+) -> int:
+    """How many whole blocks fit in `budget_bytes`; a budget below one block is a ValueError."""
+    block_bytes = check_block_size(block_size) * kv_bytes_per_slot(num_layers, num_kv_heads, head_dim, dtype)
+    num_blocks = int(budget_bytes) // block_bytes
+    if num_blocks < 1:
+        raise ValueError(
+            f"a KV budget of {budget_bytes} bytes holds no block of {block_bytes} bytes "
+            f"({block_size} tokens x {block_bytes // block_size} bytes); raise the budget or use a smaller block_size"
+        )
+    return num_blocks
+
+
+class PagedKVCache:
+    """K and V for every layer, cut into blocks: `kv[layer, 0 | 1, block, offset, kv_head, dim]`."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        _check_positive(num_layers=num_layers, num_blocks=num_blocks, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        self.num_layers = num_layers
+        self.num_blocks = num_blocks
+        self.block_size = check_block_size(block_size)
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        # One allocation for the whole cache; zeros so an unwritten slot never holds garbage.
+        self.kv = torch.zeros(
+            num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
+        )  # [L, 2, num_blocks, block_size, Hkv, D]
+        # Per-layer views, each contiguous [num_blocks, block_size, Hkv, D], as the kernels take them.
+        self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = [
+            (self.kv[layer, 0], self.kv[layer, 1]) for layer in range(num_layers)
+        ]
+
+    @classmethod
+    def from_budget(
+        cls,
+        budget_bytes: int,
+        num_layers: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> PagedKVCache:
+        """A cache with as many blocks as fit in `budget_bytes`."""
+        num_blocks = num_blocks_for_budget(budget_bytes, block_size, num_layers, num_kv_heads, head_dim, dtype)
+        return cls(num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype, device)
+
+    def __repr__(self) -> str:
+        return (
+            f"PagedKVCache(num_layers={self.num_layers}, num_blocks={self.num_blocks}, block_size={self.block_size}, "
+            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, dtype={self.dtype}, {self.nbytes} bytes)"
+        )
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Element type of the cache."""
+        return self.kv.dtype
+
+    @property
+    def num_slots(self) -> int:
+        """Token slots in the cache: num_blocks * block_size."""
+        return self.num_blocks * self.block_size
+
+    @property
+    def bytes_per_slot(self) -> int:
+        """Bytes of one token's K and V over all layers."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv.element_size()
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes held by the cache tensors."""
+        return self.kv.numel() * self.kv.element_size()
+
+    def k_cache(self, layer: int) -> torch.Tensor:
+        """Layer `layer`'s keys [num_blocks, block_size, Hkv, D]."""
+        return self.kv_caches[layer][0]
+
+    def v_cache(self, layer: int) -> torch.Tensor:
+        """Layer `layer`'s values [num_blocks, block_size, Hkv, D]."""
+        return self.kv_caches[layer][1]
+
+    def copy_blocks(self, copies: Seq[tuple[int, int]]) -> None:
+        """Copy-on-write: copy block src's K/V rows into block dst, in every layer."""
+        if not copies:
+            return
+        for src, dst in copies:
+            for name, block_id in (("src", src), ("dst", dst)):
+                if not 0 <= block_id < self.num_blocks:
+                    raise ValueError(f"copy {src} -> {dst}: {name} block must be in 0..{self.num_blocks - 1}")
+        dsts = [dst for _, dst in copies]
+        if len(set(dsts)) != len(dsts):
+            raise ValueError(f"copy destinations {dsts} repeat a block; each copy needs its own destination")
+        device = self.kv.device
+        src_idx = torch.tensor([src for src, _ in copies], dtype=torch.long, device=device)
+        dst_idx = torch.tensor(dsts, dtype=torch.long, device=device)
+        # Gather first, then scatter: a block that is both a source and a destination reads its old rows.
+        self.kv[:, :, dst_idx] = self.kv[:, :, src_idx]  # [L, 2, n_copies, block_size, Hkv, D]
+
+
+def _counts(seqs: Seq[Sequence], num_new_tokens: Seq[int] | None) -> list[int]:
+    if num_new_tokens is None:
+        return [0] * len(seqs)
+    if len(num_new_tokens) != len(seqs):
+        raise ValueError(f"num_new_tokens has {len(num_new_tokens)} entries for {len(seqs)} sequences; give one each")
+    return list(num_new_tokens)
+
+
+def build_slot_mapping(
+    seqs: Seq[Sequence],
+    num_new_tokens: Seq[int],
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.int64,
+) -> torch.Tensor:
+    """Cache slot of each new token, sequence by sequence: positions num_computed_tokens .. + n - 1."""
+    slots: list[int] = []
+    for seq, n in zip(seqs, _counts(seqs, num_new_tokens), strict=True):
+        bs, table, start = seq.block_size, seq.block_table, seq.num_computed_tokens
+        if start + n > len(table) * bs:
+            raise ValueError(
+                f"sequence {seq.seq_id} needs slots up to position {start + n - 1} but its block table holds "
+                f"{len(table) * bs}; call BlockManager.append_slots() before building the step"
+            )
+        slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+    return torch.tensor(slots, dtype=dtype, device=device)
+
+
+def build_block_tables(
+    seqs: Seq[Sequence],
+    device: torch.device | str = "cpu",
+    max_num_blocks: int | None = None,
+    pad_value: int = 0,
+) -> torch.Tensor:
+    """Block tables padded to a rectangle: int32 [S, max_num_blocks] (padding is never read)."""
+    width = max((len(s.block_table) for s in seqs), default=0)
+    if max_num_blocks is not None:
+        if max_num_blocks < width:
+            raise ValueError(f"max_num_blocks={max_num_blocks} is smaller than the longest block table ({width})")
+        width = max_num_blocks
+    rows = [s.block_table + [pad_value] * (width - len(s.block_table)) for s in seqs]
+    return torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(seqs), width)
+
+
+def build_seq_lens(
+    seqs: Seq[Sequence], num_new_tokens: Seq[int] | None = None, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """Tokens in the cache per sequence after this step's store: num_computed_tokens + new, int32 [S]."""
+    lens = [s.num_computed_tokens + n for s, n in zip(seqs, _counts(seqs, num_new_tokens), strict=True)]
+    return torch.tensor(lens, dtype=torch.int32, device=device)

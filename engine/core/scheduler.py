@@ -1,0 +1,224 @@
+"""Continuous-batching scheduler: a token budget per step, admission by free blocks, preemption by recompute.
+
+Follows vLLM v1's scheduler rewrite (one rule, no prefill/decode phases): every request has `num_tokens`
+token ids and `num_computed_tokens` of them already have K/V in the paged cache; each step hands out a
+budget of `max_num_batched_tokens` new tokens so the counters catch up. Orca (Yu et al., OSDI 2022)
+introduced this iteration-level scheduling; PagedAttention (Kwon et al., SOSP 2023) supplies the blocks.
+
+One step, in order:
+1. Running requests, oldest first, each get min(tokens left to compute, budget left): one token for a
+   decode, a chunk for a long prompt (chunked prefill). When the block manager cannot give a request the
+   slots it needs, the *newest* running request is preempted: its blocks are freed, its counter reset to 0
+   and it goes back to the front of the waiting queue, to be recomputed later (prompt + tokens so far).
+2. Only if nobody was preempted, waiting requests are admitted in arrival order while the budget,
+   `max_num_seqs` and the free blocks allow; a watermark of free blocks is kept for running requests'
+   decodes so a new admission does not immediately force a preemption. Prefix-cache hits are counted as
+   computed at admission, so their tokens are skipped.
+After the model runs, `update()` advances the counters, appends sampled tokens, applies stop rules and
+frees finished requests. A request is never lost or duplicated: it is always in exactly one of `waiting`,
+`running` or finished. Requests that could never fit (longer than `max_model_len`, which must itself fit
+in the cache) are rejected when added.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import Sequence, SequenceStatus
+from engine.sampling import SamplingParams
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """Limits of one step and of one request; validates itself."""
+
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 2048
+    watermark: float = 0.01  # fraction of blocks admission leaves free for running decodes (vLLM v0's default)
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"watermark={self.watermark} must be a fraction in [0, 1)")
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """What one step runs: sequences with their new-token counts, plus preemptions and block copies."""
+
+    seqs: list[Sequence]  # scheduled sequences, running ones first, then newly admitted
+    num_new_tokens: list[int]  # tokens each sequence computes this step (query_lens)
+    num_computed_tokens: list[int]  # tokens each already had in the cache before the step (context_lens)
+    preempted: list[int] = field(default_factory=list)  # seq_ids sent back to waiting this step
+    admitted: list[int] = field(default_factory=list)  # seq_ids that left waiting this step
+    copies: list[tuple[int, int]] = field(default_factory=list)  # copy-on-write (src, dst) blocks, before the step
+
+    @property
+    def num_batched_tokens(self) -> int:
+        """Total new tokens in this step (<= max_num_batched_tokens)."""
+        return sum(self.num_new_tokens)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing was scheduled (no work left)."""
+        return not self.seqs
+
+
+class Scheduler:
+    """Waiting queue + running list over one BlockManager, filled each step up to the token budget."""
+
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+        capacity = block_manager.num_blocks * block_manager.block_size
+        if config.max_model_len > capacity:
+            raise ValueError(
+                f"max_model_len={config.max_model_len} is larger than the KV cache can hold "
+                f"({block_manager.num_blocks} blocks x {block_manager.block_size} = {capacity} tokens); "
+                f"lower max_model_len or give the cache more blocks"
+            )
+        self.config = config
+        self.block_manager = block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admission order: index 0 is the oldest
+        self.num_preemptions = 0
+        self._watermark_blocks = math.ceil(config.watermark * block_manager.num_blocks)
+
+    def __repr__(self) -> str:
+        return f"Scheduler(waiting={len(self.waiting)}, running={len(self.running)}, {self.block_manager!r})"
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new request; rejects one that could never fit with a ValueError."""
+        if seq.status is not SequenceStatus.WAITING or seq.block_table or seq.num_computed_tokens:
+            raise ValueError(f"sequence {seq.seq_id} is {seq.status.name} with blocks; add only fresh sequences")
+        if seq.num_tokens > self.config.max_model_len:
+            raise ValueError(
+                f"prompt of sequence {seq.seq_id} has {seq.num_tokens} tokens, more than max_model_len="
+                f"{self.config.max_model_len}; shorten the prompt or raise max_model_len"
+            )
+        if not isinstance(seq.sampling_params, SamplingParams):
+            raise ValueError(f"sequence {seq.seq_id} needs a SamplingParams, got {seq.sampling_params!r}")
+        self.waiting.append(seq)
+
+    @property
+    def has_unfinished(self) -> bool:
+        """True while any request is waiting or running."""
+        return bool(self.waiting or self.running)
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Evict `seq` for recompute: free its blocks, reset its counter, put it first in line."""
+        self.block_manager.free_sequence(seq)
+        seq.num_computed_tokens = 0
+        seq.num_cached_tokens = 0
+        seq.status = SequenceStatus.PREEMPTED
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def schedule(self) -> SchedulerOutput:
+        """Pick this step's sequences and token counts, allocating their cache slots."""
+        bm = self.block_manager
+        budget = self.config.max_num_batched_tokens
+        out = SchedulerOutput(seqs=[], num_new_tokens=[], num_computed_tokens=[])
+
+        # 1. Running requests, oldest first; on a block shortage preempt from the newest end.
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            while not bm.can_append(seq, n):
+                victim = self.running.pop()  # newest; always at an index >= i, so never already scheduled
+                self._preempt(victim)
+                out.preempted.append(victim.seq_id)
+                if victim is seq:
+                    break
+            else:
+                out.copies.extend(bm.append_slots(seq, n))
+                out.seqs.append(seq)
+                out.num_new_tokens.append(n)
+                out.num_computed_tokens.append(seq.num_computed_tokens)
+                budget -= n
+                i += 1
+
+        # 2. Admit waiting requests, unless this step already had to preempt (memory is tight).
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs and not out.preempted:
+            seq = self.waiting[0]
+            num_cached = bm.num_cached_prefix_tokens(seq)
+            n = min(seq.num_tokens - num_cached, budget)
+            # With nothing running the watermark is pointless and could block a request that fits.
+            watermark = self._watermark_blocks if self.running else 0
+            if not bm.can_allocate(seq, n, watermark_blocks=watermark):
+                break
+            self.waiting.popleft()
+            bm.allocate_sequence(seq, n)  # sets num_computed_tokens to the prefix-cache hit
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            out.seqs.append(seq)
+            out.num_new_tokens.append(n)
+            out.num_computed_tokens.append(seq.num_computed_tokens)
+            out.admitted.append(seq.seq_id)
+            budget -= n
+        return out
+
+    def update(
+        self,
+        out: SchedulerOutput,
+        sampled: list[int | None],
+        eos_token_ids: tuple[int, ...] = (),
+        now: float = 0.0,
+    ) -> list[Sequence]:
+        """Advance counters after the model ran `out`; append sampled tokens, stop and free; returns finished.
+
+        sampled[i] is the token drawn from sequence i's last logits, or None where the step did not reach the
+        end of its tokens (a partial prompt chunk: that logit is meaningless and discarded).
+        """
+        if len(sampled) != len(out.seqs):
+            raise ValueError(f"got {len(sampled)} sampled tokens for {len(out.seqs)} scheduled sequences")
+        finished: list[Sequence] = []
+        for seq, n, token in zip(out.seqs, out.num_new_tokens, sampled, strict=True):
+            seq.num_computed_tokens += n
+            if seq.num_computed_tokens < seq.num_tokens:
+                continue  # mid-prompt chunk: nothing to sample yet
+            if token is None:
+                raise ValueError(f"sequence {seq.seq_id} finished its prompt this step but no token was sampled")
+            seq.append_token(token)
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+            reason = self._stop_reason(seq, token, eos_token_ids)
+            if reason is not None:
+                seq.finish_reason = reason
+                seq.finish_time = now
+                seq.status = SequenceStatus.FINISHED
+                self.block_manager.free_sequence(seq)
+                self.running.remove(seq)
+                finished.append(seq)
+        return finished
+
+    def _stop_reason(self, seq: Sequence, token: int, eos_token_ids: tuple[int, ...]) -> str | None:
+        """ "stop" on a stop/EOS token, "length" at max_tokens or max_model_len, else None."""
+        params: SamplingParams = seq.sampling_params
+        if token in params.stop_token_ids or (not params.ignore_eos and token in eos_token_ids):
+            return "stop"
+        if seq.num_completion_tokens >= params.max_tokens or seq.num_tokens >= self.config.max_model_len:
+            return "length"
+        return None
+
+    def abort(self, seq_id: int) -> Sequence | None:
+        """Drop a waiting or running request (freeing its blocks); returns it, or None if unknown."""
+        for seq in self.waiting:
+            if seq.seq_id == seq_id:
+                self.waiting.remove(seq)
+                break
+        else:
+            seq = next((s for s in self.running if s.seq_id == seq_id), None)
+            if seq is None:
+                return None
+            self.running.remove(seq)
+            self.block_manager.free_sequence(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = "abort"
+        return seq

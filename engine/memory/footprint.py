@@ -1,0 +1,274 @@
+"""Memory model of an LLM server: weights, KV cache, activations and vLLM's start-up memory arithmetic.
+
+The KV arithmetic follows the vLLM paper (Kwon et al., SOSP 2023, arXiv 2309.06180) and vLLM's start-up
+profiling: the engine may use ``capacity * gpu_memory_utilization`` bytes; from that it subtracts the weights,
+the activation peak of a dummy forward pass over ``max_num_batched_tokens`` tokens and non-torch memory (CUDA
+context, cuBLAS workspaces); the rest becomes KV blocks of ``block_size`` tokens. The vllm#10517 report
+(Llama-3.1-8B, RTX 3090, utilization 0.9: 1,952 blocks = 31,232 tokens at 128 KiB/token) is reproduced in
+the tests. The catalog lives in engine/catalog.py, the roofline in engine/roofline.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.memory.catalog import (
+    GPUS,
+    MODELS,
+    GiB,
+    GpuSpec,
+    ModelSpec,
+    custom_model,
+    estimate_params,
+    get_gpu,
+    get_model,
+    model_from_config,
+)
+
+__all__ = [
+    "MODELS",
+    "GPUS",
+    "GiB",
+    "ModelSpec",
+    "GpuSpec",
+    "get_model",
+    "get_gpu",
+    "custom_model",
+    "model_from_config",
+    "estimate_params",
+    "DTYPE_BYTES",
+    "NON_TORCH_BYTES",
+    "ServingFootprint",
+    "dtype_bytes",
+    "weight_bytes",
+    "kv_bytes_per_token",
+    "kv_cache_bytes",
+    "activation_bytes",
+    "kv_blocks_from_budget",
+    "serving_footprint",
+]
+
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "auto": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+# CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM reports as non-torch memory. 0.7 GiB
+# makes the vllm#10517 numbers come out within 1% (real servers log 0.3-1 GiB).
+NON_TORCH_BYTES = int(0.7 * GiB)
+
+
+def dtype_bytes(dtype: str | float) -> float:
+    """Bytes per element of a dtype name ("bf16", "fp8", "int4", ...) or a number passed through."""
+    if isinstance(dtype, (int, float)) and not isinstance(dtype, bool):
+        if dtype <= 0:
+            raise ValueError(f"dtype bytes must be positive, got {dtype}")
+        return float(dtype)
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {list(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
+
+
+def _model(model: ModelSpec | str) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else get_model(model)
+
+
+def _gpu(gpu: GpuSpec | str) -> GpuSpec:
+    return gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
+
+
+def _check_tp(model: ModelSpec, tensor_parallel: int) -> None:
+    if not isinstance(tensor_parallel, int) or tensor_parallel < 1:
+        raise ValueError(f"tensor_parallel must be a positive integer, got {tensor_parallel!r}")
+    if model.num_heads % tensor_parallel:
+        raise ValueError(
+            f"{model.name} has {model.num_heads} attention heads, not divisible by "
+            f"tensor_parallel={tensor_parallel}; pick a divisor of {model.num_heads}"
+        )
+
+
+def weight_bytes(model: ModelSpec | str, dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
+    """Bytes of weights on each GPU: parameters * bytes per parameter / tensor-parallel degree."""
+    m = _model(model)
+    _check_tp(m, tensor_parallel)
+    return int(m.num_params * dtype_bytes(dtype) / tensor_parallel)
+
+
+def kv_bytes_per_token(model: ModelSpec | str, kv_dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
+    """KV bytes one token occupies on each GPU; KV heads split over TP and are replicated past num_kv_heads."""
+    m = _model(model)
+    _check_tp(m, tensor_parallel)
+    heads_per_gpu = max(1, m.num_kv_heads // tensor_parallel)
+    return int(2 * m.num_layers * heads_per_gpu * m.head_dim * dtype_bytes(kv_dtype))
+
+
+def kv_cache_bytes(
+    model: ModelSpec | str, num_tokens: int, kv_dtype: str | float = "bf16", tensor_parallel: int = 1
+) -> int:
+    """Bytes of KV cache for num_tokens tokens (summed over sequences) on each GPU."""
+    return num_tokens * kv_bytes_per_token(model, kv_dtype, tensor_parallel)
+
+
+def activation_bytes(
+    model: ModelSpec | str, num_batched_tokens: int, dtype: str | float = "bf16", tensor_parallel: int = 1
+) -> int:
+    """Peak activation memory of one forward pass over num_batched_tokens tokens (vLLM's profiling run).
+
+    Per token, one layer's live tensors: the residual and normed hidden state (2h), q/k/v (sharded) and the
+    gated MLP's gate, up and product (3 * intermediate, sharded). Layers run one after another, so the peak is
+    one layer's worth. For Llama-3.1-8B this is 112 KiB/token, which matches the 9,000-token longer profile
+    costing vllm#10517 about 0.93 GiB of KV (1952 -> 1478 blocks).
+    """
+    m = _model(model)
+    _check_tp(m, tensor_parallel)
+    qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim // tensor_parallel
+    per_token = 2 * m.hidden_size + qkv + 3 * m.intermediate_size // tensor_parallel
+    return int(num_batched_tokens * per_token * dtype_bytes(dtype))
+
+
+def kv_blocks_from_budget(kv_budget_bytes: float, bytes_per_token: int, block_size: int = 16) -> int:
+    """Whole KV blocks that fit a byte budget (never negative)."""
+    if block_size < 1 or bytes_per_token < 1:
+        raise ValueError(f"block_size and bytes_per_token must be positive, got {block_size}, {bytes_per_token}")
+    return max(0, int(kv_budget_bytes // (bytes_per_token * block_size)))
+
+
+@dataclass(frozen=True, slots=True)
+class ServingFootprint:
+    """Where one GPU's memory goes under a vLLM-style configuration, and what the KV pool can hold."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    gpu_memory_utilization: float
+    weights_bytes: int
+    activation_bytes: int
+    overhead_bytes: int
+    other_process_bytes: int
+    kv_budget_bytes: int
+    kv_bytes_per_token: int
+    naive_kv_bytes_per_token: int
+    block_size: int
+    num_blocks: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    tensor_parallel: int
+    weight_dtype: str
+    kv_dtype: str
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Total memory of one GPU."""
+        return self.gpu.memory_bytes
+
+    @property
+    def kv_token_capacity(self) -> int:
+        """Tokens the KV pool holds (all sequences together): num_blocks * block_size."""
+        return self.num_blocks * self.block_size
+
+    @property
+    def startup_error(self) -> str | None:
+        """The error a vLLM-like server would raise at start-up with this configuration, or None."""
+        budget = self.capacity_bytes * self.gpu_memory_utilization
+        free = self.capacity_bytes - self.other_process_bytes
+        if free < budget:
+            return (
+                f"ValueError: Free memory on device ({free / GiB:.2f}/{self.capacity_bytes / GiB:.2f} GiB) on "
+                f"startup is less than desired GPU memory utilization ({self.gpu_memory_utilization}, "
+                f"{budget / GiB:.2f} GiB). Decrease GPU memory utilization or reduce GPU memory used by "
+                f"other processes."
+            )
+        if self.num_blocks == 0:
+            return (
+                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"
+                " when initializing the engine."
+            )
+        if self.max_model_len > self.kv_token_capacity:
+            return (
+                f"ValueError: The model's max seq len ({self.max_model_len}) is larger than the maximum number "
+                f"of tokens that can be stored in KV cache ({self.kv_token_capacity}). Try increasing "
+                f"`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+            )
+        return None
+
+    def max_concurrency(self, context_len: int | None = None) -> int:
+        """Sequences of context_len tokens (default max_model_len) that fit at once, in whole blocks."""
+        length = context_len or self.max_model_len
+        if length < 1:
+            raise ValueError(f"context_len must be positive, got {length}")
+        return self.num_blocks // -(-length // self.block_size)
+
+    def vllm_concurrency(self, context_len: int | None = None) -> float:
+        """vLLM's log figure "Maximum concurrency for N tokens per request: X.XXx" (tokens / N)."""
+        return self.kv_token_capacity / (context_len or self.max_model_len)
+
+    def max_context(self, concurrency: int) -> int:
+        """Longest context each of `concurrency` simultaneous sequences can reach (whole blocks each)."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, got {concurrency}")
+        return (self.num_blocks // concurrency) * self.block_size
+
+    def breakdown(self) -> list[dict[str, float | str]]:
+        """Rows (part, bytes, GiB) adding up to the capacity; the last is negative ("over capacity") if oversold."""
+        kv_used = self.num_blocks * self.block_size * self.kv_bytes_per_token
+        parts = [
+            ("weights", self.weights_bytes),
+            ("activations (profiled peak)", self.activation_bytes),
+            ("CUDA context / non-torch", self.overhead_bytes),
+            ("KV cache", kv_used),
+            ("other processes", self.other_process_bytes),
+        ]
+        rest = self.capacity_bytes - sum(b for _, b in parts)
+        parts.append(("unallocated (1 - utilization)" if rest >= 0 else "over capacity", rest))
+        return [{"part": p, "bytes": float(b), "GiB": b / GiB} for p, b in parts]
+
+
+def serving_footprint(
+    model: ModelSpec | str,
+    gpu: GpuSpec | str,
+    *,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    block_size: int = 16,
+    tensor_parallel: int = 1,
+    other_process_bytes: int = 0,
+    overhead_bytes: int = NON_TORCH_BYTES,
+) -> ServingFootprint:
+    """vLLM's start-up arithmetic: KV blocks = (capacity * util - weights - activation peak - overhead) / block.
+
+    max_model_len defaults to the model's max context (vLLM's default). max_num_batched_tokens defaults as in
+    vLLM 0.6: max(max_model_len, 2048), or 2048 with chunked prefill, which vLLM turns on past 32K context.
+    """
+    m, g = _model(model), _gpu(gpu)
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got {block_size}")
+    if other_process_bytes < 0 or overhead_bytes < 0:
+        raise ValueError("other_process_bytes and overhead_bytes must be >= 0")
+    max_model_len = m.max_context if max_model_len is None else max_model_len
+    if max_model_len < 1:
+        raise ValueError(f"max_model_len must be a positive integer, got {max_model_len}")
+    if max_num_batched_tokens is None:
+        max_num_batched_tokens = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
+    weights = weight_bytes(m, weight_dtype, tensor_parallel)
+    acts = activation_bytes(m, max_num_batched_tokens, "bf16", tensor_parallel)
+    per_token = kv_bytes_per_token(m, kv_dtype, tensor_parallel)
+    budget = int(g.memory_bytes * gpu_memory_utilization) - weights - acts - overhead_bytes
+    return ServingFootprint(
+        model=m,
+        gpu=g,
+        gpu_memory_utilization=gpu_memory_utilization,
+        weights_bytes=weights,
+        activation_bytes=acts,
+        overhead_bytes=overhead_bytes,
+        other_process_bytes=other_process_bytes,
+        kv_budget_bytes=budget,
+        kv_bytes_per_token=per_token,
+        naive_kv_bytes_per_token=m.kv_bytes_per_token_mha(dtype_bytes(kv_dtype)),
+        block_size=block_size,
+        num_blocks=kv_blocks_from_budget(budget, per_token, block_size),
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        tensor_parallel=tensor_parallel,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+    )

@@ -1,0 +1,297 @@
+"""The OOM incidents of lesson 6: stories, candidate diagnoses, randomised variants and realistic log lines.
+
+Each builder returns a `lessons.diagnosis.scenarios.Scenario`; with a `random.Random` it perturbs traffic and sizes
+within ranges where the do-nothing deployment still fails and the reference fix still resolves (the tests
+check several seeds). Log lines imitate PyTorch's OOM message and vLLM's start-up and metrics logs; the
+numbers in them come from the memory model and the simulator, not from a template. The incidents follow
+real reports: vLLM issues 10517 and 2418 ("max seq len is larger than the maximum number of tokens that can
+be stored in KV cache"), and the GPU-shared-with-another-process check of vLLM's start-up.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from engine.memory.catalog import GPUS, MODELS, GiB
+from lessons.diagnosis.scenarios import Diagnosis, Outcome, Scenario, ServeConfig, Traffic
+
+__all__ = ["INCIDENTS", "incident_logs"]
+
+SEVEN_B_CLASS = ("llama-2-7b", "llama-3-8b", "llama-3.1-8b", "mistral-7b", "qwen2.5-7b")
+
+
+def _jitter(rng: random.Random | None, value: float, spread: float = 0.15) -> float:
+    return value if rng is None else value * rng.uniform(1 - spread, 1 + spread)
+
+
+def chat_oom(rng: random.Random | None, seed: int | None) -> Scenario:
+    """Llama-3-8B chat on one 24 GB card, static max-length reservations: OOM although the weights fit."""
+    rate = round(_jitter(rng, 3.0), 2)
+    users = 32 if rng is None else rng.choice((24, 32, 48))
+    cfg = ServeConfig("llama-3-8b", "rtx-4090", "meta-llama/Meta-Llama-3-8B-Instruct", policy="static",
+                      max_model_len=8192, max_num_seqs=users)  # fmt: skip
+    return Scenario(
+        id="chat-oom",
+        title="The chat service that crashes at lunchtime",
+        story=(
+            f"A team serves Llama-3-8B-Instruct in bf16 from one RTX 4090 (24 GB) with a home-grown server on "
+            f"transformers' static KV cache: every chat session reserves a full {cfg.max_model_len}-token cache "
+            f"when it starts. The weights take 15 GB, so 9 GB looked like plenty. In testing with three users "
+            f"all was fine; at lunchtime ~{rate:g} new chats per second arrive, up to {users} at once, and the "
+            f"server starts answering with CUDA out-of-memory errors."
+        ),
+        config=cfg,
+        traffic=Traffic("sharegpt", 400, rate, required_context=8192, slo_p95_wait_s=10.0, seed=seed or 0),
+        diagnoses=(
+            Diagnosis(
+                "kv-reservation",
+                "Each session reserves KV for the full 8K context up front",
+                True,
+                "8192 tokens x 128 KiB = 1 GiB reserved per session, although a typical chat holds ~500 "
+                "tokens: only a handful of sessions fit beside the weights, the next one OOMs.",
+            ),
+            Diagnosis(
+                "weights-too-big",
+                "The 8B model is too big for a 24 GB card",
+                False,
+                "The weights are 15 GiB of 24; the server starts and serves a few users fine.",
+            ),
+            Diagnosis(
+                "memory-leak",
+                "A memory leak grows until the GPU is full",
+                False,
+                "Memory steps up by exactly 1 GiB per new session and falls when sessions end: that is "
+                "reservation, not a leak.",
+            ),
+            Diagnosis(
+                "allocator-fragmentation",
+                "PyTorch allocator fragmentation (set expandable_segments)",
+                False,
+                "expandable_segments helps when reserved-but-unallocated memory is large; here each session "
+                "really allocates 1 GiB of cache.",
+            ),
+        ),
+        reference_fix={"policy": "paged"},
+        hint="Compare the KV reserved per session with the tokens a session really holds.",
+        max_gpus=1,
+        allowed_models=SEVEN_B_CLASS,
+        seed=seed,
+    )
+
+
+def mha_rag(rng: random.Random | None, seed: int | None) -> Scenario:
+    """Llama-2-7B (MHA) RAG on an L4: 512 KiB/token KV caps concurrency; a GQA model of the same size fits."""
+    rate = round(_jitter(rng, 0.8), 2)
+    cfg = ServeConfig("llama-2-7b", "l4", "meta-llama/Llama-2-7b-chat-hf", max_model_len=4096, max_num_seqs=64)
+    return Scenario(
+        id="mha-rag",
+        title="The RAG assistant whose queue never drains",
+        story=(
+            f"A documentation assistant runs Llama-2-7B-chat on vLLM on one L4 (24 GB). Each question arrives "
+            f"with ~1,800 tokens of retrieved passages. At {rate:g} questions per second the queue keeps growing, "
+            f"vLLM logs preemption warnings and users wait minutes, although the GPU's memory is 'only' 90% used "
+            f"— as configured."
+        ),
+        config=cfg,
+        traffic=Traffic("rag", 300, rate, required_context=4096, slo_p95_wait_s=15.0, seed=seed or 0),
+        diagnoses=(
+            Diagnosis(
+                "mha-kv",
+                "Llama-2-7B's KV cache is 4x larger per token than a GQA model's",
+                True,
+                "Llama-2-7B has 32 KV heads (MHA): 512 KiB/token, so ~13K tokens of KV = ~6 RAG requests "
+                "at once. Llama-3-8B or Mistral-7B (8 KV heads) store 128 KiB/token: 4x the requests.",
+            ),
+            Diagnosis(
+                "weights-too-big",
+                "The weights do not fit the L4",
+                False,
+                "13.5 GB of weights fit; vLLM starts and serves.",
+            ),
+            Diagnosis(
+                "need-more-utilization",
+                "gpu_memory_utilization is too low",
+                False,
+                "0.9 already hands vLLM 90% of the card; 0.95 adds ~1 GiB, two more requests at most.",
+            ),
+            Diagnosis(
+                "memory-leak",
+                "vLLM leaks memory under load",
+                False,
+                "Usage is flat at the configured 90%: vLLM pre-allocates its KV pool at start-up.",
+            ),
+        ),
+        reference_fix={"model": "llama-3-8b"},
+        hint="KV bytes per token = 2 x layers x KV heads x head_dim x 2 bytes. How many KV heads?",
+        max_gpus=1,
+        allowed_models=SEVEN_B_CLASS,
+        seed=seed,
+    )
+
+
+def default_128k(rng: random.Random | None, seed: int | None) -> Scenario:
+    """Llama-3.1-8B with vLLM's default max_model_len of 131072 on a 24 GB card: refuses to start."""
+    need = 16384 if rng is None else rng.choice((8192, 16384))
+    cfg = ServeConfig("llama-3.1-8b", "rtx-3090", "meta-llama/Llama-3.1-8B-Instruct")
+    return Scenario(
+        id="default-128k",
+        title="The upgrade that never started",
+        story=(
+            f"Upgrading from Llama-3-8B to Llama-3.1-8B-Instruct, a team reuses its launch command on one RTX "
+            f"3090 (24 GB) without --max-model-len. The new model advertises a 128K context. The server exits at "
+            f"start-up. Their documents need at most {need} tokens of context. (Modelled on vLLM issue 10517: "
+            f"the same model and card, where 20,000 tokens fit and 29,000 did not.)"
+        ),
+        config=cfg,
+        traffic=Traffic(
+            "sharegpt", 300, round(_jitter(rng, 2.0), 2), required_context=need, slo_p95_wait_s=10.0, seed=seed or 0
+        ),
+        diagnoses=(
+            Diagnosis(
+                "context-too-long",
+                "max_model_len defaults to 131072, more KV than the card can hold",
+                True,
+                "One 131072-token sequence needs 16 GiB of KV (128 KiB/token); after 15 GiB of weights the "
+                "card holds ~45K tokens. vLLM refuses a max length it could never serve.",
+            ),
+            Diagnosis(
+                "weights-too-big",
+                "Llama-3.1-8B is bigger than Llama-3-8B",
+                False,
+                "Same architecture and weights size (8.03B parameters); only the RoPE scaling and the "
+                "advertised context differ.",
+            ),
+            Diagnosis(
+                "driver",
+                "A CUDA driver / vLLM version mismatch",
+                False,
+                "The error message is vLLM's own capacity check, raised after the weights loaded fine.",
+            ),
+        ),
+        reference_fix={"max_model_len": need},
+        hint="Read the error: compare the two numbers in it.",
+        max_gpus=1 if rng is None else rng.choice((1, 2)),
+        allowed_models=("llama-3.1-8b",),
+        seed=seed,
+    )
+
+
+def util_neighbour(rng: random.Random | None, seed: int | None) -> Scenario:
+    """vLLM at gpu_memory_utilization=0.9 on a card another process already uses: start-up check fails."""
+    other = round(_jitter(rng, 7.0, 0.25), 1) * GiB
+    cfg = ServeConfig("llama-3-8b", "a100-40gb", "meta-llama/Meta-Llama-3-8B-Instruct", max_model_len=8192)
+    return Scenario(
+        id="util-neighbour",
+        title="The neighbour on the GPU",
+        story=(
+            f"To save money, a team moves its embedding service ({other / GiB:.1f} GiB of GPU memory) onto the "
+            f"A100 40GB that already runs vLLM with Llama-3-8B-Instruct at the default "
+            f"gpu_memory_utilization=0.9. After the next restart vLLM will not come up again."
+        ),
+        config=cfg,
+        traffic=Traffic(
+            "sharegpt", 400, round(_jitter(rng, 4.0), 2), required_context=8192, slo_p95_wait_s=10.0, seed=seed or 0
+        ),
+        diagnoses=(
+            Diagnosis(
+                "utilization-share",
+                "0.9 x 40 GiB = 36 GiB is more than the GPU has free beside the embedding service",
+                True,
+                "gpu_memory_utilization is vLLM's share of the whole card, not of the free memory; with "
+                f"{other / GiB:.1f} GiB taken only {(GPUS['a100-40gb'].memory_bytes - other) / GiB:.1f} GiB "
+                "are free.",
+            ),
+            Diagnosis(
+                "raise-utilization",
+                "vLLM needs more memory: raise gpu_memory_utilization",
+                False,
+                "Raising it asks for even more of a card that is already shared.",
+            ),
+            Diagnosis(
+                "model-too-big",
+                "Llama-3-8B is too big for an A100 40GB",
+                False,
+                "It ran fine on this card before the embedding service moved in.",
+            ),
+            Diagnosis(
+                "memory-leak",
+                "The embedding service leaks memory",
+                False,
+                "Its usage is constant; the check fails at vLLM's start-up, before any traffic.",
+            ),
+        ),
+        reference_fix={"gpu_memory_utilization": 0.75},
+        hint="What does gpu_memory_utilization multiply: total memory or free memory?",
+        other_process_bytes=int(other),
+        max_gpus=1,
+        allowed_models=SEVEN_B_CLASS,
+        seed=seed,
+    )
+
+
+INCIDENTS: dict[str, Callable[[random.Random | None, int | None], Scenario]] = {
+    "chat-oom": chat_oom,
+    "mha-rag": mha_rag,
+    "default-128k": default_128k,
+    "util-neighbour": util_neighbour,
+}
+
+
+def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
+    """Log lines a server would print for this outcome (PyTorch OOM or vLLM start-up / metrics lines)."""
+    fp, cfg = outcome.footprint, outcome.config
+    total = fp.capacity_bytes / GiB
+    lines: list[str] = []
+    if cfg.policy == "static":
+        lines.append(f"INFO  model loaded: {MODELS[cfg.model].name}, weights {fp.weights_bytes / GiB:.2f} GiB")
+        s = outcome.summary
+        if s and s.num_oom:
+            reserve = cfg.context_len * fp.kv_bytes_per_token / GiB
+            torch_gib = (fp.weights_bytes + fp.activation_bytes) / GiB + s.peak_concurrency * reserve
+            in_use = torch_gib + fp.overhead_bytes / GiB
+            lines += [
+                f"INFO  active sessions: {s.peak_concurrency}",
+                f"ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {reserve:.2f} GiB. GPU 0 "
+                f"has a total capacity of {total:.2f} GiB of which {max(total - in_use, 0) * 1024:.2f} MiB is free. "
+                f"Including non-PyTorch memory, this process has {in_use:.2f} GiB memory in use. Of the allocated "
+                f"memory {torch_gib:.2f} GiB is allocated by PyTorch. If reserved but unallocated memory is large "
+                f"try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+                f"ERROR {s.num_oom} of {scenario.traffic.num_requests} chat requests failed (HTTP 500)",
+            ]
+        return lines
+    if scenario.other_process_bytes:
+        lines.append(
+            f"nvidia-smi: embed_server.py {scenario.other_process_bytes // 2**20} MiB; "
+            f"total {fp.capacity_bytes // 2**20} MiB"
+        )
+    if outcome.startup_error and "Free memory" in outcome.startup_error:
+        return [*lines, f"ERROR {outcome.startup_error}"]
+    lines += [
+        f"INFO  Loading model weights took {fp.weights_bytes / GiB:.4f} GB",
+        f"INFO  Memory profiling takes: weights {fp.weights_bytes / GiB:.2f}GiB; PyTorch activation peak memory "
+        f"{fp.activation_bytes / GiB:.2f}GiB; non-torch memory {fp.overhead_bytes / GiB:.2f}GiB; the rest of the "
+        f"memory reserved for KV Cache is {max(fp.kv_budget_bytes, 0) / GiB:.2f}GiB.",
+        f"INFO  # GPU blocks: {fp.num_blocks}, # CPU blocks: 2048",
+        f"INFO  Maximum concurrency for {cfg.context_len} tokens per request: {fp.vllm_concurrency():.2f}x",
+    ]
+    if outcome.startup_error:
+        return [*lines, f"ERROR {outcome.startup_error}"]
+    s = outcome.summary
+    if s and s.num_preemptions:
+        lines.append(
+            "WARNING Sequence group 57 is preempted by PreemptionMode.RECOMPUTE mode because there is not "
+            "enough KV cache space. This can affect the end-to-end performance. Increase "
+            f"gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+            f"total_num_cumulative_preemption={s.num_preemptions}"
+        )
+    if outcome.result:
+        rows = outcome.result.to_rows()
+        worst = max(rows, key=lambda r: r["waiting"])
+        used = 100 * (1 - worst["free"] / outcome.result.capacity_tokens)
+        lines.append(
+            f"INFO  Avg generation throughput: {s.tokens_per_s:.1f} tokens/s, Running: "
+            f"{int(worst['running'])} reqs, Swapped: 0 reqs, Pending: {int(worst['waiting'])} reqs, "
+            f"GPU KV cache usage: {used:.1f}%, CPU KV cache usage: 0.0%."
+        )
+    return lines

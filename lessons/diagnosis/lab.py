@@ -1,0 +1,122 @@
+"""Page 6's glue: incident variants, fix widgets' options, grading by re-simulation, and what to record (no Streamlit).
+
+The incidents, their grading and the `vllm serve` command live in `lessons.diagnosis.scenarios` /
+`lessons.diagnosis.incidents` (modelled on vLLM issues 10517 and 2418). This module turns the learner's widget
+values into the fix set `scenarios.grade` expects (only the parameters that changed), and the grade into the
+page's tables and the progress record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.memory.footprint import MODELS, GiB
+from lessons.diagnosis.scenarios import FIX_PARAMS, Grade, Outcome, Scenario, ServeConfig, get_scenario, grade
+
+MAX_VARIANT = 999  # variant 0 is the incident as written; 1 … MAX_VARIANT are seeded variants
+FIX_LABELS: dict[str, str] = {
+    "policy": "KV memory policy (static reservation or paged blocks)",
+    "block_size": "--block-size (tokens per KV block)",
+    "model": "Model",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "max_model_len": "--max-model-len",
+    "max_num_seqs": "--max-num-seqs",
+    "tensor_parallel_size": "--tensor-parallel-size (GPUs)",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+}
+
+
+def scenario_for(scenario_id: str, variant: int) -> Scenario:
+    """The incident (variant 0) or one of its seeded variants; ValueError for an unknown id or variant."""
+    if isinstance(variant, bool) or not isinstance(variant, int) or not 0 <= variant <= MAX_VARIANT:
+        raise ValueError(f"variant {variant!r} must be a whole number from 0 (the original) to {MAX_VARIANT}")
+    return get_scenario(scenario_id, None if variant == 0 else variant)
+
+
+def current_values(config: ServeConfig) -> dict[str, Any]:
+    """The deployment's value of every fixable parameter (what the fix widgets start from)."""
+    return {
+        "policy": config.policy,
+        "block_size": config.block_size,
+        "model": config.model,
+        "kv_cache_dtype": config.kv_cache_dtype,
+        "max_model_len": config.context_len,
+        "max_num_seqs": config.max_num_seqs,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+    }
+
+
+def options_for(param: str, current: Any) -> list[Any]:
+    """The values a fix widget offers: FIX_PARAMS' list plus the deployment's own value, sorted when numeric."""
+    if param not in FIX_PARAMS:
+        raise ValueError(f"unknown fix {param!r}; fixes are {list(FIX_PARAMS)}")
+    opts = list(FIX_PARAMS[param])
+    if current not in opts:
+        opts.append(current)
+    return sorted(opts) if all(isinstance(o, (int, float)) for o in opts) else opts
+
+
+def changed_fixes(config: ServeConfig, chosen: dict[str, Any]) -> dict[str, Any]:
+    """Only the parameters the learner changed from the deployment (the fix set to grade)."""
+    now = current_values(config)
+    unknown = [k for k in chosen if k not in now]
+    if unknown:
+        raise ValueError(f"unknown fixes {unknown}; fixes are {list(now)}")
+    return {k: v for k, v in chosen.items() if v != now[k]}
+
+
+def run_grade(scenario_id: str, variant: int, diagnosis_ids: tuple[str, ...], fixes: dict[str, Any]) -> Grade:
+    """Grade the learner's diagnosis and re-run the incident's traffic with their fixes."""
+    scenario = scenario_for(scenario_id, variant)
+    return grade(scenario, list(diagnosis_ids), changed_fixes(scenario.config, fixes))
+
+
+def _outcome_numbers(o: Outcome) -> dict[str, Any]:
+    fp, s = o.footprint, o.summary
+    return {
+        "server starts": "no" if o.startup_error else "yes",
+        "KV pool (GiB)": round(max(fp.kv_budget_bytes, 0) / GiB, 2),
+        "KV per token (KiB)": fp.kv_bytes_per_token // 1024,
+        "finished requests": s.num_finished if s else 0,
+        "out-of-memory failures": s.num_oom if s else "—",
+        "rejected": s.num_rejected if s else "—",
+        "peak running": s.peak_concurrency if s else 0,
+        "p95 wait (s)": round(s.p95_wait_s, 2) if s else "—",
+        "tokens/s": round(s.tokens_per_s, 1) if s else 0,
+        "problems left": len(o.problems),
+    }
+
+
+def before_after_rows(g: Grade) -> list[dict[str, Any]]:
+    """One row per measure: the incident as deployed vs with the learner's fixes (numbers, not colours)."""
+    before, after = _outcome_numbers(g.before), _outcome_numbers(g.after)
+    return [{"measure": k, "as deployed": str(before[k]), "with your fixes": str(after[k])} for k in before]
+
+
+def verdict(g: Grade) -> str:
+    """A one-line verdict in words (the page never signals it by colour alone)."""
+    head = "RESOLVED — every requirement is met" if g.resolved else "NOT RESOLVED — requirements still fail"
+    dx = "diagnosis right" if g.diagnosis_correct else "diagnosis incomplete or wrong"
+    return f"{head}; {dx}."
+
+
+def record(g: Grade, variant: int, diagnosis_ids: tuple[str, ...]) -> dict[str, Any]:
+    """What the progress store keeps for this incident."""
+    return {
+        "variant": variant,
+        "diagnoses": list(diagnosis_ids),
+        "fixes": dict(g.fixes),
+        "resolved": g.resolved,
+        "diagnosis_correct": g.diagnosis_correct,
+        "problems": list(g.after.problems),
+    }
+
+
+def model_label(key: str) -> str:
+    """A catalog model's display name with its KV heads (the GQA clue)."""
+    m = MODELS[key]
+    return f"{m.name} ({m.num_kv_heads} KV heads)"
+
+
+__all__ = ["FIX_LABELS", "MAX_VARIANT", "before_after_rows", "changed_fixes", "current_values", "model_label",
+           "options_for", "record", "run_grade", "scenario_for", "verdict"]  # fmt: skip

@@ -1,0 +1,179 @@
+"""Page 4's calculations: static max-length reservation replayed over a trace, in vLLM's waste terms (no Streamlit).
+
+A static server (FasterTransformer-style, transformers' static cache) reserves `max_model_len` contiguous KV
+slots the moment a request is admitted. The vLLM paper (Kwon et al., SOSP 2023, §3 and Fig. 2-3) splits what
+such a reservation holds into *stored* tokens, *reserved* slots for tokens not generated yet, *internal*
+fragmentation (slots the request will never reach) and *external* fragmentation (gaps between reservations
+too small for the next one); its Fig. 3 example reserves 2,048 slots for a request that uses 10, leaving
+"2,038 slots" unused. This module runs `engine.sim.simulate.simulate_model` (the real allocator and the
+roofline step time) with the learner's model, GPU, max length and traffic, and turns the result into the
+page's series, callouts and a paged comparison on the same trace and the same KV bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine.memory.footprint import GPUS, MODELS, GiB, serving_footprint
+from engine.sim.simulate import SimSummary, simulate_model
+from engine.sim.traces import DATASETS, generate_trace, trace_stats
+
+MAX_MODEL_LENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+# Shortest max length whose trace can be drawn quickly: the trace keeps requests with prompt + output <= max.
+MIN_MAX_LEN: dict[str, int] = {"sharegpt": 512, "alpaca": 512, "rag": 2048}
+MAX_REQUESTS = 400
+MAX_RATE = 64.0
+CHART_POINTS = 240  # steps kept for the chart (the table behind it has the same rows)
+# Series of the stacked area, in vLLM's terms: simulator column -> legend label.
+SERIES: dict[str, str] = {
+    "stored": "stored (live tokens)",
+    "reserved": "reserved (tokens still to come)",
+    "internal": "internal fragmentation (never used)",
+    "external": "external fragmentation (gaps)",
+    "free": "free",
+}
+
+
+@dataclass(frozen=True)
+class FragmentationReport:
+    """One static run (and its paged twin) of the learner's settings, ready for the page."""
+
+    model: str
+    gpu: str
+    max_model_len: int
+    dataset: str
+    capacity_tokens: int
+    kv_bytes_per_token: int
+    static: SimSummary
+    paged: SimSummary
+    rows: list[dict[str, float]]  # thinned steps: time_s, the five SERIES columns, running, waiting
+    example: dict[str, int]  # a typical request: prompt, output, used, reserved, unused slots
+    peak: dict[str, float]  # the step holding the most reservations: held, stored, unused slots
+    trace: dict[str, float | int]  # trace_stats of the replayed trace
+
+    @property
+    def stored_fraction(self) -> float:
+        """Step-average share of held KV memory that stores a live token (1 - waste)."""
+        return 1.0 - self.static.avg_waste
+
+    @property
+    def unused_gib_at_peak(self) -> float:
+        """KV memory held but not storing a token at the busiest step, in GiB."""
+        return self.peak["unused"] * self.kv_bytes_per_token / GiB
+
+    def callout(self) -> str:
+        """The "2,038 unused slots" sentence of the vLLM paper, for the learner's own settings."""
+        ex = self.example
+        return (
+            f"A typical request here has a {ex['prompt']:,}-token prompt and writes {ex['output']:,} tokens: "
+            f"{ex['used']:,} slots used out of {ex['reserved']:,} reserved, so **{ex['unused']:,} slots are never "
+            f"used** — {ex['unused'] * self.kv_bytes_per_token / 2**20:,.1f} MiB of KV for one request."
+        )
+
+    def waste_rows(self) -> list[dict[str, float | str]]:
+        """Step-averaged shares of held memory per kind, static vs paged (for a table)."""
+        rows: list[dict[str, float | str]] = []
+        for name, s in (("static (max_model_len)", self.static), ("paged (16-token blocks)", self.paged)):
+            rows.append({
+                "server": name,
+                "stored %": round(100 * (1 - s.avg_waste), 1),
+                "reserved %": round(100 * s.avg_reserved, 1),
+                "internal %": round(100 * s.avg_internal, 1),
+                "external %": round(100 * s.avg_external, 1),
+                "peak running": s.peak_concurrency,
+                "tokens/s": round(s.tokens_per_s, 1),
+                "p95 wait s": round(s.p95_wait_s, 2),
+            })  # fmt: skip
+        return rows
+
+
+def check_settings(model: str, gpu: str, max_model_len: int, dataset: str, num_requests: int, rate: float) -> None:
+    """Raise a ValueError naming the bad setting and the fix; return None when the run can go ahead."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; pick one of {', '.join(MODELS)}")
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}; pick one of {', '.join(GPUS)}")
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown traffic {dataset!r}; pick one of {', '.join(DATASETS)}")
+    if not isinstance(max_model_len, int) or max_model_len < MIN_MAX_LEN[dataset]:
+        raise ValueError(
+            f"max_model_len={max_model_len} is too short for {dataset} traffic; use at least "
+            f"{MIN_MAX_LEN[dataset]} tokens so its requests fit"
+        )
+    if not isinstance(num_requests, int) or not 1 <= num_requests <= MAX_REQUESTS:
+        raise ValueError(f"number of requests {num_requests} must be a whole number in 1 … {MAX_REQUESTS}")
+    if not (isinstance(rate, (int, float)) and 0 < rate <= MAX_RATE and math.isfinite(rate)):
+        raise ValueError(f"request rate {rate} must be a number in (0, {MAX_RATE:g}] requests per second")
+
+
+def _example(trace: list, max_model_len: int) -> dict[str, int]:
+    """The request of median final length: what it uses of its max_model_len reservation."""
+    ordered = sorted(trace, key=lambda r: r.prompt_len + r.output_len)
+    r = ordered[len(ordered) // 2]
+    used = min(r.prompt_len + r.output_len, max_model_len)
+    return {"prompt": r.prompt_len, "output": r.output_len, "used": used, "reserved": max_model_len,
+            "unused": max_model_len - used}  # fmt: skip
+
+
+def _peak(columns: dict[str, list[float]]) -> dict[str, float]:
+    """The step where reservations held the most slots: what they held and what stored a token."""
+    held = [s + r + i for s, r, i in zip(columns["stored"], columns["reserved"], columns["internal"], strict=True)]
+    k = max(range(len(held)), key=held.__getitem__) if held else 0
+    if not held:
+        return {"step": 0, "held": 0, "stored": 0, "unused": 0, "running": 0}
+    return {"step": columns["step"][k], "held": held[k], "stored": columns["stored"][k],
+            "unused": held[k] - columns["stored"][k], "running": columns["running"][k]}  # fmt: skip
+
+
+def static_report(
+    model: str, gpu: str, max_model_len: int, dataset: str = "sharegpt", num_requests: int = 200,
+    rate: float = 8.0, seed: int = 0,
+) -> FragmentationReport:  # fmt: skip
+    """Replay a seeded trace through a static max-length server and a paged one with the same KV bytes."""
+    check_settings(model, gpu, max_model_len, dataset, num_requests, rate)
+    fp = serving_footprint(model, gpu, max_model_len=max_model_len)
+    capacity = fp.kv_budget_bytes // fp.kv_bytes_per_token if fp.kv_budget_bytes > 0 else 0
+    if capacity < max_model_len:
+        raise ValueError(
+            f"{MODELS[model].name} on {GPUS[gpu].name} leaves room for {max(capacity, 0):,} KV tokens, less than "
+            f"one {max_model_len:,}-token reservation; pick a bigger GPU, a smaller model or a shorter max_model_len"
+        )
+    trace = generate_trace(dataset, num_requests, rate, seed=seed, max_len=max_model_len)
+    static = simulate_model(trace, model, gpu, "static", max_model_len=max_model_len, footprint=fp)
+    paged = simulate_model(trace, model, gpu, "paged", max_model_len=max_model_len, footprint=fp)
+    keep = ("time_s", *SERIES, "running", "waiting")
+    rows = [{k: row[k] for k in keep} for row in static.to_rows(CHART_POINTS)]
+    return FragmentationReport(
+        model=model,
+        gpu=gpu,
+        max_model_len=max_model_len,
+        dataset=dataset,
+        capacity_tokens=static.capacity_tokens,
+        kv_bytes_per_token=fp.kv_bytes_per_token,
+        static=static.summary,
+        paged=paged.summary,
+        rows=rows,
+        example=_example(trace, max_model_len),
+        peak=_peak(static.columns),
+        trace=trace_stats(trace),
+    )
+
+
+def series(rows: list[dict[str, float]]) -> tuple[list[float], dict[str, list[float]]]:
+    """(x = seconds, {legend label: slots}) for the stacked-area chart."""
+    return [r["time_s"] for r in rows], {label: [r[col] for r in rows] for col, label in SERIES.items()}
+
+
+__all__ = [
+    "CHART_POINTS",
+    "FragmentationReport",
+    "MAX_MODEL_LENS",
+    "MAX_RATE",
+    "MAX_REQUESTS",
+    "MIN_MAX_LEN",
+    "SERIES",
+    "check_settings",
+    "series",
+    "static_report",
+]

@@ -1,0 +1,186 @@
+"""Page 5's calculations: a block-size sweep over a paged trace, block tables and sharing on the real allocator.
+
+PagedAttention (Kwon et al., SOSP 2023, §4) cuts the KV cache into fixed-size blocks; a sequence's block
+table maps logical block i to a physical block anywhere in the pool, so only the last block of a sequence
+can be partly empty. Smaller blocks waste less but make longer tables (§7.2). Everything drawn here comes
+from `engine.core.block_manager.BlockManager` / `engine.core.block_allocator.BlockAllocator` (the allocator the engine
+schedules with) and `engine.sim.simulate` (the same allocator, driven by a trace). No Streamlit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import Sequence
+from engine.memory.footprint import serving_footprint
+from engine.sim.simulate import simulate_model
+from engine.sim.traces import generate_trace
+
+BLOCK_SIZES: tuple[int, ...] = tuple(1 << i for i in range(9))  # 1, 2, 4, ..., 256 (engine.core.sequence's range)
+MAX_CONTEXTS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
+MODEL, GPU = "llama-2-13b", "a100-40gb"  # the vLLM paper's OPT-13B / A100 40GB setting, with a Llama shape
+TABLE_ENTRY_BYTES = 4  # block tables are int32 on the GPU
+NAMES = "ABCDEFGH"
+
+
+def check_block_size(block_size: int) -> int:
+    """`block_size` if it is one of BLOCK_SIZES, else a ValueError with the fix."""
+    if isinstance(block_size, bool) or block_size not in BLOCK_SIZES:
+        raise ValueError(f"block size {block_size!r} is not offered; use a power of two from 1 to 256")
+    return block_size
+
+
+def sweep(max_model_len: int, dataset: str = "sharegpt", num_requests: int = 150, rate: float = 8.0,
+          seed: int = 0) -> list[dict[str, float]]:  # fmt: skip
+    """One paged simulation per block size over the same trace and KV bytes: waste, table length, throughput."""
+    if max_model_len not in MAX_CONTEXTS:
+        raise ValueError(f"max context {max_model_len} is not offered; use one of {list(MAX_CONTEXTS)}")
+    trace = generate_trace(dataset, num_requests, rate, seed=seed, max_len=max_model_len)
+    finals = [min(r.prompt_len + r.output_len, max_model_len) for r in trace]
+    rows = []
+    for bs in BLOCK_SIZES:
+        fp = serving_footprint(MODEL, GPU, max_model_len=max_model_len, block_size=bs)
+        s = simulate_model(trace, MODEL, GPU, "paged", block_size=bs, max_model_len=max_model_len, footprint=fp).summary
+        width = -(-max_model_len // bs)
+        rows.append({
+            "block size": bs,
+            "internal waste %": 100 * s.avg_internal,
+            "utilization %": 100 * (1 - s.avg_waste),
+            "entries per sequence": sum(-(-n // bs) for n in finals) / len(finals),
+            "table width (max entries)": width,
+            "table bytes per sequence": width * TABLE_ENTRY_BYTES,
+            "peak running": s.peak_concurrency,
+            "tokens/s": s.tokens_per_s,
+        })  # fmt: skip
+    return rows
+
+
+def sweep_row(rows: list[dict[str, float]], block_size: int) -> dict[str, float]:
+    """The sweep's row for one block size."""
+    for r in rows:
+        if r["block size"] == block_size:
+            return r
+    raise ValueError(f"block size {block_size} is not in the sweep; use one of {[r['block size'] for r in rows]}")
+
+
+@dataclass
+class PoolPicture:
+    """Block tables and the physical pool of a BlockManager at one moment (plain values)."""
+
+    block_size: int
+    tables: dict[str, list[int]]  # sequence name -> physical block ids
+    fills: dict[str, list[int]]  # sequence name -> tokens in each of its blocks
+    blocks: list[dict[str, object]]  # every physical block: block_id, state, ref_count, owners, filled
+    allocated_slots: int = 0
+    used_slots: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def table_rows(self) -> list[dict[str, object]]:
+        """One row per (sequence, logical block): the mapping the attention kernel follows."""
+        return [{"sequence": name, "logical block": i, "physical block": b, "tokens": self.fills[name][i]}
+                for name, table in self.tables.items() for i, b in enumerate(table)]  # fmt: skip
+
+
+def _picture(bm: BlockManager, seqs: dict[str, Sequence], notes: list[str]) -> PoolPicture:
+    bs = bm.block_size
+    names = {s.seq_id: name for name, s in seqs.items()}
+    tables, fills = {}, {}
+    for name, s in seqs.items():
+        if s.seq_id in bm.sequences:
+            n = s.num_computed_tokens
+            tables[name] = list(s.block_table)
+            fills[name] = [max(0, min(bs, n - i * bs)) for i in range(len(s.block_table))]
+    blocks = [{"block_id": b.block_id, "state": b.state, "ref_count": b.ref_count,
+               "owners": "+".join(names.get(o, str(o)) for o in b.owners), "filled": b.num_filled}
+              for b in bm.snapshot()]  # fmt: skip
+    usage = bm.usage()
+    return PoolPicture(bs, tables, fills, blocks, usage.allocated_slots, usage.used_slots, list(notes))
+
+
+def _decode(bm: BlockManager, seq: Sequence, token: int) -> list[tuple[int, int]]:
+    """One decode step for `seq`: append a token, give it a slot (copy-on-write if shared), mark it computed."""
+    seq.append_token(token)
+    copies = bm.append_slots(seq, 1)
+    seq.num_computed_tokens += 1
+    return copies
+
+
+def allocator_picture(block_size: int, decode_rounds: int | None = None) -> PoolPicture:
+    """Three requests grow in turns, one finishes, a fourth reuses its blocks: tables from the real allocator."""
+    bs = check_block_size(block_size)
+    prompts = {"A": 2.3, "B": 1.2, "C": 3.1, "D": 1.7}  # prompt lengths in blocks: tables end in partial blocks
+    lengths = {k: max(1, round(f * bs)) for k, f in prompts.items()}
+    rounds = bs if decode_rounds is None else decode_rounds  # each sequence grows by about one block
+    need = sum(-(-(lengths[k] + rounds) // bs) for k in "ABC")
+    bm = BlockManager(need + 1, bs)  # a tight pool, so D has to take B's freed blocks
+    seqs = {k: Sequence(i, range(1, lengths[k] + 1), bs) for i, k in enumerate("ABCD")}
+    for k in "ABC":
+        bm.allocate_sequence(seqs[k])
+        seqs[k].num_computed_tokens = lengths[k]
+    for t in range(rounds):  # continuous batching: every running sequence decodes one token per step
+        for k in "ABC":
+            _decode(bm, seqs[k], 1000 + t)
+    freed = list(seqs["B"].block_table)
+    bm.free_sequence(seqs["B"])
+    bm.allocate_sequence(seqs["D"])
+    seqs["D"].num_computed_tokens = lengths["D"]
+    reused = sorted(set(freed) & set(seqs["D"].block_table))
+    notes = [
+        f"A, B and C were admitted with {lengths['A']}, {lengths['B']} and {lengths['C']}-token prompts, then "
+        f"decoded {rounds} tokens each in turns, so their new blocks interleave in the pool.",
+        f"B finished and returned blocks {freed}; D ({lengths['D']} tokens) was admitted into "
+        f"{'blocks ' + str(reused) + ' that B freed' if reused else 'free blocks'} — no contiguous space needed.",
+    ]
+    return _picture(bm, {k: seqs[k] for k in "ACD"}, notes)
+
+
+@dataclass
+class SharingStage:
+    """One moment of the fork / copy-on-write / prefix-cache story."""
+
+    title: str
+    picture: PoolPicture
+    copies: list[tuple[int, int]]
+
+    def row(self) -> dict[str, object]:
+        """A table row: each sequence's block table, the copies made and the blocks with ref count > 1."""
+        shared = {b["block_id"]: b["ref_count"] for b in self.picture.blocks if int(b["ref_count"]) > 1}  # type: ignore[arg-type]
+        out: dict[str, object] = {"stage": self.title}
+        out.update({f"{k} table": str(v) for k, v in self.picture.tables.items()})
+        out["copy-on-write copies (src→dst)"] = ", ".join(f"{s}→{d}" for s, d in self.copies) or "none"
+        out["shared blocks (ref count)"] = ", ".join(f"{b}×{r}" for b, r in shared.items()) or "none"
+        return out
+
+
+def sharing_demo(block_size: int) -> list[SharingStage]:
+    """Fork a request (parallel sampling), let both write (copy-on-write), then a prefix-cache hit, for real."""
+    bs = check_block_size(block_size)
+    prompt_len = 2 * bs + max(1, bs // 2) if bs > 1 else 3  # two full blocks and a partial one (if bs > 1)
+    prompt = list(range(1, prompt_len + 1))
+    bm = BlockManager(8, bs, enable_prefix_caching=True)
+    a, b, c = Sequence(0, prompt, bs), Sequence(1, prompt, bs), Sequence(2, prompt, bs)
+    seqs = {"A": a, "B": b, "C": c}
+    stages = []
+    bm.allocate_sequence(a)
+    a.num_computed_tokens = prompt_len
+    stages.append(SharingStage(f"1. A's {prompt_len}-token prompt is prefilled", _picture(bm, seqs, []), []))
+    bm.fork(a, b)
+    stages.append(SharingStage("2. B is forked from A: same blocks, ref count 2", _picture(bm, seqs, []), []))
+    copies = _decode(bm, a, 7001)
+    note = "A's last block was shared and partial, so it was copied before A wrote" if copies else (
+        "A's blocks were all full: its token went to a new block, nothing to copy")  # fmt: skip
+    stages.append(SharingStage(f"3. A writes a token: {note}", _picture(bm, seqs, []), copies))
+    copied = bool(copies)
+    copies = _decode(bm, b, 7002)
+    note = "the old block is B's alone now, so no copy" if copied else "it also goes to a new block of its own"
+    stages.append(SharingStage(f"4. B writes its own token: {note}", _picture(bm, seqs, []), copies))
+    hit = bm.allocate_sequence(c)
+    c.num_computed_tokens = prompt_len
+    stages.append(SharingStage(f"5. C arrives with the same prompt: {hit} tokens come from the prefix cache",
+                               _picture(bm, seqs, []), []))  # fmt: skip
+    return stages
+
+
+__all__ = ["BLOCK_SIZES", "MAX_CONTEXTS", "PoolPicture", "SharingStage", "allocator_picture", "check_block_size",
+           "sharing_demo", "sweep", "sweep_row"]  # fmt: skip

@@ -1,0 +1,272 @@
+"""Page 8's logic: validate the learner's prompts and model folder, run the real engine, and turn its step
+traces into rows and pictures (no Streamlit).
+
+The engine is `engine.llm.LLM`: continuous batching (Orca, Yu et al., OSDI 2022) over a paged KV cache
+(PagedAttention, Kwon et al., SOSP 2023). Every `step()` yields a `StepTrace` (plain values: who ran, who
+joined, finished or was preempted, block tables, the allocator's per-block snapshot); this module keeps them
+so the page can replay the run one scheduler step at a time. Weights are loaded once (`load`) and shared
+read-only between learners' engines (`new_engine(..., preloaded=...)`); each learner owns their LLM.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.llm import LLM
+from engine.model.loader import DEMO_DIR, load_model
+from engine.outputs import RequestOutput, StepTrace
+from engine.sampling import SamplingParams
+
+MAX_PROMPTS = 8
+MAX_PROMPT_CHARS = 400
+MAX_NEW_TOKENS = 64  # keeps one generate click to a few seconds on a 2-core CPU with the demo model
+MAX_BLOCKS = 256
+DEFAULT_PROMPTS = "def fibonacci(n):\nclass Stack:\nimport collections\nfor line in open(path):"
+
+
+def parse_prompts(text: str) -> list[str]:
+    """Prompts from a text area, one per non-empty line; ValueError says what to type instead."""
+    prompts = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError("there are no prompts; type at least one prompt, one per line")
+    if len(prompts) > MAX_PROMPTS:
+        raise ValueError(f"{len(prompts)} prompts is too many for a live run; give at most {MAX_PROMPTS}, one per line")
+    long = [i for i, p in enumerate(prompts) if len(p) > MAX_PROMPT_CHARS]
+    if long:
+        raise ValueError(
+            f"prompt {long[0] + 1} has {len(prompts[long[0]])} characters; keep each prompt under {MAX_PROMPT_CHARS}"
+        )
+    return prompts
+
+
+def resolve_model(source: str, folder: str = "") -> str:
+    """'demo' when its weights are installed, or a validated local Hugging Face folder path."""
+    if source == "demo":
+        if not any(DEMO_DIR.glob("*.safetensors")):
+            raise ValueError(
+                "the demo model's weights are not installed yet (models/demo has no model.safetensors; "
+                "`python -m scripts.train_demo --out models/demo` creates them). Try again later, or choose a "
+                "local Hugging Face folder"
+            )
+        return "demo"
+    if source != "folder":
+        raise ValueError(f"unknown model source {source!r}; use 'demo' or 'folder'")
+    path = Path(folder.strip()).expanduser() if folder and folder.strip() else None
+    if path is None:
+        raise ValueError("the folder path is empty; type the path of a local Hugging Face model folder")
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a folder on this machine; type the path of a local model folder")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path} has no config.json; point at the folder that holds config.json and the weights")
+    if not any(path.glob("*.safetensors")):
+        raise ValueError(f"{path} has no *.safetensors weights; convert the checkpoint with safetensors first")
+    return str(path)
+
+
+def default_device() -> str:
+    """Where the engine runs: CUDA when present, else CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load(model: str, device: str | None = None) -> tuple[Any, Any, Any]:
+    """(model, config, tokenizer) of 'demo' or a folder; every loader problem becomes a ValueError."""
+    try:
+        return load_model(model, device or default_device())
+    except ValueError:
+        raise
+    except Exception as exc:  # missing shards, a truncated or corrupt safetensors file, an unreadable folder
+        raise ValueError(
+            f"could not load {model}: {exc}; check that the folder holds a complete Hugging Face checkpoint "
+            "(config.json + *.safetensors)"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The engine knobs the page exposes."""
+
+    block_size: int = 8
+    num_blocks: int = 12
+    enable_prefix_caching: bool = False
+
+
+def new_engine(loaded: tuple[Any, Any, Any], model: str, settings: EngineSettings) -> LLM:
+    """A learner's own engine around shared read-only weights: its own KV cache, allocator and scheduler."""
+    net = loaded[0]
+    if isinstance(settings.num_blocks, bool) or not 1 <= settings.num_blocks <= MAX_BLOCKS:
+        raise ValueError(f"num blocks {settings.num_blocks} must be a whole number in 1 … {MAX_BLOCKS}")
+    device = next(net.parameters()).device
+    return LLM(
+        model,
+        block_size=settings.block_size,
+        num_gpu_blocks=settings.num_blocks,
+        device=device,
+        enable_prefix_caching=settings.enable_prefix_caching,
+        preloaded=loaded,
+    )
+
+
+def sampling_params(max_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None) -> SamplingParams:
+    """SamplingParams from the widgets (top_k 0 keeps every token); ValueError names the bad knob."""
+    if not 1 <= max_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"max tokens {max_tokens} must be in 1 … {MAX_NEW_TOKENS} for a live run")
+    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k or None, seed=seed)
+
+
+@dataclass
+class PlaygroundRun:
+    """One generate click: outputs, every step's trace and the wall time."""
+
+    outputs: list[RequestOutput]
+    traces: list[StepTrace]
+    wall_s: float
+    block_size: int
+    num_blocks: int
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens generated across all requests."""
+        return sum(len(o.token_ids) for o in self.outputs)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per wall-clock second (prefill included)."""
+        return self.generated_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def num_preemptions(self) -> int:
+        """Times any request was evicted and recomputed."""
+        return sum(o.num_preemptions for o in self.outputs)
+
+    @property
+    def peak_kv_usage(self) -> float:
+        """Highest fraction of KV blocks in use after any step."""
+        return max((t.kv_usage for t in self.traces), default=0.0)
+
+
+def live_line(trace: StepTrace, generated: int, elapsed_s: float) -> str:
+    """One progress line while the engine runs: batch, queue, KV usage and tokens/s so far."""
+    rate = generated / elapsed_s if elapsed_s > 0 else 0.0
+    return (
+        f"step {trace.step}: {len(trace.running)} running, {len(trace.waiting)} waiting, "
+        f"KV {100 * trace.kv_usage:.0f}% of {trace.num_blocks} blocks, {generated} tokens, {rate:,.1f} tokens/s"
+    )
+
+
+def generate(
+    llm: LLM, prompts: list[str], params: SamplingParams, on_progress: Callable[[str], None] | None = None
+) -> PlaygroundRun:
+    """Run the prompts to completion on the learner's engine, recording every scheduler step.
+
+    on_progress, when given, receives a `live_line` after each step (the page shows it while it waits).
+    """
+    traces: list[StepTrace] = []
+    start = time.perf_counter()
+    generated = 0
+
+    def record(trace: StepTrace) -> None:
+        nonlocal generated
+        traces.append(trace)
+        generated += sum(1 for r in trace.scheduled if r.sampled_token is not None)
+        if on_progress is not None:
+            on_progress(live_line(trace, generated, time.perf_counter() - start))
+
+    outputs = llm.generate(prompts, params, on_step=record)
+    wall = time.perf_counter() - start
+    return PlaygroundRun(outputs, traces, wall, llm.block_size, llm.num_gpu_blocks)
+
+
+def _name(request_id: int, first_id: int) -> str:
+    return f"r{request_id - first_id}"
+
+
+def output_rows(run: PlaygroundRun) -> list[dict[str, Any]]:
+    """One row per request: prompt, generated text, token counts, why it stopped, preemptions, timings."""
+    first = min(o.request_id for o in run.outputs)
+    return [{
+        "request": _name(o.request_id, first),
+        "prompt": o.prompt,
+        "generated text": o.text,
+        "prompt tokens": len(o.prompt_token_ids),
+        "generated tokens": len(o.token_ids),
+        "finish": o.finish_reason,
+        "preemptions": o.num_preemptions,
+        "prefix-cache tokens": o.num_cached_tokens,
+        "TTFT ms": round(1e3 * o.ttft, 1) if o.ttft is not None else None,
+        "latency ms": round(1e3 * o.latency, 1) if o.latency is not None else None,
+    } for o in run.outputs]  # fmt: skip
+
+
+def step_rows(run: PlaygroundRun) -> list[dict[str, Any]]:
+    """One row per scheduler step: batch composition, joins / leaves, KV blocks in use, time and tokens/s."""
+    first = min(o.request_id for o in run.outputs)
+    names = lambda ids: " ".join(_name(i, first) for i in ids) or "—"  # noqa: E731
+    rows = []
+    for t in run.traces:
+        sampled = sum(1 for r in t.scheduled if r.sampled_token is not None)
+        rows.append({
+            "step": t.step - run.traces[0].step + 1,
+            "running": len(t.running),
+            "waiting": len(t.waiting),
+            "batched tokens": t.num_batched_tokens,
+            "joined": names(t.admitted),
+            "finished": names(t.finished),
+            "preempted": names(t.preempted),
+            "KV blocks used": t.num_blocks - t.num_free_blocks,
+            "KV usage %": round(100 * t.kv_usage, 1),
+            "ms": round(1e3 * t.duration_s, 2),
+            "tokens/s": round(sampled / t.duration_s, 1) if t.duration_s > 0 else 0.0,
+        })  # fmt: skip
+    return rows
+
+
+@dataclass
+class StepView:
+    """One step drawn: who ran, the block tables with fills, and the pool (for ui.charts_memory)."""
+
+    scheduled: list[dict[str, Any]]
+    tables: dict[str, list[int]]
+    fills: dict[str, list[int]]
+    blocks: list[dict[str, Any]]
+    story: str
+
+
+def step_view(run: PlaygroundRun, index: int) -> StepView:
+    """The `index`-th recorded step (0-based) as tables and pictures."""
+    if not 0 <= index < len(run.traces):
+        raise ValueError(f"step {index + 1} does not exist; this run has {len(run.traces)} steps")
+    t = run.traces[index]
+    first = min(o.request_id for o in run.outputs)
+    filled = {b.block_id: b.num_filled for b in t.blocks}
+    tables = {_name(r, first): list(tbl) for r, tbl in t.block_tables.items()}
+    fills = {_name(r, first): [filled[b] for b in tbl] for r, tbl in t.block_tables.items()}
+    blocks = [{"block_id": b.block_id, "state": b.state, "ref_count": b.ref_count,
+               "owners": "+".join(_name(o, first) for o in b.owners), "filled": b.num_filled}
+              for b in t.blocks]  # fmt: skip
+    scheduled = [{"request": _name(r.request_id, first), "phase": r.phase, "new tokens": r.num_new_tokens,
+                  "already in cache": r.num_computed_tokens,
+                  "sampled token": r.sampled_token if r.sampled_token is not None else "—"}
+                 for r in t.scheduled]  # fmt: skip
+    parts = [f"{len(t.scheduled)} request(s) ran, computing {t.num_batched_tokens} token(s)."]
+    for label, ids in (("Joined", t.admitted), ("Finished and freed its blocks", t.finished),
+                       ("Preempted (blocks freed, will recompute)", t.preempted)):  # fmt: skip
+        if ids:
+            parts.append(f"{label}: {', '.join(_name(i, first) for i in ids)}.")
+    if t.copies:
+        parts.append(f"Copy-on-write: {', '.join(f'{s}→{d}' for s, d in t.copies)}.")
+    shared = [b for b in t.blocks if b.ref_count > 1]
+    if shared:
+        parts.append(f"{len(shared)} block(s) shared by more than one request.")
+    parts.append(f"{t.num_blocks - t.num_free_blocks} of {t.num_blocks} blocks in use; {len(t.waiting)} waiting.")
+    return StepView(scheduled, tables, fills, blocks, " ".join(parts))
+
+
+__all__ = ["DEFAULT_PROMPTS", "EngineSettings", "MAX_BLOCKS", "MAX_NEW_TOKENS", "MAX_PROMPTS", "PlaygroundRun",
+           "StepView", "default_device", "generate", "live_line", "load", "new_engine", "output_rows", "parse_prompts",
+           "resolve_model", "sampling_params", "step_rows", "step_view"]  # fmt: skip

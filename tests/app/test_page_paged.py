@@ -1,0 +1,59 @@
+"""Lesson 5 page (AppTest): block size and max context at their extremes; waste falls and tables grow as blocks
+shrink; the sharing steps show a copy-on-write."""
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "5_paged_attention.py")
+
+
+def numbers(at: AppTest) -> tuple[float, float]:
+    shown = {m.label: m.value for m in at.metric}
+    return float(shown["Internal waste"].rstrip("%")), float(shown["Block-table entries"].replace(",", ""))
+
+
+@pytest.fixture(scope="module")
+def at():
+    app = AppTest.from_file(PAGE, default_timeout=60)
+    app.run()
+    assert not app.exception and not app.error
+    return app
+
+
+def test_waste_drops_and_entries_grow_as_blocks_shrink(at):
+    seen = {}
+    for bs in (256, 64, 16, 4, 1):
+        at.select_slider(key="paged_block").set_value(bs).run()
+        assert not at.exception and not at.error
+        seen[bs] = numbers(at)
+    sizes = sorted(seen)  # 1 … 256
+    assert seen[1][0] == 0.0 and seen[256][0] > 10
+    assert all(seen[a][0] < seen[b][0] for a, b in zip(sizes, sizes[1:], strict=False))
+    assert all(seen[a][1] > seen[b][1] for a, b in zip(sizes, sizes[1:], strict=False))
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Table width (max entries)"] == "2,048"  # 2048-token max context in 1-token blocks
+
+
+def test_max_context_extremes_change_the_table_width(at):
+    at.select_slider(key="paged_block").set_value(16)
+    for ctx, width in ((512, "32"), (8192, "512"), (2048, "128")):
+        at.select_slider(key="paged_context").set_value(ctx).run()
+        assert not at.exception and not at.error
+        assert {m.label: m.value for m in at.metric}["Table width (max entries)"] == width
+
+
+def test_sharing_steps_show_fork_and_copy_on_write(at):
+    at.select_slider(key="paged_block").set_value(16).run()
+    at.select_slider(key="paged_stage").set_value(2).run()
+    assert not at.exception
+    assert any("Copy-on-write" in i.value for i in at.info)
+    for stage in (0, 4, 1):
+        at.select_slider(key="paged_stage").set_value(stage).run()
+        assert not at.exception and not any("Copy-on-write" in i.value for i in at.info)
+    tables = [t.value for t in at.dataframe if "stage" in t.value.columns]
+    assert tables and len(tables[0]) == 5
+    radio = next(r for r in at.radio if r.key.startswith("quiz_paged."))
+    radio.set_value(radio.options[-1]).run()
+    assert not at.exception and radio.key.removeprefix("quiz_") in at.session_state["progress"]["quiz"]

@@ -1,0 +1,250 @@
+"""Memory model: catalog against published configs, vLLM's KV arithmetic (vllm#10517), TP, roofline."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.memory.catalog import custom_model, estimate_params, get_gpu, get_model, model_from_config
+from engine.memory.footprint import (
+    GPUS,
+    MODELS,
+    GiB,
+    activation_bytes,
+    kv_blocks_from_budget,
+    kv_bytes_per_token,
+    serving_footprint,
+    weight_bytes,
+)
+from engine.memory.roofline import StepTimeModel, roofline
+
+KiB = 1024
+DESIGN_KEYS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b",
+               "llama-3.1-70b", "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "qwen2.5-0.5b", "qwen2.5-7b",
+               "qwen2.5-72b", "demo"]  # fmt: skip
+
+# KV bytes per token at 2 bytes/element, from the published config.json files (LESSONS.md facts)
+PUBLISHED_KV = [("llama-2-7b", 524288), ("llama-3-8b", 131072), ("qwen2.5-7b", 57344), ("llama-2-70b", 327680),
+                ("llama-3-70b", 327680), ("llama-3.1-405b", 516096), ("mistral-7b", 131072)]  # fmt: skip
+# (layers, hidden, heads, kv_heads, vocab, max_position_embeddings) as in each config.json
+PUBLISHED_ARCH = {
+    "llama-2-7b": (32, 4096, 32, 32, 32000, 4096),
+    "llama-3-8b": (32, 4096, 32, 8, 128256, 8192),
+    "llama-3.1-8b": (32, 4096, 32, 8, 128256, 131072),
+    "llama-3.1-405b": (126, 16384, 128, 8, 128256, 131072),
+    "mistral-7b": (32, 4096, 32, 8, 32000, 32768),
+    "qwen2.5-7b": (28, 3584, 28, 4, 152064, 131072),
+    "qwen2.5-0.5b": (24, 896, 14, 2, 151936, 32768),
+}
+
+
+def test_catalog_keys_match_the_design_contract():
+    assert list(MODELS) == DESIGN_KEYS
+    assert {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "l4", "rtx-4090", "rtx-3090", "cpu"} <= set(GPUS)
+
+
+@pytest.mark.parametrize("key,expected", PUBLISHED_KV)
+def test_kv_bytes_per_token_matches_published_configs(key, expected):
+    assert MODELS[key].kv_bytes_per_token(dtype_bytes=2) == expected
+
+
+@pytest.mark.parametrize("key", list(PUBLISHED_ARCH))
+def test_architecture_matches_config_json(key):
+    m = MODELS[key]
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.vocab_size, m.max_context) == (
+        PUBLISHED_ARCH[key]
+    )
+    assert m.source  # every entry names the config it was copied from
+
+
+@pytest.mark.parametrize("key", [k for k in DESIGN_KEYS if k != "demo"])
+def test_published_parameter_count_agrees_with_the_architecture(key):
+    # two independent facts (model card count vs config shapes) must agree; Qwen's qkv biases are the slack
+    m = MODELS[key]
+    assert estimate_params(m) == pytest.approx(m.num_params, rel=2e-3)
+
+
+def test_attention_kinds_and_the_naive_calculator_bug():
+    assert MODELS["llama-2-7b"].attention_kind == "MHA"
+    assert MODELS["llama-3-8b"].attention_kind == "GQA"
+    assert MODELS["mistral-7b"].sliding_window == 4096 and MODELS["qwen2.5-7b"].sliding_window is None
+    m = MODELS["llama-3-8b"]
+    assert m.kv_bytes_per_token_mha(2) == 4 * m.kv_bytes_per_token(2)  # 32 query heads / 8 KV heads
+    assert m.with_kv_heads(1).attention_kind == "MQA"
+    assert MODELS["mixtral-8x7b"].active_params == pytest.approx(12.9e9, rel=0.01)
+
+
+def test_demo_model_reads_its_config_or_falls_back():
+    demo = MODELS["demo"]
+    path = Path(__file__).resolve().parents[3] / "models" / "demo" / "config.json"
+    if path.is_file():
+        cfg = json.loads(path.read_text())
+        assert demo.num_layers == cfg["num_hidden_layers"]
+        assert demo.num_kv_heads == cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    else:
+        assert (demo.num_layers, demo.num_heads, demo.num_kv_heads) == (4, 4, 2)
+
+
+def test_gpu_datasheet_numbers_and_gib():
+    assert GPUS["a100-80gb"].memory_bytes == 80 * GiB  # "80 GB" of HBM is 80 GiB = 85.9e9 bytes
+    assert GPUS["h100-sxm"].bandwidth_bytes_per_s == 3.35e12
+    assert GPUS["h200"].bandwidth_bytes_per_s == 4.8e12
+    assert GPUS["l4"].bandwidth_bytes_per_s == 300e9
+    assert GPUS["rtx-3090"].bandwidth_bytes_per_s == 936e9
+    assert GPUS["h100-sxm"].ridge_point == pytest.approx(295, rel=0.01)
+
+
+def test_config_json_from_transformers_round_trips():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=512, num_hidden_layers=6, num_attention_heads=8,
+                                   num_key_value_heads=2, intermediate_size=1376, vocab_size=1000,
+                                   max_position_embeddings=2048)  # fmt: skip
+    m = model_from_config(cfg.to_json_string(), name="mine")
+    assert (m.num_layers, m.num_heads, m.num_kv_heads, m.head_dim, m.max_context) == (6, 8, 2, 64, 2048)
+    assert m.kv_bytes_per_token(2) == 2 * 6 * 2 * 64 * 2
+    torch_model = transformers.LlamaForCausalLM(cfg)
+    assert m.num_params == sum(p.numel() for p in torch_model.parameters())
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(num_layers=4, hidden_size=512, num_heads=8, num_kv_heads=3), "not a multiple"),
+        (dict(num_layers=0, hidden_size=512, num_heads=8), "num_layers"),
+        (dict(num_layers=4, hidden_size=-512, num_heads=8), "hidden_size"),
+        (dict(num_layers=4, hidden_size=500, num_heads=8), "not divisible"),
+        (dict(num_layers=4, hidden_size=512, num_heads=8, num_kv_heads=0), "num_kv_heads"),
+    ],
+)
+def test_bad_custom_models_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        custom_model("bad", **kwargs)
+
+
+def test_bad_config_json_and_unknown_names_are_rejected():
+    with pytest.raises(ValueError, match="not valid JSON"):
+        model_from_config("{hidden_size: 4")
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        model_from_config('{"hidden_size": 64, "num_attention_heads": 4}')
+    with pytest.raises(ValueError, match="not a multiple"):
+        model_from_config('{"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, '
+                          '"num_key_value_heads": 3}')  # fmt: skip
+    with pytest.raises(ValueError, match="llama-3-8b"):  # the error lists the known names
+        get_model("llama-9")
+    with pytest.raises(ValueError, match="h100-sxm"):
+        get_gpu("b200")
+
+
+def test_vllm_10517_kv_blocks():
+    # "# GPU blocks: 1952": 3.81 GiB (log-rounded; 1952 blocks are 3.8125 GiB) / (16 tokens * 128 KiB)
+    per_token = MODELS["llama-3.1-8b"].kv_bytes_per_token(2)
+    assert per_token == 128 * KiB
+    blocks = kv_blocks_from_budget(3.8125 * GiB, per_token, 16)
+    assert blocks == 1952 and blocks * 16 == 31232
+    assert 3.81 * GiB / per_token == pytest.approx(31232, rel=1e-3)
+    assert round(31232 / 20000, 2) == 1.56  # "Maximum concurrency for 20000 tokens per request: 1.56x"
+
+
+def test_vllm_10517_full_startup_arithmetic():
+    fp = serving_footprint("llama-3.1-8b", "rtx-3090", gpu_memory_utilization=0.9, max_model_len=20000)
+    assert fp.weights_bytes / GiB == pytest.approx(14.99, abs=0.05)  # "Loading model weights took 14.99 GB"
+    assert fp.num_blocks == pytest.approx(1952, rel=0.01)
+    assert fp.vllm_concurrency(20000) == pytest.approx(1.56, abs=0.01)
+    assert fp.startup_error is None
+    longer = serving_footprint("llama-3.1-8b", "rtx-3090", gpu_memory_utilization=0.9, max_model_len=29000)
+    assert longer.kv_token_capacity == pytest.approx(23648, rel=0.03)  # longer profile, less KV
+    assert "(29000) is larger than the maximum number of tokens" in longer.startup_error
+
+
+def test_breakdown_adds_up_and_other_process_error():
+    fp = serving_footprint("llama-3-8b", "a100-40gb", max_model_len=8192)
+    assert sum(r["bytes"] for r in fp.breakdown()) == pytest.approx(fp.capacity_bytes)
+    busy = serving_footprint("llama-3-8b", "a100-40gb", max_model_len=8192, other_process_bytes=8 * GiB)
+    assert "less than desired GPU memory utilization" in busy.startup_error
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        serving_footprint("llama-3-8b", "a100-40gb", gpu_memory_utilization=1.5)
+
+
+def test_tensor_parallel_splits_weights_and_kv_heads():
+    m = MODELS["llama-3-70b"]
+    assert weight_bytes(m, "bf16", 4) == weight_bytes(m, "bf16", 1) // 4
+    assert kv_bytes_per_token(m, "bf16", 2) == m.kv_bytes_per_token(2) // 2
+    assert kv_bytes_per_token(m, "bf16", 16) == m.kv_bytes_per_token(2) // 8  # KV heads replicate past 8
+    assert weight_bytes("llama-3-8b", "int4") == weight_bytes("llama-3-8b", "bf16") // 4
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        kv_bytes_per_token(m, "bf16", 3)
+    one = serving_footprint(m, "h100-sxm", max_model_len=8192)
+    four = serving_footprint(m, "h100-sxm", max_model_len=8192, tensor_parallel=4)
+    assert one.num_blocks == 0 and four.max_concurrency(8192) > 10  # 70B does not fit one H100; on 4 it serves
+
+
+@settings(max_examples=50, deadline=None)
+@given(util=st.floats(0.5, 1.0), n=st.integers(1, 64), block=st.sampled_from([8, 16, 32]))
+def test_max_context_and_max_concurrency_agree(util, n, block):
+    fp = serving_footprint("llama-3-8b", "h100-sxm", gpu_memory_utilization=util, max_model_len=8192,
+                           block_size=block)  # fmt: skip
+    ctx = fp.max_context(n)
+    if ctx:
+        assert fp.max_concurrency(ctx) >= n  # n sequences of that context really fit
+    assert fp.max_concurrency(ctx + block) < n  # one block more each does not
+
+
+def test_activation_bytes_per_token_matches_the_10517_slope():
+    # 9,000 more profiled tokens cost 474 blocks * 2 MiB = 948 MiB of KV in the report
+    slope = activation_bytes("llama-3.1-8b", 9000) / 2**20
+    assert slope == pytest.approx(948, rel=0.05)
+
+
+def test_decode_is_memory_bound_and_prefill_compute_bound():
+    dec = roofline("llama-3-8b", "h100-sxm", "decode", batch_size=1, context_len=1024)
+    assert dec.bound == "memory" and dec.memory_bound_factor > 100
+    assert dec.intensity == pytest.approx(1.0, rel=0.1)  # ~1 FLOP/byte at batch 1 in bf16
+    # decode moves every weight but the embedding table (one row per token) plus the KV cache once
+    m = MODELS["llama-3-8b"]
+    expected = (m.num_params - m.vocab_size * m.hidden_size) * 2 + 1024 * 131072
+    assert dec.bytes == pytest.approx(expected, rel=0.02)
+    pre = roofline("llama-3-8b", "h100-sxm", "prefill", batch_size=1, context_len=1024)
+    assert pre.bound == "compute" and pre.intensity > GPUS["h100-sxm"].ridge_point
+    rows = {r["op"]: r for r in roofline("llama-3-8b", "h100-sxm", "decode", batch_size=8).rows()}
+    assert rows["mlp"]["intensity"] == pytest.approx(8, rel=0.05)  # batch FLOP/byte in bf16
+    assert rows["attention"]["intensity"] == pytest.approx(4, rel=0.05)  # the GQA group size
+
+
+def test_step_time_model_agrees_with_roofline():
+    stm = StepTimeModel.for_model("llama-3-8b", "a100-80gb")
+    dec = roofline("llama-3-8b", "a100-80gb", "decode", batch_size=16, context_len=512)
+    assert stm(16, 16 * 512) == pytest.approx(dec.time_s, rel=0.05)
+    assert stm(0, 0) == 0.0
+
+
+CONFIG_VALUES = st.one_of(st.integers(-4, 4096), st.floats(allow_nan=True), st.text(max_size=3), st.none())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cfg=st.fixed_dictionaries(
+        {"num_hidden_layers": CONFIG_VALUES, "hidden_size": CONFIG_VALUES, "num_attention_heads": CONFIG_VALUES},
+        optional={
+            k: CONFIG_VALUES
+            for k in (
+                "num_key_value_heads",
+                "head_dim",
+                "intermediate_size",
+                "vocab_size",
+                "max_position_embeddings",
+                "sliding_window",
+                "num_local_experts",
+                "num_experts_per_tok",
+            )
+        },  # fmt: skip
+    )
+)
+def test_any_pasted_config_gives_a_model_or_a_clear_value_error(cfg):
+    try:
+        m = model_from_config(json.dumps(cfg))
+    except ValueError as e:
+        assert str(e)  # a message, never a bare traceback from deep inside
+    else:
+        assert m.kv_bytes_per_token(2) > 0 and m.num_heads % m.num_kv_heads == 0

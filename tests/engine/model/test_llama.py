@@ -1,0 +1,240 @@
+"""engine/model.py against Hugging Face transformers on tiny random checkpoints (transformers is test-only).
+
+Checks the no-cache path (`forward_full`) and the serving path (packed prefill, chunked prefill on top of
+cached context, mixed prefill + decode, paged decode) through shuffled block tables, for Llama (GQA,
+untied, Llama-3 rope scaling), Qwen2 (q/k/v biases, tied) and Mistral (sliding window).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.forward_meta import ForwardMeta
+from engine.model.config import ModelConfig
+from engine.model.llama import CausalLM
+from engine.model.loader import load_model
+from engine.model.rope import rope_inv_freq
+from tests.conftest import requires_triton
+
+transformers = pytest.importorskip("transformers")
+
+TINY = dict(
+    vocab_size=97, hidden_size=64, intermediate_size=112, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2, rms_norm_eps=1e-5,
+)  # fmt: skip
+LLAMA3_ROPE = {
+    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}  # fmt: skip
+ARCHS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {"tie_word_embeddings": False}),
+    "llama3": ("LlamaConfig", "LlamaForCausalLM", {"rope_scaling": LLAMA3_ROPE, "rope_theta": 500.0}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"tie_word_embeddings": True, "num_key_value_heads": 1}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 48, "head_dim": 8}),
+}
+
+
+def save_tiny(path, arch: str):
+    """Save a random tiny HF checkpoint (safetensors) to `path`; returns the HF model in eval mode."""
+    config_cls, model_cls, extra = ARCHS[arch]
+    torch.manual_seed(1)
+    hf = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**(TINY | extra))).eval()
+    if arch == "qwen2":  # transformers zero-initialises biases; make them matter
+        with torch.no_grad():
+            for layer in hf.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(std=0.5)
+    hf.save_pretrained(path)
+    return hf
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def pair(request, tmp_path_factory):
+    """(arch, HF model, our model loaded from the saved folder) per architecture."""
+    path = tmp_path_factory.mktemp(request.param)
+    hf = save_tiny(path, request.param)
+    ours, _, _ = load_model(path, backend="torch")
+    return request.param, hf, ours
+
+
+def hf_last_logits(hf, seq: list[int]) -> torch.Tensor:
+    """HF's logits for the token after `seq` (full recomputation, no cache)."""
+    with torch.no_grad():
+        return hf(torch.tensor([seq])).logits[0, -1].float()
+
+
+def make_caches(model: CausalLM, num_blocks: int, block_size: int):
+    """Per-layer (k_cache, v_cache) [num_blocks, block_size, Hkv, D], filled with NaN to catch stray reads."""
+    c = model.config
+    shape = (num_blocks, block_size, c.num_key_value_heads, c.head_dim)
+    return [(torch.full(shape, float("nan")), torch.full(shape, float("nan"))) for _ in range(c.num_hidden_layers)]
+
+
+class PagedRunner:
+    """Drives the serving path by hand: shuffled block tables, one ForwardMeta per step."""
+
+    def __init__(self, model: CausalLM, block_size: int, num_blocks: int = 64, seed: int = 0) -> None:
+        self.model, self.block_size = model, block_size
+        self.caches = make_caches(model, num_blocks, block_size)
+        self.free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist()
+        self.tables: dict[int, list[int]] = {}
+        self.cached: dict[int, int] = {}
+
+    def step(self, chunks: dict[int, list[int]]) -> torch.Tensor:
+        """Run one step where sequence `sid` adds tokens `chunks[sid]`; returns logits [S, vocab]."""
+        q_lens, ctx_lens, tables, ids = [], [], [], []
+        for sid, toks in chunks.items():
+            table, ctx = self.tables.setdefault(sid, []), self.cached.get(sid, 0)
+            while len(table) * self.block_size < ctx + len(toks):
+                table.append(self.free.pop())
+            q_lens.append(len(toks))
+            ctx_lens.append(ctx)
+            tables.append(table)
+            ids.extend(toks)
+            self.cached[sid] = ctx + len(toks)
+        meta = ForwardMeta.build(q_lens, ctx_lens, tables, self.block_size)
+        with torch.no_grad():
+            return self.model(torch.tensor(ids), meta, self.caches)
+
+
+def test_forward_full_matches_transformers(pair):
+    arch, hf, ours = pair
+    ids = torch.randint(0, TINY["vocab_size"], (2, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(ours.forward_full(ids), hf(ids).logits, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_prefill_then_decode_matches_transformers(pair, block_size):
+    arch, hf, ours = pair
+    prompts = {0: list(range(3, 20)), 1: [5], 2: [7, 1, 9, 4, 4, 2, 8, 30, 31, 2, 2]}  # lengths 17, 1, 11
+    runner = PagedRunner(ours, block_size)
+    logits = runner.step(prompts)  # one packed prefill, no padding
+    seqs = {sid: list(p) for sid, p in prompts.items()}
+    for _ in range(4):  # greedy decode steps, one token per sequence
+        for row, seq in enumerate(seqs.values()):
+            torch.testing.assert_close(logits[row], hf_last_logits(hf, seq), atol=5e-5, rtol=1e-4)
+            seq.append(int(logits[row].argmax()))
+        logits = runner.step({sid: seq[-1:] for sid, seq in seqs.items()})
+        assert logits.shape == (3, TINY["vocab_size"])
+
+
+def test_chunked_prefill_and_mixed_batch_read_cached_context(pair):
+    arch, hf, ours = pair
+    a, b = list(range(10, 33)), [4, 8, 15, 16, 23, 42]
+    runner = PagedRunner(ours, block_size=4, seed=3)
+    runner.step({0: a[:9], 1: b})  # fresh prefill of both
+    # Sequence 0's second chunk attends to its 9 cached tokens; sequence 1 decodes in the same step.
+    logits = runner.step({0: a[9:20], 1: [5]})
+    torch.testing.assert_close(logits[0], hf_last_logits(hf, a[:20]), atol=5e-5, rtol=1e-4)
+    torch.testing.assert_close(logits[1], hf_last_logits(hf, b + [5]), atol=5e-5, rtol=1e-4)
+    logits = runner.step({0: a[20:], 2: [1, 2, 3]})  # a new request joins mid-stream
+    torch.testing.assert_close(logits[0], hf_last_logits(hf, a), atol=5e-5, rtol=1e-4)
+    torch.testing.assert_close(logits[1], hf_last_logits(hf, [1, 2, 3]), atol=5e-5, rtol=1e-4)
+
+
+def test_llama3_rope_scaling_changes_frequencies():
+    # Llama 3.1 8B's published rope settings: head_dim 128, theta 500000, factor 8 over an 8192 context.
+    rope = LLAMA3_ROPE | {"original_max_position_embeddings": 8192}
+    cfg = ModelConfig.from_hf({"architectures": ["LlamaForCausalLM"], **TINY, "head_dim": 128, "rope_scaling": rope})
+    scaled = rope_inv_freq(cfg.head_dim, 500000.0, cfg.rope_scaling)
+    plain = rope_inv_freq(cfg.head_dim, 500000.0)
+    assert torch.equal(scaled[:8], plain[:8])  # high frequencies (short wavelengths) kept as trained
+    torch.testing.assert_close(scaled[-1], plain[-1] / 8.0)  # lowest frequency interpolated by `factor`
+    wavelen = 2 * torch.pi / plain
+    medium = (wavelen > 8192 / 4) & (wavelen < 8192 / 1)
+    assert medium.any() and bool(((scaled[medium] < plain[medium]) & (scaled[medium] > plain[medium] / 8)).all())
+
+
+def test_sliding_window_is_rejected_beyond_the_window(tmp_path):
+    save_tiny(tmp_path, "mistral")
+    ours, _, _ = load_model(tmp_path, backend="torch")
+    assert ours.config.max_model_len == 48
+    with pytest.raises(ValueError, match="sliding window of 48"):
+        ours.forward_full(torch.zeros(1, 49, dtype=torch.long))
+    runner = PagedRunner(ours, block_size=16)
+    runner.step({0: list(range(48))})
+    with pytest.raises(ValueError, match="max_model_len <= 48"):
+        runner.step({0: [1]})
+
+
+def test_bad_inputs_are_clear_errors(pair):
+    _, _, ours = pair
+    with pytest.raises(ValueError, match="token ids must be in"):
+        ours.forward_full(torch.tensor([[0, TINY["vocab_size"]]]))
+    meta = ForwardMeta.build([2], [0], [[0]], block_size=4)
+    with pytest.raises(ValueError, match="one id per new token"):
+        ours(torch.tensor([1, 2, 3]), meta, make_caches(ours, 4, 4))
+    with pytest.raises(ValueError, match="layer caches"):
+        ours(torch.tensor([1, 2]), meta, make_caches(ours, 4, 4)[:1])
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"num_key_value_heads": 3}, "multiple of"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn'"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"architectures": ["GPT2LMHeadModel"]}, "GPT2LMHeadModel"),
+    ],
+)
+def test_unsupported_configs_are_rejected(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ModelConfig.from_hf({"architectures": ["LlamaForCausalLM"], **TINY} | bad)
+
+
+@requires_triton
+def test_triton_interpreter_path_matches_torch(tmp_path):
+    save_tiny(tmp_path, "llama")
+    torch_model, _, _ = load_model(tmp_path, backend="torch")
+    triton_model, _, _ = load_model(tmp_path, backend="triton")
+    runs = [PagedRunner(m, block_size=4, num_blocks=8) for m in (torch_model, triton_model)]
+    for chunks in ({0: [1, 2, 3, 4, 5], 1: [9, 8]}, {0: [6], 1: [7]}, {0: [3, 3], 1: [2]}):
+        expected, actual = (r.step(chunks) for r in runs)
+        torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_forward_meta_build_fields():
+    meta = ForwardMeta.build(query_lens=[3, 1], context_lens=[0, 5], block_tables=[[2], [0, 7]], block_size=4)
+    # Slots from the block tables expanded to one slot per position (independent of build's loop).
+    expanded = [torch.tensor(t).repeat_interleave(4) * 4 + torch.arange(4).repeat(len(t)) for t in ([2], [0, 7])]
+    assert meta.slot_mapping.tolist() == expanded[0][:3].tolist() + expanded[1][5:6].tolist()
+    assert meta.context_slot_mapping.tolist() == expanded[0][:3].tolist() + expanded[1][:6].tolist()
+    assert meta.positions.tolist() == [0, 1, 2, 5]
+    assert meta.cu_seqlens_q.tolist() == [0, 3, 4] and meta.cu_seqlens_k.tolist() == [0, 3, 9]
+    assert meta.seq_lens.tolist() == [3, 6] and (meta.max_seqlen_q, meta.max_seqlen_k) == (3, 6)
+    assert meta.block_tables.tolist() == [[2, 0], [0, 7]] and meta.block_tables.dtype == torch.int32
+    assert meta.is_prefill and meta.has_context and meta.last_token_indices.tolist() == [2, 3]
+    decode = ForwardMeta.build([1, 1], [3, 6], [[2], [0, 7]], block_size=4)
+    assert not decode.is_prefill and not decode.has_context and decode.context_slot_mapping is None
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (([], [], [], 4), "no sequences"),
+        (([2], [0, 1], [[0]], 4), "one entry per sequence"),
+        (([5], [0], [[0]], 4), "needs 5 tokens"),
+        (([0], [0], [[0]], 4), "query_len=0"),
+        (([1], [0], [[0]], 0), "block_size=0"),
+    ],
+)
+def test_forward_meta_build_errors(args, match):
+    with pytest.raises(ValueError, match=match):
+        ForwardMeta.build(*args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hidden", [8, 64, 1000, 4096])
+def test_rms_norm_serving_op_is_bit_identical_to_forward(dtype, hidden):
+    """The serving path's RMSNorm (torch's fused op for fp32 on CPU) returns forward()'s values bit for bit."""
+    from engine.model.llama import RMSNorm
+
+    torch.manual_seed(hidden)
+    norm = RMSNorm(hidden, eps=1e-5).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(hidden))
+    x = (torch.randn(33, hidden) * 3).to(dtype)
+    with torch.inference_mode():
+        assert torch.equal(norm.serve(x), norm(x))

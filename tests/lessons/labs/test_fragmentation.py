@@ -1,0 +1,74 @@
+"""lessons/fragmentation_lab.py: static max-length reservation replayed over a trace, checked against the trace."""
+
+import math
+
+import pytest
+
+from engine.memory.footprint import serving_footprint
+from engine.sim.traces import generate_trace
+from lessons.labs import fragmentation as lab
+
+SETTINGS = dict(model="llama-2-13b", gpu="a100-40gb", dataset="sharegpt", num_requests=60, rate=8.0)
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {n: lab.static_report(max_model_len=n, **SETTINGS) for n in (1024, 4096)}
+
+
+def test_series_add_up_to_the_capacity_every_step(reports):
+    rep = reports[1024]
+    fp = serving_footprint("llama-2-13b", "a100-40gb", max_model_len=1024)
+    assert rep.capacity_tokens == fp.kv_budget_bytes // fp.kv_bytes_per_token
+    x, ys = lab.series(rep.rows)
+    assert len(x) == len(rep.rows) <= lab.CHART_POINTS + 1 and list(ys) == list(lab.SERIES.values())
+    for i in range(len(x)):
+        assert sum(col[i] for col in ys.values()) == rep.capacity_tokens
+    assert all(v >= 0 for col in ys.values() for v in col)
+    assert x == sorted(x)
+
+
+def test_callout_is_the_median_request_of_the_same_trace(reports):
+    rep = reports[4096]
+    trace = generate_trace("sharegpt", 60, 8.0, seed=0, max_len=4096)
+    finals = sorted(r.prompt_len + r.output_len for r in trace)
+    ex = rep.example
+    assert ex["used"] == finals[len(finals) // 2] == ex["prompt"] + ex["output"]
+    assert ex["unused"] == 4096 - ex["used"] and ex["reserved"] == 4096
+    assert f"{ex['unused']:,} slots are never used" in rep.callout()
+    assert rep.trace["num_requests"] == 60
+
+
+def test_longer_reservations_waste_more_and_paging_fits_more(reports):
+    short, long = reports[1024], reports[4096]
+    assert 0 < long.stored_fraction < short.stored_fraction < 1
+    assert long.static.peak_concurrency <= short.static.peak_concurrency
+    for rep in reports.values():
+        assert rep.paged.peak_concurrency >= rep.static.peak_concurrency
+        assert rep.paged.avg_waste < 0.1 < rep.static.avg_waste
+        peak = rep.peak
+        assert peak["unused"] == peak["held"] - peak["stored"] > 0
+        assert peak["held"] <= peak["running"] * rep.max_model_len  # each running request reserves max_model_len
+        assert math.isclose(rep.unused_gib_at_peak, peak["unused"] * rep.kv_bytes_per_token / 2**30)
+    rows = short.waste_rows()
+    assert [r["server"] for r in rows][0].startswith("static") and rows[0]["stored %"] < rows[1]["stored %"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"model": "gpt-5"}, "unknown model"),
+        ({"gpu": "tpu"}, "unknown GPU"),
+        ({"dataset": "reddit"}, "unknown traffic"),
+        ({"dataset": "rag", "max_model_len": 1024}, "too short for rag"),
+        ({"num_requests": 0}, "number of requests 0"),
+        ({"num_requests": 10_000}, "number of requests 10000"),
+        ({"rate": 0.0}, "request rate 0.0"),
+        ({"rate": math.inf}, "request rate inf"),
+        ({"model": "llama-2-70b", "gpu": "l4"}, "pick a bigger GPU"),
+    ],
+)
+def test_bad_settings_raise_with_guidance(kwargs, match):
+    args = {**SETTINGS, "max_model_len": 2048, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        lab.static_report(**args)

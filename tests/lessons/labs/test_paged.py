@@ -1,0 +1,94 @@
+"""lessons/paged_lab.py: the block-size sweep, block tables and sharing, checked against the trace and allocator."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.sim.traces import generate_trace
+from lessons.labs import paged as lab
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return lab.sweep(1024, num_requests=60)
+
+
+def test_sweep_waste_falls_and_tables_grow_as_blocks_shrink(rows):
+    assert [r["block size"] for r in rows] == list(lab.BLOCK_SIZES)
+    waste = [r["internal waste %"] for r in rows]
+    entries = [r["entries per sequence"] for r in rows]
+    assert waste[0] == 0.0  # one-token blocks are never partly empty
+    assert all(a <= b for a, b in zip(waste, waste[1:], strict=False)) and waste[-1] > 5
+    assert all(a > b for a, b in zip(entries, entries[1:], strict=False))
+    trace = generate_trace("sharegpt", 60, 8.0, seed=0, max_len=1024)
+    finals = [min(r.prompt_len + r.output_len, 1024) for r in trace]
+    for r in rows:  # independent count: ceil(length / block size) per request, averaged
+        bs = r["block size"]
+        assert r["entries per sequence"] == pytest.approx(sum((n + bs - 1) // bs for n in finals) / len(finals))
+        assert r["table width (max entries)"] == -(-1024 // bs) and r["table bytes per sequence"] == 4 * (
+            -(-1024 // bs)
+        )
+        assert r["utilization %"] + r["internal waste %"] == pytest.approx(100.0)  # paged: no reserved / external
+    assert lab.sweep_row(rows, 16)["block size"] == 16
+    with pytest.raises(ValueError, match="block size 3"):
+        lab.sweep_row(rows, 3)
+    with pytest.raises(ValueError, match="max context 1000"):
+        lab.sweep(1000)
+
+
+@settings(max_examples=9, deadline=None)
+@given(st.sampled_from(lab.BLOCK_SIZES))
+def test_allocator_picture_is_consistent_with_the_pool(bs):
+    pic = lab.allocator_picture(bs, decode_rounds=min(bs, 8))
+    assert set(pic.tables) == {"A", "C", "D"}
+    owner_of = {b["block_id"]: b for b in pic.blocks}
+    seen = [blk for table in pic.tables.values() for blk in table]
+    assert len(seen) == len(set(seen))  # no physical block is in two tables (nothing shared here)
+    for name, table in pic.tables.items():
+        for blk, fill in zip(table, pic.fills[name], strict=True):
+            assert owner_of[blk]["state"] == "used" and owner_of[blk]["owners"] == name
+            assert owner_of[blk]["filled"] == fill
+        fills = pic.fills[name]
+        assert all(f == bs for f in fills[:-1]) and 1 <= fills[-1] <= bs  # only the last block is partial
+    assert pic.used_slots == sum(sum(f) for f in pic.fills.values())
+    assert pic.allocated_slots == bs * len(seen)
+    assert pic.allocated_slots - pic.used_slots <= 3 * (bs - 1)  # at most bs - 1 idle slots per sequence
+    assert "freed" in pic.notes[1]
+    assert [r["physical block"] for r in pic.table_rows() if r["sequence"] == "A"] == pic.tables["A"]
+    with pytest.raises(ValueError, match="block size 3"):
+        lab.allocator_picture(3)
+
+
+def test_tight_pool_makes_d_reuse_a_block_b_freed():
+    pic = lab.allocator_picture(16)
+    assert "that B freed" in pic.notes[1]
+    assert sum(1 for b in pic.blocks if b["state"] == "free") <= 3
+
+
+@pytest.mark.parametrize("bs", [2, 16, 256])
+def test_fork_then_copy_on_write_then_prefix_hit(bs):
+    stages = lab.sharing_demo(bs)
+    assert len(stages) == 5
+    a1 = stages[0].picture.tables["A"]
+    fork = stages[1].picture
+    assert fork.tables["B"] == fork.tables["A"] == a1
+    assert all(b["ref_count"] == 2 for b in fork.blocks if b["block_id"] in a1)
+    cow = stages[2]
+    (src, dst) = cow.copies[0]
+    assert len(cow.copies) == 1 and src == a1[-1]  # only the shared, partial last block is copied
+    assert cow.picture.tables["A"] == [*a1[:-1], dst] and cow.picture.tables["B"] == a1
+    assert stages[3].copies == [] and stages[3].picture.tables["B"] == a1  # B now owns the old block alone
+    hit = stages[4].picture.tables["C"]
+    assert hit[:2] == a1[:2]
+    assert str(2 * bs) in stages[4].title  # two full prompt blocks come from the prefix cache
+    refs = {b["block_id"]: b["ref_count"] for b in stages[4].picture.blocks}
+    assert refs[a1[0]] == refs[a1[1]] == 3
+    row = stages[2].row()
+    assert row["copy-on-write copies (src→dst)"] == f"{src}→{dst}"
+
+
+def test_one_token_blocks_never_need_a_copy():
+    stages = lab.sharing_demo(1)
+    assert all(s.copies == [] for s in stages)
+    a = stages[2].picture.tables["A"]
+    assert len(a) == 4 and a[:3] == stages[1].picture.tables["B"]  # A's new token went to a fresh block
