@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.core.admission import fits
 from engine.core.block_allocator import BlockAllocator, OutOfBlocksError, compute_block_hash
 from engine.core.sequence import Sequence
 
@@ -167,7 +168,7 @@ class BlockManager:
     def can_allocate(self, seq: Sequence, num_new_tokens: int | None = None, watermark_blocks: int = 0) -> bool:
         """Whether `allocate_sequence` would succeed and still leave `watermark_blocks` free."""
         cost = self._admission_cost(seq, num_new_tokens)[3]
-        return cost + watermark_blocks <= self.allocator.num_free_blocks
+        return fits(cost, self.allocator.num_free_blocks, watermark_blocks)
 
     def _append_plan(self, seq: Sequence, num_new_tokens: int) -> tuple[list[int], int]:
         """(indices of shared blocks to copy-on-write, new blocks to append) to write the next tokens."""

@@ -22,10 +22,10 @@ in the cache) are rejected when added.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from engine.core.admission import admission_headroom, may_admit, preemption_victim, watermark_blocks
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.sampling import SamplingParams
@@ -87,7 +87,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: index 0 is the oldest
         self.num_preemptions = 0
-        self._watermark_blocks = math.ceil(config.watermark * block_manager.num_blocks)
+        self._watermark_blocks = watermark_blocks(config.watermark, block_manager.num_blocks)
 
     def __repr__(self) -> str:
         return f"Scheduler(waiting={len(self.waiting)}, running={len(self.running)}, {self.block_manager!r})"
@@ -131,7 +131,8 @@ class Scheduler:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not bm.can_append(seq, n):
-                victim = self.running.pop()  # newest; always at an index >= i, so never already scheduled
+                victim = preemption_victim(self.running)  # newest: at an index >= i, so never already scheduled
+                self.running.pop()
                 self._preempt(victim)
                 out.preempted.append(victim.seq_id)
                 if victim is seq:
@@ -145,13 +146,13 @@ class Scheduler:
                 i += 1
 
         # 2. Admit waiting requests, unless this step already had to preempt (memory is tight).
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs and not out.preempted:
+        max_num_seqs = self.config.max_num_seqs
+        while self.waiting and budget > 0 and may_admit(len(self.running), max_num_seqs, bool(out.preempted)):
             seq = self.waiting[0]
             num_cached = bm.num_cached_prefix_tokens(seq)
             n = min(seq.num_tokens - num_cached, budget)
-            # With nothing running the watermark is pointless and could block a request that fits.
-            watermark = self._watermark_blocks if self.running else 0
-            if not bm.can_allocate(seq, n, watermark_blocks=watermark):
+            headroom = admission_headroom(len(self.running), self._watermark_blocks)
+            if not bm.can_allocate(seq, n, watermark_blocks=headroom):
                 break
             self.waiting.popleft()
             bm.allocate_sequence(seq, n)  # sets num_computed_tokens to the prefix-cache hit

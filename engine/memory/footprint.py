@@ -45,6 +45,7 @@ __all__ = [
     "kv_cache_bytes",
     "activation_bytes",
     "kv_blocks_from_budget",
+    "kv_budget_bytes",
     "serving_footprint",
 ]
 
@@ -127,6 +128,25 @@ def kv_blocks_from_budget(kv_budget_bytes: float, bytes_per_token: int, block_si
     if block_size < 1 or bytes_per_token < 1:
         raise ValueError(f"block_size and bytes_per_token must be positive, got {block_size}, {bytes_per_token}")
     return max(0, int(kv_budget_bytes // (bytes_per_token * block_size)))
+
+
+def kv_budget_bytes(
+    model: ModelSpec | str,
+    capacity_bytes: int,
+    used_bytes: int,
+    gpu_memory_utilization: float = 0.9,
+    max_num_batched_tokens: int = 2048,
+    act_dtype: str | float = "bf16",
+    tensor_parallel: int = 1,
+    overhead_bytes: int = NON_TORCH_BYTES,
+) -> int:
+    """vLLM's start-up sizing: capacity * utilization - used - activation peak - non-torch overhead (may be < 0).
+
+    used_bytes is what already sits on the device before the KV cache: the weights (the calculator passes
+    `weight_bytes`; the engine passes what the device reports in use, weights and other processes included).
+    """
+    acts = activation_bytes(model, max_num_batched_tokens, act_dtype, tensor_parallel)
+    return int(capacity_bytes * gpu_memory_utilization) - used_bytes - acts - overhead_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +272,16 @@ def serving_footprint(
     weights = weight_bytes(m, weight_dtype, tensor_parallel)
     acts = activation_bytes(m, max_num_batched_tokens, "bf16", tensor_parallel)
     per_token = kv_bytes_per_token(m, kv_dtype, tensor_parallel)
-    budget = int(g.memory_bytes * gpu_memory_utilization) - weights - acts - overhead_bytes
+    budget = kv_budget_bytes(
+        m,
+        g.memory_bytes,
+        weights,
+        gpu_memory_utilization,
+        max_num_batched_tokens,
+        "bf16",
+        tensor_parallel,
+        overhead_bytes,
+    )
     return ServingFootprint(
         model=m,
         gpu=g,

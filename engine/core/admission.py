@@ -1,0 +1,47 @@
+"""The scheduler's memory rule, shared by the engine's `Scheduler` and the serving simulator's paged policy.
+
+One rule, written once (vLLM's scheduler, recompute preemption):
+- running requests go first, oldest first; when the pool cannot give a running request its next blocks,
+  the *newest* running request is preempted (its blocks freed, recomputed later) until it can;
+- a step that had to preempt admits nobody (memory is tight);
+- otherwise waiting requests are admitted first-come-first-served while fewer than `max_num_seqs` run and
+  the pool keeps `watermark` of its blocks free after the admission, so running decodes have room to grow;
+  with nothing running the watermark is waived (it could only block a request that fits).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def watermark_blocks(watermark: float, num_blocks: int) -> int:
+    """Blocks admission leaves free: ceil(watermark * num_blocks)."""
+    if not 0.0 <= watermark < 1.0:
+        raise ValueError(f"watermark={watermark} must be a fraction in [0, 1)")
+    return math.ceil(watermark * num_blocks)
+
+
+def may_admit(num_running: int, max_num_seqs: int, preempted_this_step: bool) -> bool:
+    """Whether this step may admit another waiting request at all (a seat is free, nobody was preempted)."""
+    return num_running < max_num_seqs and not preempted_this_step
+
+
+def admission_headroom(num_running: int, num_watermark_blocks: int) -> int:
+    """Free blocks an admission must leave: the watermark while anything runs, else none."""
+    return num_watermark_blocks if num_running else 0
+
+
+def fits(blocks_needed: int, free_blocks: int, headroom_blocks: int = 0) -> bool:
+    """Whether `blocks_needed` can come out of `free_blocks` and still leave `headroom_blocks` free."""
+    return blocks_needed + headroom_blocks <= free_blocks
+
+
+def preemption_victim(running: Sequence[T]) -> T:
+    """The request to preempt on a shortage: the newest running one (the last admitted)."""
+    if not running:
+        raise ValueError("nothing is running, so there is no request to preempt")
+    return running[-1]

@@ -1,0 +1,36 @@
+"""The shared admission / preemption rule (engine/core/admission.py) on its own."""
+
+import pytest
+
+from engine.core.admission import admission_headroom, fits, may_admit, preemption_victim, watermark_blocks
+
+
+def test_watermark_rounds_up_and_rejects_bad_fractions():
+    assert watermark_blocks(0.01, 100) == 1
+    assert watermark_blocks(0.01, 101) == 2  # ceil, never fewer blocks than the fraction asks
+    assert watermark_blocks(0.0, 100) == 0
+    with pytest.raises(ValueError, match="watermark=1.0"):
+        watermark_blocks(1.0, 10)
+
+
+def test_admission_needs_a_seat_and_no_preemption_this_step():
+    assert may_admit(3, 4, preempted_this_step=False)
+    assert not may_admit(4, 4, preempted_this_step=False)
+    assert not may_admit(0, 4, preempted_this_step=True)
+
+
+def test_headroom_is_waived_when_nothing_runs():
+    assert admission_headroom(0, 5) == 0
+    assert admission_headroom(1, 5) == 5
+
+
+def test_fits_keeps_the_headroom_free():
+    assert fits(3, 5, 2)
+    assert not fits(4, 5, 2)
+    assert fits(5, 5)
+
+
+def test_victim_is_the_newest_running_request():
+    assert preemption_victim(["old", "mid", "new"]) == "new"
+    with pytest.raises(ValueError, match="nothing is running"):
+        preemption_victim([])
