@@ -45,10 +45,12 @@ def check_heads(num_heads: int, num_kv_heads: int, head_dim: int, kv_name: str =
         raise ValueError(f"head_dim={head_dim} is not supported; use a head dim between 1 and {MAX_HEAD_DIM}")
 
 
-def check_last_stride(backend: str, **tensors: torch.Tensor) -> None:
-    """The Triton kernels address rows with per-dim strides but need unit stride along the head dim."""
-    if backend != "triton":
-        return
+def check_last_stride(**tensors: torch.Tensor) -> None:
+    """The Triton kernels address rows with per-dim strides but need unit stride along the head dim.
+
+    The one stride check: kernels.ops runs it before a Triton launch and the launchers assert it again,
+    so a caller that skips validation (check=False) still cannot send a strided head dim to a kernel.
+    """
     for name, t in tensors.items():
         if t.numel() > 0 and t.stride(-1) != 1:
             raise ValueError(f"{name}.stride(-1) is {t.stride(-1)} but must be 1 for Triton; pass {name}.contiguous()")
@@ -56,16 +58,19 @@ def check_last_stride(backend: str, **tensors: torch.Tensor) -> None:
 
 def check_scale(scale: float | None, head_dim: int) -> float:
     """A finite float softmax scale; None means head_dim ** -0.5."""
-    if scale is None:
-        return head_dim**-0.5
-    if (
+    if scale is not None and (
         isinstance(scale, torch.Tensor)
         or not isinstance(scale, (int, float))
         or scale != scale
         or abs(scale) == float("inf")
     ):
         raise ValueError(f"scale={scale!r} must be a finite Python float (or None for head_dim ** -0.5)")
-    return float(scale)
+    return default_scale(scale, head_dim)
+
+
+def default_scale(scale: float | None, head_dim: int) -> float:
+    """The softmax scale a kernel gets: `scale` as a float, or head_dim ** -0.5 for None (no checks)."""
+    return head_dim**-0.5 if scale is None else float(scale)
 
 
 def check_cu_tensor(name: str, cu: object, device: torch.device) -> torch.Tensor:

@@ -1,19 +1,21 @@
-"""Public attention entry points: validate, pick a backend, dispatch.
+"""Public kernel entry points: validate the inputs, pick a backend, dispatch. Nothing else lives here.
 
 Vocabulary follows flash-attn's `flash_attn_varlen_func` (packed tokens + `cu_seqlens`) and vLLM's
 PagedAttention (`block_tables`, `seq_lens`, `slot_mapping`; Kwon et al., SOSP 2023). Every error a caller
 can cause is a ValueError that names the bad value and the fix, raised here, before any kernel runs, so
 neither backend ever sees malformed metadata (which on a GPU would mean silent out-of-bounds reads).
 
-Backends: "triton" (kernels/varlen_attention.py, paged_attention.py, kv_store.py) and "torch" (the CPU
-production path: per-sequence SDPA, never a materialized [total, total] mask). Triton modules are imported
-lazily so this file works without triton installed.
+Each kernel X has a Triton launcher `X_triton` in kernels/X.py and a plain-torch twin `X_torch` in
+kernels/X_torch.py (the CPU production path): varlen_attention, paged_attention, store_kv. The checks live
+in kernels/checks.py. Triton modules are imported lazily so this file works without triton installed.
+
+`check=False` skips validation: for a caller (a model layer) whose step metadata and cache layout an
+earlier call already validated, so each layer pays only for the dispatch.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from kernels.backend import resolve_backend
 from kernels.checks import (
@@ -26,8 +28,11 @@ from kernels.checks import (
     check_same,
     check_scale,
     check_tensor,
+    default_scale,
 )
-from kernels.paged_attention_torch import TokenSlots
+from kernels.paged_attention_torch import TokenSlots, paged_attention_torch
+from kernels.store_kv_torch import store_kv_torch
+from kernels.varlen_attention_torch import varlen_attention_torch
 
 
 # --------------------------------------------------------------------------------------------- varlen
@@ -42,12 +47,52 @@ def varlen_attention(
     causal: bool = False,
     scale: float | None = None,
     backend: str = "auto",
+    *,
+    check: bool = True,
 ) -> torch.Tensor:
     """Packed variable-length attention: q [total_q, Hq, D], k/v [total_k, Hkv, D] -> [total_q, Hq, D].
 
     Sequence i owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q and cu_seqlens_k[i]:cu_seqlens_k[i+1] of
     k/v. `causal` is bottom-right aligned; rows that see no key are zeros.
+
+    check=False skips every input check and dispatches straight to the backend: only for inputs an earlier
+    call already validated (a model layer reusing its step's metadata); malformed inputs are then undefined.
     """
+    if check:
+        args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, backend)
+        scale, backend, starts = _check_varlen(*args)
+    else:
+        scale, backend, starts = default_scale(scale, q.shape[2]), resolve_backend(backend, q.device), None
+    if backend == "triton":
+        from kernels.varlen_attention import varlen_attention_triton
+
+        return varlen_attention_triton(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale
+        )
+    if starts is None:
+        starts = _read_offsets(cu_seqlens_q, cu_seqlens_k)
+    return varlen_attention_torch(q, k, v, starts[0], starts[1], causal=causal, scale=scale)
+
+
+def _read_offsets(cu_q: torch.Tensor, cu_k: torch.Tensor) -> tuple[list[int], list[int]]:
+    """cu_seqlens_q and cu_seqlens_k as Python lists, read in one device sync."""
+    offsets = torch.cat([cu_q, cu_k]).tolist()
+    return offsets[: cu_q.numel()], offsets[cu_q.numel() :]
+
+
+def _check_varlen(
+    q: object,
+    k: object,
+    v: object,
+    cu_seqlens_q: object,
+    cu_seqlens_k: object,
+    max_seqlen_q: object,
+    max_seqlen_k: object,
+    causal: object,
+    scale: object,
+    backend: str,
+) -> tuple[float, str, tuple[list[int], list[int]]]:
+    """Validate varlen_attention's inputs; returns the scale, the backend and the offsets as Python lists."""
     q = check_tensor("q", q, 3, "[total_q, num_heads, head_dim]")
     k = check_tensor("k", k, 3, "[total_k, num_kv_heads, head_dim]")
     v = check_tensor("v", v, 3, "[total_k, num_kv_heads, head_dim]")
@@ -62,8 +107,7 @@ def varlen_attention(
     scale = check_scale(scale, q.shape[2])
     cu_q = check_cu_tensor("cu_seqlens_q", cu_seqlens_q, q.device)
     cu_k = check_cu_tensor("cu_seqlens_k", cu_seqlens_k, q.device)
-    offsets = torch.cat([cu_q, cu_k]).tolist()  # one device sync reads both offset tensors
-    starts_q, starts_k = offsets[: cu_q.numel()], offsets[cu_q.numel() :]
+    starts_q, starts_k = _read_offsets(cu_q, cu_k)
     check_offsets("cu_seqlens_q", starts_q, q.shape[0])
     check_offsets("cu_seqlens_k", starts_k, k.shape[0])
     if len(starts_q) != len(starts_k):
@@ -71,74 +115,12 @@ def varlen_attention(
             f"cu_seqlens_q describes {len(starts_q) - 1} sequences but cu_seqlens_k {len(starts_k) - 1}; "
             "give both one offset per sequence plus the total"
         )
-    max_seqlen_q = check_max_seqlen("max_seqlen_q", max_seqlen_q, starts_q)
-    max_seqlen_k = check_max_seqlen("max_seqlen_k", max_seqlen_k, starts_k)
+    check_max_seqlen("max_seqlen_q", max_seqlen_q, starts_q)
+    check_max_seqlen("max_seqlen_k", max_seqlen_k, starts_k)
     backend = resolve_backend(backend, q.device)
-    check_last_stride(backend, q=q, k=k, v=v)
     if backend == "triton":
-        from kernels.varlen_attention import varlen_attention_triton
-
-        return varlen_attention_triton(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale
-        )
-    return varlen_attention_torch(q, k, v, starts_q, starts_k, causal=causal, scale=scale)
-
-
-def _sdpa_blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
-    """Bottom-right causal (or full) attention for B equal-shape sequences: q [B, Lq, Hq, D] -> [B, Lq, Hq, D]."""
-    len_q, len_k = q.shape[1], k.shape[1]
-    # Bottom-right causal: with more queries than keys the first len_q - len_k rows see no key.
-    hidden = len_q - len_k if causal and len_q > len_k else 0
-    if len_k == 0 or hidden == len_q:
-        return q.new_zeros(q.shape)
-    mask, is_causal = None, False
-    if causal and len_q - hidden == len_k:
-        is_causal = True  # square block: SDPA's top-left causal equals bottom-right
-    elif causal and len_q > 1:
-        # len_q < len_k: a per-block [len_q, len_k] mask (never [total, total]).
-        mask = torch.ones(len_q, len_k, dtype=torch.bool, device=q.device).tril(len_k - len_q)
-    # 4-D views on purpose: CPU SDPA sends 3-D inputs to its slow math path, 4-D to the flash kernel.
-    o = F.scaled_dot_product_attention(
-        q[:, hidden:].transpose(1, 2),  # [B, Hq, len_q - hidden, D]
-        k.transpose(1, 2),  # [B, Hkv, len_k, D]
-        v.transpose(1, 2),
-        attn_mask=mask,
-        is_causal=is_causal,
-        scale=scale,
-        enable_gqa=k.shape[2] != q.shape[2],
-    ).transpose(1, 2)  # [B, len_q - hidden, Hq, D]
-    if hidden:
-        o = torch.cat([o.new_zeros(o.shape[0], hidden, *o.shape[2:]), o], dim=1)
-    return o
-
-
-def varlen_attention_torch(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    starts_q: list[int],
-    starts_k: list[int],
-    causal: bool,
-    scale: float,
-) -> torch.Tensor:
-    """Torch backend: per-sequence SDPA (enable_gqa: K/V heads are never repeated in memory).
-
-    When every sequence has the same query and key length (a plain batch) it is one batched SDPA call.
-    """
-    batch = len(starts_q) - 1
-    lens_q = {b - a for a, b in zip(starts_q[:-1], starts_q[1:], strict=True)}
-    lens_k = {b - a for a, b in zip(starts_k[:-1], starts_k[1:], strict=True)}
-    if batch > 1 and len(lens_q) == 1 and len(lens_k) == 1:
-        (len_q,), (len_k,) = lens_q, lens_k
-        q4 = q.reshape(batch, len_q, *q.shape[1:])  # [B, Lq, Hq, D]
-        k4, v4 = k.reshape(batch, len_k, *k.shape[1:]), v.reshape(batch, len_k, *v.shape[1:])  # [B, Lk, Hkv, D]
-        return _sdpa_blocks(q4, k4, v4, causal, scale).reshape(q.shape)
-    out = torch.empty_like(q)
-    for i in range(batch):
-        q0, q1, k0, k1 = starts_q[i], starts_q[i + 1], starts_k[i], starts_k[i + 1]
-        if q1 > q0:
-            out[q0:q1] = _sdpa_blocks(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], causal, scale)[0]
-    return out
+        check_last_stride(q=q, k=k, v=v)
+    return scale, backend, (starts_q, starts_k)
 
 
 # ---------------------------------------------------------------------------------------------- paged
@@ -151,6 +133,8 @@ def paged_attention(
     scale: float | None = None,
     backend: str = "auto",
     index: TokenSlots | None = None,
+    *,
+    check: bool = True,
 ) -> torch.Tensor:
     """Decode attention through block tables: q [num_seqs, Hq, D] -> [num_seqs, Hq, D].
 
@@ -159,7 +143,24 @@ def paged_attention(
 
     index: optional `token_slots(block_tables, seq_lens, block_size)` of this batch for the torch backend (a
     model builds it once per step and shares it between its layers); the Triton kernel reads the tables itself.
+    check=False skips every input check and dispatches straight to the backend: only for a batch whose block
+    tables, lengths and cache layout an earlier call already validated; malformed inputs are then undefined.
     """
+    if check:
+        scale, backend = _check_paged(q, k_cache, v_cache, block_tables, seq_lens, scale, backend)
+    else:
+        scale, backend = default_scale(scale, q.shape[2]), resolve_backend(backend, q.device)
+    if backend == "triton":
+        from kernels.paged_attention import paged_attention_triton
+
+        return paged_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, scale)
+    return paged_attention_torch(q, k_cache, v_cache, block_tables, seq_lens, scale, index=index)
+
+
+def _check_paged(
+    q: object, k_cache: object, v_cache: object, block_tables: object, seq_lens: object, scale: object, backend: str
+) -> tuple[float, str]:
+    """Validate paged_attention's inputs (one device sync for the data-dependent checks); returns scale, backend."""
     q = check_tensor("q", q, 3, "[num_seqs, num_heads, head_dim]")
     k_cache, v_cache = check_cache(k_cache, v_cache)
     check_same("q, k_cache, v_cache", [q, k_cache, v_cache])
@@ -178,39 +179,40 @@ def paged_attention(
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move {name} to {q.device}")
         if t.shape[0] != num_seqs:
             raise ValueError(f"{name} has {t.shape[0]} rows but q has {num_seqs} sequences; give one row per sequence")
-    capacity = block_tables.shape[1] * block_size
     if num_seqs:
-        # Only the blocks a sequence actually uses must be valid; padding entries past them are never read.
-        blocks_used = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
-        used = torch.arange(block_tables.shape[1], device=q.device)[None, :] < blocks_used[:, None]
-        bad = used & ((block_tables < 0) | (block_tables >= num_blocks))  # [num_seqs, max_blocks_per_seq]
-        first_bad = torch.where(bad.flatten(), torch.arange(bad.numel(), device=q.device), bad.numel()).min()
-        stats = torch.stack([seq_lens.min().long(), seq_lens.max().long(), first_bad]).tolist()  # one sync
-        lo, hi, first = stats
-        if lo < 0:
-            raise ValueError(f"seq_lens has a negative entry ({lo}); lengths must be >= 0")
-        if hi > capacity:
-            raise ValueError(
-                f"seq_lens has {hi} tokens but a block table row holds {block_tables.shape[1]} blocks x "
-                f"{block_size} = {capacity} slots; widen block_tables or shorten the sequence"
-            )
-        if first < bad.numel():
-            seq, col = divmod(first, block_tables.shape[1])
-            raise ValueError(
-                f"block_tables[{seq}, {col}] = {int(block_tables[seq, col])} is outside the cache's "
-                f"{num_blocks} blocks; table entries for used blocks must be in [0, {num_blocks})"
-            )
+        _check_block_tables(block_tables, seq_lens, num_blocks, block_size)
     backend = resolve_backend(backend, q.device)
-    check_last_stride(backend, q=q, k_cache=k_cache, v_cache=v_cache)
     if backend == "triton":
-        from kernels.paged_attention import paged_attention_triton
-
-        return paged_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, scale)
-    from kernels.paged_attention import paged_attention_torch
-
-    return paged_attention_torch(q, k_cache, v_cache, block_tables, seq_lens, scale, index=index)
+        check_last_stride(q=q, k_cache=k_cache, v_cache=v_cache)
+    return scale, backend
 
 
+def _check_block_tables(block_tables: torch.Tensor, seq_lens: torch.Tensor, num_blocks: int, block_size: int) -> None:
+    """Lengths fit their table rows and every table entry a sequence uses names a cache block (one sync)."""
+    device = block_tables.device
+    capacity = block_tables.shape[1] * block_size
+    # Only the blocks a sequence actually uses must be valid; padding entries past them are never read.
+    blocks_used = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
+    used = torch.arange(block_tables.shape[1], device=device)[None, :] < blocks_used[:, None]
+    bad = used & ((block_tables < 0) | (block_tables >= num_blocks))  # [num_seqs, max_blocks_per_seq]
+    first_bad = torch.where(bad.flatten(), torch.arange(bad.numel(), device=device), bad.numel()).min()
+    lo, hi, first = torch.stack([seq_lens.min().long(), seq_lens.max().long(), first_bad]).tolist()  # one sync
+    if lo < 0:
+        raise ValueError(f"seq_lens has a negative entry ({lo}); lengths must be >= 0")
+    if hi > capacity:
+        raise ValueError(
+            f"seq_lens has {hi} tokens but a block table row holds {block_tables.shape[1]} blocks x "
+            f"{block_size} = {capacity} slots; widen block_tables or shorten the sequence"
+        )
+    if first < bad.numel():
+        seq, col = divmod(first, block_tables.shape[1])
+        raise ValueError(
+            f"block_tables[{seq}, {col}] = {int(block_tables[seq, col])} is outside the cache's "
+            f"{num_blocks} blocks; table entries for used blocks must be in [0, {num_blocks})"
+        )
+
+
+# -------------------------------------------------------------------------------------------- store
 def store_kv(
     k: torch.Tensor,
     v: torch.Tensor,
@@ -218,8 +220,28 @@ def store_kv(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
     backend: str = "auto",
+    *,
+    check: bool = True,
 ) -> None:
-    """Write k/v [num_tokens, Hkv, D] into the paged caches in place at slot_mapping (slot < 0 is skipped)."""
+    """Write k/v [num_tokens, Hkv, D] into the paged caches in place at slot_mapping (slot < 0 is skipped).
+
+    check=False skips every input check and dispatches straight to the backend: only for a slot mapping and
+    cache layout an earlier call already validated; malformed inputs are then undefined.
+    """
+    if check:
+        backend = _check_store(k, v, k_cache, v_cache, slot_mapping, backend)
+    else:
+        backend = resolve_backend(backend, k.device)
+    if backend == "triton":
+        from kernels.store_kv import store_kv_triton
+
+        store_kv_triton(k, v, k_cache, v_cache, slot_mapping)
+    else:
+        store_kv_torch(k, v, k_cache, v_cache, slot_mapping)
+
+
+def _check_store(k: object, v: object, k_cache: object, v_cache: object, slot_mapping: object, backend: str) -> str:
+    """Validate store_kv's inputs (matching shapes, one in-range slot per token, none twice); returns the backend."""
     k = check_tensor("k", k, 3, "[num_tokens, num_kv_heads, head_dim]")
     v = check_tensor("v", v, 3, "[num_tokens, num_kv_heads, head_dim]")
     k_cache, v_cache = check_cache(k_cache, v_cache)
@@ -250,12 +272,6 @@ def store_kv(
     if len(set(live)) != len(live):
         raise ValueError("slot_mapping writes the same slot twice; each new token needs its own slot")
     backend = resolve_backend(backend, k.device)
-    check_last_stride(backend, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
     if backend == "triton":
-        from kernels.kv_store import store_kv_triton
-
-        store_kv_triton(k, v, k_cache, v_cache, slot_mapping)
-    else:
-        from kernels.kv_store import store_kv_torch
-
-        store_kv_torch(k, v, k_cache, v_cache, slot_mapping)
+        check_last_stride(k=k, v=v, k_cache=k_cache, v_cache=v_cache)
+    return backend

@@ -10,7 +10,7 @@ Two implementations with one contract (kernels/ops.py validates inputs and picks
   of that GQA group (Ainslie et al., 2023), so each K/V tile is read once, with the online softmax of
   FlashAttention (Dao et al., 2022) over tiles of BLOCK_N tokens. Tokens past `seq_len` are never loaded.
   Long sequences on a big GPU are split across programs and merged by log-sum-exp (flash-decoding).
-- `paged_attention_torch` (kernels/paged_attention_torch.py, re-exported here): the CPU production path.
+- `paged_attention_torch` (its twin, kernels/paged_attention_torch.py): the CPU production path.
 
 q [num_seqs, Hq, D]; k_cache/v_cache [num_blocks, block_size, Hkv, D]; block_tables int32
 [num_seqs, max_blocks_per_seq]; seq_lens int32 [num_seqs] -> out [num_seqs, Hq, D]. A sequence of length 0
@@ -23,9 +23,7 @@ from __future__ import annotations
 import torch
 
 from kernels.backend import HAS_TRITON, triton_interpreting
-from kernels.paged_attention_torch import paged_attention_torch
-
-__all__ = ["paged_attention_triton", "paged_attention_torch"]
+from kernels.checks import check_last_stride
 
 if HAS_TRITON:
     import triton
@@ -174,12 +172,6 @@ if HAS_TRITON:
         tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
 
 
-def _check_last_dim_contiguous(**tensors: torch.Tensor) -> None:
-    for name, t in tensors.items():
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must have stride(-1) == 1, got strides {tuple(t.stride())}; pass .contiguous()")
-
-
 def _auto_num_splits(q: torch.Tensor, num_kv_heads: int, max_tokens: int) -> int:
     """Splits per sequence: enough programs to fill the GPU, each split at least MIN_SPLIT_TOKENS long."""
     if q.device.type != "cuda":
@@ -208,7 +200,7 @@ def paged_attention_triton(
     num_seqs, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     q = q.contiguous() if q.stride(-1) != 1 else q
-    _check_last_dim_contiguous(k_cache=k_cache, v_cache=v_cache)
+    check_last_stride(k_cache=k_cache, v_cache=v_cache)
     block_tables = block_tables.to(torch.int32).contiguous()  # the kernel steps along a row with stride 1
     seq_lens = seq_lens.to(torch.int32).contiguous()
     out = torch.empty(num_seqs, num_q_heads, head_dim, dtype=q.dtype, device=q.device)

@@ -1,7 +1,8 @@
 """Plain-torch attention references: slow, obviously correct, fp32 math.
 
-These are the "manual attention" twins of the kernels (in the spirit of nanoGPT's manual path next to
+These are the "manual attention" paths beside the kernels (in the spirit of nanoGPT's manual path next to
 SDPA): they materialize every mask and every repeated K/V head so a reader can check each number by hand.
+They are not the fast torch twins (kernels/*_torch.py, which the CPU path runs); those are tested against these.
 Tests compare every backend against them; lessons may show them. Nothing here is meant to be fast.
 
 Conventions follow flash-attn (Dao, 2023, "FlashAttention-2") and vLLM:

@@ -12,6 +12,9 @@ head - the bandwidth saving the GQA lesson teaches.
 Causal masking is bottom-right aligned (flash-attn >= 2.1): query i of a sequence sees key j iff
 j <= i + len_k - len_q. Rows that see no key (and sequences with no keys) produce zeros, never NaN, and
 masked loads never touch tokens of a neighbouring sequence or past the packed total.
+
+The torch twin (the CPU production path) is kernels/varlen_attention_torch.py; kernels/ops.py validates
+inputs and picks one.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import triton
 import triton.language as tl
 
 from kernels.backend import triton_interpreting
+from kernels.checks import check_last_stride, default_scale
 
 
 def tile_config(dtype: torch.dtype, head_dim_p2: int) -> tuple[int, int, int, int]:
@@ -101,8 +105,9 @@ def _attend_key_tile(
     return acc, l_i, m_new
 
 
+# Public (not `_`-prefixed) because tests compile it ahead of time for sm_90 without a GPU.
 @triton.jit
-def _varlen_attention_kernel(
+def varlen_attention_kernel(
     q_ptr,  # [total_q, num_heads, head_dim]
     k_ptr,  # [total_k, num_kv_heads, head_dim]
     v_ptr,  # [total_k, num_kv_heads, head_dim]
@@ -206,14 +211,14 @@ def varlen_attention_triton(
 ) -> torch.Tensor:
     """Launch the packed varlen kernel; q [total_q, Hq, D], k/v [total_k, Hkv, D] -> [total_q, Hq, D].
 
-    Inputs are assumed validated by kernels.ops.varlen_attention (shapes, int32 offsets, stride(-1) == 1).
+    Inputs are assumed validated by kernels.ops.varlen_attention (shapes, int32 offsets); the torch twin
+    is kernels/varlen_attention_torch.py.
     """
     total_q, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
-        raise ValueError("q, k and v need stride(-1) == 1 for the Triton kernel; pass .contiguous() tensors")
+    check_last_stride(q=q, k=k, v=v)
     queries_per_kv = num_heads // num_kv_heads
-    scale = head_dim**-0.5 if scale is None else scale
+    scale = default_scale(scale, head_dim)
     out = torch.empty(total_q, num_heads, head_dim, dtype=q.dtype, device=q.device)
     batch = cu_seqlens_q.numel() - 1
     if total_q == 0 or batch == 0:
@@ -224,7 +229,7 @@ def varlen_attention_triton(
     block_q = max(tile_rows // group_p2, 1)
     interpreting = triton_interpreting()
     grid = (triton.cdiv(max(max_seqlen_q, 1), block_q), batch, num_kv_heads)
-    _varlen_attention_kernel[grid](
+    varlen_attention_kernel[grid](
         q,
         k,
         v,

@@ -192,3 +192,21 @@ def test_store_skips_negative_slots():
     flat = args["k_cache"].view(16, 2, 8)  # [num_blocks * block_size, Hkv, D]
     assert torch.equal(flat[5], args["k"][0]) and torch.equal(flat[15], args["k"][2])
     assert int((flat.abs().sum((1, 2)) > 0).sum()) == 2  # only the two live slots were written
+
+
+@requires_triton
+@pytest.mark.parametrize("op", ["varlen", "paged", "store"])
+def test_check_false_still_guards_the_triton_strides(op):
+    """check=False skips validation, but a Triton launcher never gets a head dim it would read out of bounds."""
+    strided = torch.randn(6, 4, 2, 16, device=DEVICE)[..., ::2]  # a [6, 4, 2, 8] cache with stride(-1) == 2
+    if op == "varlen":
+        args = on_device(varlen_args()) | {"k": torch.randn(5, 2, 16, device=DEVICE)[..., ::2]}
+        call, name = lambda: varlen_attention(**args, backend="triton", check=False), "k"
+    elif op == "paged":
+        args = on_device(paged_args()) | {"k_cache": strided, "v_cache": strided.clone()}
+        call, name = lambda: paged_attention(**args, backend="triton", check=False), "k_cache"
+    else:
+        args = on_device(store_args()) | {"k_cache": strided, "v_cache": strided.clone()}
+        call, name = lambda: store_kv(**args, backend="triton", check=False), "k_cache"
+    with pytest.raises(ValueError, match=rf"{name}.stride\(-1\) is 2 but must be 1 for Triton"):
+        call()

@@ -126,9 +126,9 @@ def test_triton_split_k_merges_exactly(num_splits, dtype):
 def test_torch_chunked_split_k_matches_single_gather(monkeypatch, dtype):
     """The CPU path attends to chunks and merges them by log-sum-exp; force many uneven chunks."""
     q, kc, vc, bt, sl, ks, vs = make_paged([200, 1, 64, 65, 0, 130], 8, 2, 16, 16, dtype=dtype)
-    whole = paged.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
+    whole = paged_torch.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
     monkeypatch.setattr(paged_torch, "TORCH_CHUNK_BYTES", 1)  # -> the 64-token minimum chunk
-    chunked = paged.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
+    chunked = paged_torch.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
     expected = sdpa_contiguous(q, ks, vs, 0.25)
     atol, rtol = TOLERANCES[dtype]
     assert chunked.dtype == dtype
@@ -163,6 +163,18 @@ def test_ops_uses_a_prebuilt_index_and_rejects_a_stale_one():
     bad[0, 0] = kc.shape[0]  # validation still runs first, whatever index is passed
     with pytest.raises(ValueError, match="outside the cache"):
         paged_attention(q, kc, vc, bad, sl, backend="torch", index=index)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("prebuilt_index", [False, True])
+def test_check_false_matches_check_true(backend, prebuilt_index):
+    """check=False (a model layer whose step metadata was validated once) skips the checks, not the math."""
+    q, kc, vc, bt, sl, ks, vs = make_paged([37, 5, 70, 0], 8, 2, 16, 16)
+    index = paged_torch.token_slots(bt, sl, 16) if prebuilt_index and backend == "torch" else None
+    checked = paged_attention(q, kc, vc, bt, sl, backend=backend, index=index)
+    unchecked = paged_attention(q, kc, vc, bt, sl, backend=backend, index=index, check=False)
+    assert torch.equal(unchecked, checked)
+    torch.testing.assert_close(unchecked, sdpa_contiguous(q, ks, vs, 0.25), atol=2e-5, rtol=2e-5)
 
 
 @settings(max_examples=25, deadline=None)

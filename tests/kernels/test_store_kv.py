@@ -86,6 +86,19 @@ def test_round_trip_prefill_then_decode(backend):
         torch.testing.assert_close(out[i], expected, atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_check_false_matches_check_true(backend):
+    """check=False (a model layer whose slot mapping was validated once) writes exactly what check=True writes."""
+    k, v = torch.randn(5, 3, 24, device=DEVICE), torch.randn(5, 3, 24, device=DEVICE)
+    slots = torch.tensor([3, -1, 17, 47, 0], device=DEVICE)
+    checked = _cache(6, 8, 3, 24)
+    unchecked = tuple(c.clone() for c in checked)
+    store_kv(k, v, *checked, slots, backend=backend)
+    store_kv(k, v, *unchecked, slots, backend=backend, check=False)
+    assert torch.equal(unchecked[0], checked[0]) and torch.equal(unchecked[1], checked[1])
+    assert torch.equal(unchecked[0][17 // 8, 17 % 8], k[2]) and torch.equal(unchecked[1][47 // 8, 47 % 8], v[3])
+
+
 @pytest.mark.parametrize(
     "change,message",
     [

@@ -156,6 +156,20 @@ def test_noncontiguous_heads(backend):
     torch.testing.assert_close(out, varlen_attention_ref(q, k, v, cu, cu, causal=True), **TOL[torch.float32])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_check_false_matches_check_true(backend, causal, scale):
+    """check=False (a model layer reusing validated step metadata) skips the checks, not the math."""
+    lens_q, lens_k = [2, 5, 0, 1], [6, 9, 3, 1]
+    q, k, v, cu_q, cu_k = make(lens_q, lens_k, 8, 2)
+    checked = run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal=causal, scale=scale, backend=backend)
+    unchecked = run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal=causal, scale=scale, backend=backend, check=False)
+    assert torch.equal(unchecked, checked)
+    expected = varlen_attention_ref(q, k, v, cu_q, cu_k, causal=causal, scale=scale)
+    torch.testing.assert_close(unchecked, expected, **TOL[torch.float32])
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     lens=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=1, max_size=5),
@@ -189,7 +203,7 @@ COMPILE_SCRIPT = """
 import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from kernels.varlen_attention import _varlen_attention_kernel as kernel, tile_config
+from kernels.varlen_attention import varlen_attention_kernel as kernel, tile_config
 dtype, head_dim, group, causal = {config!r}
 rows, block_n, num_warps, num_stages = tile_config(getattr(torch, dtype), head_dim)
 ptr = "*" + {{"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}}[dtype]

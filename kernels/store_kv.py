@@ -1,12 +1,13 @@
-"""Write new K/V rows into the paged cache through a slot mapping (vLLM's `reshape_and_cache`).
+"""Triton store of new K/V rows into the paged cache through a slot mapping (vLLM's `reshape_and_cache`).
 
 PagedAttention (Kwon et al., SOSP 2023) stores token t of a sequence in slot
 `block_table[t // block_size] * block_size + t % block_size` of a pool of blocks. Each step the scheduler
-hands the model one slot per new token (`slot_mapping`); this file copies the new tokens' keys and values
-there. A negative slot means "no slot" (a padding token) and is skipped.
+hands the model one slot per new token (`slot_mapping`); this kernel copies the new tokens' keys and values
+there, one program per token. A negative slot means "no slot" (a padding token) and is skipped. The torch
+twin is kernels/store_kv_torch.py.
 
 k/v [num_tokens, Hkv, D]; k_cache/v_cache [num_blocks, block_size, Hkv, D]; slot_mapping int32/int64
-[num_tokens]. kernels/ops.py validates inputs (slots in range and distinct) before either function runs.
+[num_tokens]. kernels/ops.py validates inputs (slots in range and distinct) before the launcher runs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from kernels.backend import HAS_TRITON
+from kernels.checks import check_last_stride
 
 if HAS_TRITON:
     import triton
@@ -67,11 +69,7 @@ def store_kv_triton(
     """Triton store: one program per token copies its [Hkv, D] key and value rows into their slot."""
     if not HAS_TRITON:
         raise ValueError("store_kv_triton needs triton; install it (Linux) or use backend='torch'")
-    for name, t in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.stride(-1) != 1:
-            raise ValueError(
-                f"{name} must have stride(-1) == 1, got strides {tuple(t.stride())}; pass a contiguous tensor"
-            )
+    check_last_stride(k=k, v=v, k_cache=k_cache, v_cache=v_cache)
     num_tokens, num_kv_heads, head_dim = k.shape
     if num_tokens == 0:
         return
@@ -98,23 +96,3 @@ def store_kv_triton(
         BLOCK_D=triton.next_power_of_2(head_dim),
         BLOCK_SIZE=k_cache.shape[1],
     )
-
-
-def store_kv_torch(
-    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
-) -> None:
-    """Plain-torch store (any device): scatter the rows of k/v into the caches in place."""
-    slots = slot_mapping.long()
-    keep = slots >= 0
-    if not bool(keep.all()):
-        slots, k, v = slots[keep], k[keep], v[keep]
-    if slots.numel() == 0:
-        return
-    for src, cache in ((k, k_cache), (v, v_cache)):
-        if cache.is_contiguous():
-            # One row copy per token into the flat [num_slots, Hkv, D] view of the pool.
-            cache.view(-1, cache.shape[2], cache.shape[3]).index_copy_(0, slots, src.to(cache.dtype))
-        else:
-            # A strided cache has no flat view; index it by (block, offset) so the writes land in place.
-            block_size = cache.shape[1]
-            cache[slots // block_size, slots % block_size] = src.to(cache.dtype)
