@@ -1,7 +1,7 @@
 """Block allocator throughput: allocate + free pairs per second through the public BlockAllocator API.
 
 The trace-driven simulator replays long serving traces through this allocator, so it must stay cheap in
-CPython. Four workloads on a pool of `--num-blocks` blocks, interleaved (BENCHMARKS.md):
+CPython. Four workloads on a pool of `--num-blocks` blocks, timed interleaved (A, B, A, B, ...):
 - plain: bursts of `--burst` allocate() calls, then free() of each block (prefix caching off);
 - prefix_caching: every block in the pool starts cached and unreferenced, so each allocate() evicts the
   least recently freed cached block; each pair also registers the new block's hash (cache_block), so
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import random
 
-from bench._util import emit, env_info, log, parser, save, time_interleaved
+from bench.harness import emit, env_info, log, parser, save, time_interleaved
 from engine.core.block_allocator import BlockAllocator, compute_block_hash
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence

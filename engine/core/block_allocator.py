@@ -16,7 +16,7 @@ Public API (every call is O(1)):
         .allocate_blocks(n) -> list[int]   all or nothing
         .incref(b)               one more owner; also revives a cached, unreferenced block
         .free(b)                 one owner fewer; at 0 the block returns to the pool (keeping its hash)
-        .ref_count(b) -> int
+        .ref_count(b) -> int;  .ref_counts / .block_hashes   live read-only views, indexed by block id
         .cache_block(b, block_hash, token_ids) -> bool   register a full, referenced block
         .lookup(block_hash, token_ids) -> int | None      cached block with these exact tokens
         .block_hash(b) -> int | None;  .is_evictable(b) -> bool
@@ -169,6 +169,18 @@ class BlockAllocator:
                 self._free.append(block_id)
             else:
                 self._evictable[block_id] = None  # most recently freed goes last, evicted last
+
+    @property
+    def ref_counts(self) -> Sequence[int]:
+        """Every block's ref count, indexed by block id: a live view for hot loops (read it, never write it)."""
+        # The list itself, not a copy: the block manager reads it on every decode step, and a copy or a
+        # validating ref_count() call per block would cost more than the rest of that step's bookkeeping.
+        return self._ref_counts
+
+    @property
+    def block_hashes(self) -> Sequence[int | None]:
+        """Every block's prefix-cache hash (None when not cached), indexed by block id; a live read-only view."""
+        return self._block_hashes
 
     def ref_count(self, block_id: int) -> int:
         """Number of owners of a block (0 when free)."""

@@ -1,41 +1,23 @@
 """Per-sequence block tables over a `BlockAllocator`: admission, growth, prefix hits, copy-on-write.
 
-Follows PagedAttention (Kwon et al., SOSP 2023) as nano-vllm's `BlockManager` and vLLM v1's
-`KVCacheManager` implement it. A sequence's `block_table` maps logical block i (tokens
-i*block_size .. (i+1)*block_size - 1) to a physical block; token p lives in cache slot
-`block_table[p // block_size] * block_size + p % block_size`. The K/V tensors those slots index are
-`engine.core.kv_cache.PagedKVCache`.
-
-Public API:
-    BlockManager(num_blocks, block_size, enable_prefix_caching=False)    .allocator is the BlockAllocator
-        query / mutate pairs (a mutation that cannot fit raises OutOfBlocksError and changes nothing):
-        .num_cached_prefix_tokens(seq) -> int     tokens allocate_sequence would reuse from the prefix cache
-        .can_allocate(seq, num_new_tokens=None, watermark_blocks=0) -> bool
-        .allocate_sequence(seq, num_new_tokens=None) -> int   admit: reuse cached prefix blocks, allocate
-                  blocks for num_new_tokens more tokens (default: all the rest); sets seq.block_table,
-                  seq.num_cached_tokens and seq.num_computed_tokens (= cached); returns num_cached_tokens
-        .can_append(seq, num_new_tokens=1) -> bool
-        .append_slots(seq, num_new_tokens=1) -> list[tuple[int, int]]   cover positions
-                  seq.num_computed_tokens .. + num_new_tokens - 1; returns copy-on-write (src, dst) block
-                  copies the cache must perform (PagedKVCache.copy_blocks) before this step writes K/V
-        .fork(parent, child)             child shares all of parent's blocks (ref + 1), copy-on-write later
-        .free_sequence(seq)              decref all its blocks (reverse order), clears seq.block_table
-        .cache_computed_blocks(seq)      register its full computed blocks in the prefix cache (automatic in
-                                         append_slots / free_sequence; call it to publish earlier)
-        .snapshot() -> list[BlockInfo]   every block: id, ref count, owners, filled slots, hash
-        .usage(bytes_per_slot=0) -> BlockUsage    allocated / used slots, internal fragmentation
-        .num_free_blocks, .num_blocks, .block_size, .sequences (seq_id -> Sequence holding blocks)
-The caller (scheduler / model runner) advances seq.num_computed_tokens after each step; the manager
-never does. Full blocks are published to the prefix cache once they are computed.
+Follows PagedAttention (Kwon et al., SOSP 2023) as nano-vllm's `BlockManager` and vLLM v1's `KVCacheManager`
+implement it: a sequence's `block_table` maps logical block i (tokens i*block_size .. (i+1)*block_size - 1)
+to a physical block (`engine.core.kv_cache.slots_of` gives its cache slots). Query / mutate pairs:
+`can_allocate` / `allocate_sequence` (admit, reusing cached prefix blocks), `can_append` / `append_slots`
+(returns the copy-on-write (src, dst) block copies to make first); a mutation that cannot fit raises
+OutOfBlocksError and changes nothing. The caller advances seq.num_computed_tokens; the manager never does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from engine.core.admission import fits
 from engine.core.block_allocator import BlockAllocator, OutOfBlocksError, compute_block_hash
 from engine.core.sequence import Sequence
+
+FullBlock = tuple[int, int, tuple[int, ...]]  # (index in the block table, chained hash, token ids)
 
 
 @dataclass(slots=True)  # not frozen: frozen dataclasses build ~6x slower, and snapshot() makes one per block
@@ -109,8 +91,6 @@ class BlockManager:
         """Blocks the allocator can hand out."""
         return self.allocator.num_free_blocks
 
-    # ---- queries -------------------------------------------------------------------------------------
-
     def _check_seq(self, seq: Sequence) -> None:
         if seq.block_size != self.block_size:
             raise ValueError(
@@ -122,21 +102,24 @@ class BlockManager:
         """Cached blocks matching the prompt's leading full blocks, and their hashes."""
         if not self.allocator.enable_prefix_caching:
             return [], []
-        bs, tokens, lookup = self.block_size, seq.token_ids, self.allocator.lookup
         blocks: list[int] = []
         hashes: list[int] = []
-        parent = None
         # Never the whole sequence: the last token must be computed to produce logits (as vLLM does).
-        for i in range((len(tokens) - 1) // bs):
-            chunk = tuple(tokens[i * bs : (i + 1) * bs])
-            block_hash = compute_block_hash(parent, chunk)
-            block_id = lookup(block_hash, chunk)
+        for _, block_hash, chunk in self._full_blocks(seq, 0, (seq.num_tokens - 1) // self.block_size, None):
+            block_id = self.allocator.lookup(block_hash, chunk)
             if block_id is None:
                 break
             blocks.append(block_id)
             hashes.append(block_hash)
-            parent = block_hash
         return blocks, hashes
+
+    def _full_blocks(self, seq: Sequence, start: int, stop: int, parent: int | None) -> Iterator[FullBlock]:
+        """(index, chained hash, token ids) of `seq`'s full blocks start..stop-1, chained on from `parent`."""
+        bs, tokens = self.block_size, seq.token_ids
+        for i in range(start, stop):
+            chunk = tuple(tokens[i * bs : (i + 1) * bs])
+            parent = compute_block_hash(parent, chunk)
+            yield i, parent, chunk
 
     def num_cached_prefix_tokens(self, seq: Sequence) -> int:
         """Tokens `allocate_sequence(seq)` would take from the prefix cache right now."""
@@ -161,14 +144,13 @@ class BlockManager:
                 f"({seq.num_tokens} tokens, {num_cached} cached)"
             )
         fresh = -(-(num_cached + n) // self.block_size) - len(blocks)
-        ref_count = self.allocator.ref_count
-        revived = sum(1 for b in blocks if ref_count(b) == 0)  # cached-free hits leave the free pool too
+        refs = self.allocator.ref_counts
+        revived = sum(1 for b in blocks if refs[b] == 0)  # cached-free hits leave the free pool too
         return blocks, hashes, fresh, fresh + revived, n
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int | None = None, watermark_blocks: int = 0) -> bool:
         """Whether `allocate_sequence` would succeed and still leave `watermark_blocks` free."""
-        cost = self._admission_cost(seq, num_new_tokens)[3]
-        return fits(cost, self.allocator.num_free_blocks, watermark_blocks)
+        return fits(self._admission_cost(seq, num_new_tokens)[3], self.allocator.num_free_blocks, watermark_blocks)
 
     def _append_plan(self, seq: Sequence, num_new_tokens: int) -> tuple[list[int], int]:
         """(indices of shared blocks to copy-on-write, new blocks to append) to write the next tokens."""
@@ -181,7 +163,7 @@ class BlockManager:
                 f"1..{num_tokens - start} ({num_tokens} tokens, {start} computed)"
             )
         end, bs, table = start + num_new_tokens, self.block_size, seq.block_table
-        refs = self.allocator._ref_counts  # hot path (every decode step): index the list directly
+        refs = self.allocator.ref_counts  # hot path (every decode step): index the live view directly
         last = -(-end // bs)  # blocks needed to cover positions 0..end-1
         # A block this step writes into must be exclusively ours: shared ones are copied first.
         shared = [i for i in range(start // bs, min(last, len(table))) if refs[table[i]] > 1]
@@ -191,8 +173,6 @@ class BlockManager:
         """Whether `append_slots(seq, num_new_tokens)` would find enough free blocks."""
         shared, grow = self._append_plan(seq, num_new_tokens)
         return len(shared) + grow <= self.allocator.num_free_blocks
-
-    # ---- mutations -----------------------------------------------------------------------------------
 
     def allocate_sequence(self, seq: Sequence, num_new_tokens: int | None = None) -> int:
         """Admit `seq`: reuse its cached prefix, allocate the rest; returns num_cached_tokens."""
@@ -227,8 +207,7 @@ class BlockManager:
         for _ in range(grow):
             table.append(alloc.allocate())
         end = seq.num_computed_tokens + num_new_tokens
-        if end > self._num_slots[seq.seq_id]:
-            self._num_slots[seq.seq_id] = end
+        self._num_slots[seq.seq_id] = max(self._num_slots[seq.seq_id], end)
         return copies
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
@@ -246,8 +225,7 @@ class BlockManager:
         for block_id in parent.block_table:
             self.allocator.incref(block_id)
         child.block_table = list(parent.block_table)
-        child.num_computed_tokens = n
-        child.num_cached_tokens = parent.num_cached_tokens
+        child.num_computed_tokens, child.num_cached_tokens = n, parent.num_cached_tokens
         self.sequences[child.seq_id] = child
         self._hashes[child.seq_id] = list(self._hashes[parent.seq_id])
         self._num_slots[child.seq_id] = min(self._num_slots[parent.seq_id], child.num_tokens)
@@ -267,18 +245,13 @@ class BlockManager:
         """Publish `seq`'s full, computed blocks to the prefix cache (no-op without prefix caching)."""
         if not self.allocator.enable_prefix_caching or seq.seq_id not in self.sequences:
             return
-        hashes, bs, table = self._hashes[seq.seq_id], self.block_size, seq.block_table
-        num_full = min(seq.num_computed_tokens // bs, len(table))
+        hashes, table = self._hashes[seq.seq_id], seq.block_table
+        num_full = min(seq.num_computed_tokens // self.block_size, len(table))
         if num_full <= len(hashes):
             return
-        parent = hashes[-1] if hashes else None
-        for i in range(len(hashes), num_full):
-            chunk = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            parent = compute_block_hash(parent, chunk)
-            self.allocator.cache_block(table[i], parent, chunk)
-            hashes.append(parent)
-
-    # ---- observability -------------------------------------------------------------------------------
+        for i, block_hash, chunk in self._full_blocks(seq, len(hashes), num_full, hashes[-1] if hashes else None):
+            self.allocator.cache_block(table[i], block_hash, chunk)
+            hashes.append(block_hash)
 
     def _filled(self) -> tuple[dict[int, list[int]], dict[int, int]]:
         """owners and filled-slot count of every referenced block (a shared block: max over owners)."""
@@ -304,16 +277,11 @@ class BlockManager:
         """Every physical block in id order, with owners and filled slots."""
         owners, filled = self._filled()
         alloc, bs = self.allocator, self.block_size
-        refs, hashes = alloc._ref_counts, alloc._block_hashes
+        refs, hashes = alloc.ref_counts, alloc.block_hashes
+        # A cached free block still holds a full block of tokens; a plain free one holds none.
         return [
-            BlockInfo(
-                b,
-                refs[b],
-                tuple(owners.get(b, ())),
-                filled.get(b, bs if hashes[b] is not None else 0),
-                hashes[b],
-            )
-            for b in range(self.num_blocks)
+            BlockInfo(b, refs[b], tuple(owners.get(b, ())), filled.get(b, 0 if h is None else bs), h)
+            for b, h in enumerate(hashes)
         ]
 
     def usage(self, bytes_per_slot: int = 0) -> BlockUsage:

@@ -1,25 +1,19 @@
-"""KV-cache memory: paged K/V tensors with their kernel metadata, and the contiguous baseline they replace.
+"""Paged KV-cache memory: the K/V tensors every layer writes, and the kernel metadata that indexes them.
 
-Paged (PagedAttention, Kwon et al., SOSP 2023): every layer owns K and V tensors
-`[num_blocks, block_size, num_kv_heads, head_dim]`; a token's K/V row lives at slot
-`block_id * block_size + offset`, where the block comes from its sequence's block table
-(`engine.core.block_manager.BlockManager`). Contiguous (FasterTransformer / Hugging Face static cache): each
-sequence reserves `max_model_len` adjacent slots up front, which wastes memory three ways in the vLLM
-paper's terms: *reserved* (slots for tokens not generated yet), *internal* (slots past the request's
-final length) and *external* (gaps between reservations too small for another request).
+PagedAttention (Kwon et al., SOSP 2023): every layer owns K and V tensors
+`[num_blocks, block_size, num_kv_heads, head_dim]`; token p of a sequence lives at slot
+`block_table[p // block_size] * block_size + p % block_size` (`slots_of`), where the block table comes from
+`engine.core.block_manager.BlockManager`. Its size in bytes is `engine.memory.footprint.kv_bytes`, the
+formula the memory lessons teach, so the cache the engine allocates is the cache the course computes.
 
 Public API:
-    kv_bytes_per_slot(num_layers, num_kv_heads, head_dim, dtype) -> int    K and V of one token, all layers
-    num_blocks_for_budget(budget_bytes, block_size, num_layers, num_kv_heads, head_dim, dtype) -> int
+    slots_of(block_table, start, stop, block_size) -> list[int]    cache slots of positions start..stop-1
     PagedKVCache(num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype=float32, device="cpu")
-        .from_budget(budget_bytes, num_layers, block_size, num_kv_heads, head_dim, dtype, device)
         .kv  [L, 2, num_blocks, block_size, Hkv, D];  .kv_caches  list of (k_cache, v_cache) per layer
         .k_cache(layer), .v_cache(layer), .copy_blocks([(src, dst), ...]), .bytes_per_slot, .nbytes
     build_slot_mapping(seqs, num_new_tokens, device="cpu", dtype=int64) -> [sum(num_new_tokens)]
     build_block_tables(seqs, device="cpu", max_num_blocks=None, pad_value=0) -> int32 [S, max_blocks]
     build_seq_lens(seqs, num_new_tokens=None, device="cpu") -> int32 [S]
-    ContiguousAllocator(num_slots, max_model_len)  (engine.core.contiguous_cache; re-exported here)
-BlockManager, BlockInfo and BlockUsage are re-exported from engine.core.block_manager.
 """
 
 from __future__ import annotations
@@ -28,24 +22,10 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from engine.core.block_manager import BlockInfo, BlockManager, BlockUsage
-from engine.core.contiguous_cache import ContiguousAllocator, ContiguousUsage, Reservation
 from engine.core.sequence import Sequence, check_block_size
+from engine.memory.footprint import kv_bytes
 
-__all__ = [
-    "BlockInfo",
-    "BlockManager",
-    "BlockUsage",
-    "ContiguousAllocator",
-    "ContiguousUsage",
-    "PagedKVCache",
-    "Reservation",
-    "build_block_tables",
-    "build_seq_lens",
-    "build_slot_mapping",
-    "kv_bytes_per_slot",
-    "num_blocks_for_budget",
-]
+__all__ = ["PagedKVCache", "build_block_tables", "build_seq_lens", "build_slot_mapping", "slots_of"]
 
 
 def _check_positive(**values: object) -> None:
@@ -54,29 +34,9 @@ def _check_positive(**values: object) -> None:
             raise ValueError(f"{name}={value!r} must be an integer >= 1")
 
 
-def kv_bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-    """Bytes one token's K and V take across all layers: 2 * layers * kv_heads * head_dim * element size."""
-    _check_positive(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
-    return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
-
-
-def num_blocks_for_budget(
-    budget_bytes: int,
-    block_size: int,
-    num_layers: int,
-    num_kv_heads: int,
-    head_dim: int,
-    dtype: torch.dtype = torch.float32,
-) -> int:
-    """How many whole blocks fit in `budget_bytes`; a budget below one block is a ValueError."""
-    block_bytes = check_block_size(block_size) * kv_bytes_per_slot(num_layers, num_kv_heads, head_dim, dtype)
-    num_blocks = int(budget_bytes) // block_bytes
-    if num_blocks < 1:
-        raise ValueError(
-            f"a KV budget of {budget_bytes} bytes holds no block of {block_bytes} bytes "
-            f"({block_size} tokens x {block_bytes // block_size} bytes); raise the budget or use a smaller block_size"
-        )
-    return num_blocks
+def slots_of(block_table: Seq[int], start: int, stop: int, block_size: int) -> list[int]:
+    """Cache slots of a sequence's positions start..stop-1: block_table[p // bs] * bs + p % bs each."""
+    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, stop)]
 
 
 class PagedKVCache:
@@ -107,21 +67,6 @@ class PagedKVCache:
             (self.kv[layer, 0], self.kv[layer, 1]) for layer in range(num_layers)
         ]
 
-    @classmethod
-    def from_budget(
-        cls,
-        budget_bytes: int,
-        num_layers: int,
-        block_size: int,
-        num_kv_heads: int,
-        head_dim: int,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-    ) -> PagedKVCache:
-        """A cache with as many blocks as fit in `budget_bytes`."""
-        num_blocks = num_blocks_for_budget(budget_bytes, block_size, num_layers, num_kv_heads, head_dim, dtype)
-        return cls(num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype, device)
-
     def __repr__(self) -> str:
         return (
             f"PagedKVCache(num_layers={self.num_layers}, num_blocks={self.num_blocks}, block_size={self.block_size}, "
@@ -140,13 +85,13 @@ class PagedKVCache:
 
     @property
     def bytes_per_slot(self) -> int:
-        """Bytes of one token's K and V over all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv.element_size()
+        """Bytes of one token's K and V over all layers (`engine.memory.footprint.kv_bytes`)."""
+        return kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, self.kv.element_size())
 
     @property
     def nbytes(self) -> int:
-        """Total bytes held by the cache tensors."""
-        return self.kv.numel() * self.kv.element_size()
+        """Total bytes held by the cache tensors: num_slots * bytes_per_slot."""
+        return self.num_slots * self.bytes_per_slot
 
     def k_cache(self, layer: int) -> torch.Tensor:
         """Layer `layer`'s keys [num_blocks, block_size, Hkv, D]."""
@@ -197,7 +142,7 @@ def build_slot_mapping(
                 f"sequence {seq.seq_id} needs slots up to position {start + n - 1} but its block table holds "
                 f"{len(table) * bs}; call BlockManager.append_slots() before building the step"
             )
-        slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+        slots.extend(slots_of(table, start, start + n, bs))
     return torch.tensor(slots, dtype=dtype, device=device)
 
 

@@ -1,45 +1,30 @@
 """Memory model of an LLM server: weights, KV cache, activations and vLLM's start-up memory arithmetic.
 
-The KV arithmetic follows the vLLM paper (Kwon et al., SOSP 2023, arXiv 2309.06180) and vLLM's start-up
-profiling: the engine may use ``capacity * gpu_memory_utilization`` bytes; from that it subtracts the weights,
-the activation peak of a dummy forward pass over ``max_num_batched_tokens`` tokens and non-torch memory (CUDA
-context, cuBLAS workspaces); the rest becomes KV blocks of ``block_size`` tokens. The vllm#10517 report
-(Llama-3.1-8B, RTX 3090, utilization 0.9: 1,952 blocks = 31,232 tokens at 128 KiB/token) is reproduced in
-the tests. The catalog lives in engine/catalog.py, the roofline in engine/roofline.py.
+This module is the one place KV bytes and budget -> blocks are computed: the catalog's `ModelSpec`, the
+lessons and the engine's own `PagedKVCache` all call `kv_bytes`, and every KV budget becomes blocks through
+`kv_blocks_from_budget`. The arithmetic follows the vLLM paper (Kwon et al., SOSP 2023, arXiv 2309.06180)
+and vLLM's start-up profiling: the engine may use ``capacity * gpu_memory_utilization`` bytes; from that it
+subtracts the weights, the activation peak of a dummy forward pass over ``max_num_batched_tokens`` tokens
+and non-torch memory (CUDA context, cuBLAS workspaces); the rest becomes KV blocks of ``block_size`` tokens.
+The vllm#10517 report (Llama-3.1-8B, RTX 3090, utilization 0.9: 1,952 blocks = 31,232 tokens at 128
+KiB/token) is reproduced in the tests. Models and GPUs come from engine/memory/catalog.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
-from engine.memory.catalog import (
-    GPUS,
-    MODELS,
-    GiB,
-    GpuSpec,
-    ModelSpec,
-    custom_model,
-    estimate_params,
-    get_gpu,
-    get_model,
-    model_from_config,
-)
+from engine.memory.catalog import GiB, resolve_gpu, resolve_model
+from engine.memory.specs import GpuSpec, ModelSpec
 
 __all__ = [
-    "MODELS",
-    "GPUS",
-    "GiB",
-    "ModelSpec",
-    "GpuSpec",
-    "get_model",
-    "get_gpu",
-    "custom_model",
-    "model_from_config",
-    "estimate_params",
     "DTYPE_BYTES",
     "NON_TORCH_BYTES",
     "ServingFootprint",
     "dtype_bytes",
+    "kv_bytes",
     "weight_bytes",
     "kv_bytes_per_token",
     "kv_cache_bytes",
@@ -49,7 +34,9 @@ __all__ = [
     "serving_footprint",
 ]
 
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "auto": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
+    {"fp32": 4, "bf16": 2, "fp16": 2, "auto": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+)
 # CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM reports as non-torch memory. 0.7 GiB
 # makes the vllm#10517 numbers come out within 1% (real servers log 0.3-1 GiB).
 NON_TORCH_BYTES = int(0.7 * GiB)
@@ -66,12 +53,9 @@ def dtype_bytes(dtype: str | float) -> float:
     return DTYPE_BYTES[dtype]
 
 
-def _model(model: ModelSpec | str) -> ModelSpec:
-    return model if isinstance(model, ModelSpec) else get_model(model)
-
-
-def _gpu(gpu: GpuSpec | str) -> GpuSpec:
-    return gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
+def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: float) -> int:
+    """K and V bytes of one token over all layers: 2 * layers * kv_heads * head_dim * bytes per element."""
+    return int(2 * num_layers * num_kv_heads * head_dim * dtype_bytes)
 
 
 def _check_tp(model: ModelSpec, tensor_parallel: int) -> None:
@@ -86,17 +70,17 @@ def _check_tp(model: ModelSpec, tensor_parallel: int) -> None:
 
 def weight_bytes(model: ModelSpec | str, dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
     """Bytes of weights on each GPU: parameters * bytes per parameter / tensor-parallel degree."""
-    m = _model(model)
+    m = resolve_model(model)
     _check_tp(m, tensor_parallel)
     return int(m.num_params * dtype_bytes(dtype) / tensor_parallel)
 
 
 def kv_bytes_per_token(model: ModelSpec | str, kv_dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
     """KV bytes one token occupies on each GPU; KV heads split over TP and are replicated past num_kv_heads."""
-    m = _model(model)
+    m = resolve_model(model)
     _check_tp(m, tensor_parallel)
     heads_per_gpu = max(1, m.num_kv_heads // tensor_parallel)
-    return int(2 * m.num_layers * heads_per_gpu * m.head_dim * dtype_bytes(kv_dtype))
+    return kv_bytes(m.num_layers, heads_per_gpu, m.head_dim, dtype_bytes(kv_dtype))
 
 
 def kv_cache_bytes(
@@ -116,7 +100,7 @@ def activation_bytes(
     one layer's worth. For Llama-3.1-8B this is 112 KiB/token, which matches the 9,000-token longer profile
     costing vllm#10517 about 0.93 GiB of KV (1952 -> 1478 blocks).
     """
-    m = _model(model)
+    m = resolve_model(model)
     _check_tp(m, tensor_parallel)
     qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim // tensor_parallel
     per_token = 2 * m.hidden_size + qkv + 3 * m.intermediate_size // tensor_parallel
@@ -257,7 +241,7 @@ def serving_footprint(
     max_model_len defaults to the model's max context (vLLM's default). max_num_batched_tokens defaults as in
     vLLM 0.6: max(max_model_len, 2048), or 2048 with chunked prefill, which vLLM turns on past 32K context.
     """
-    m, g = _model(model), _gpu(gpu)
+    m, g = resolve_model(model), resolve_gpu(gpu)
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     if block_size < 1:
@@ -273,15 +257,9 @@ def serving_footprint(
     acts = activation_bytes(m, max_num_batched_tokens, "bf16", tensor_parallel)
     per_token = kv_bytes_per_token(m, kv_dtype, tensor_parallel)
     budget = kv_budget_bytes(
-        m,
-        g.memory_bytes,
-        weights,
-        gpu_memory_utilization,
-        max_num_batched_tokens,
-        "bf16",
-        tensor_parallel,
+        m, g.memory_bytes, weights, gpu_memory_utilization, max_num_batched_tokens, "bf16", tensor_parallel,
         overhead_bytes,
-    )
+    )  # fmt: skip
     return ServingFootprint(
         model=m,
         gpu=g,

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-MiB = 1024**2
+from engine.memory.catalog import MiB
+
 MAX_WEIGHT_BYTES = 1024 * MiB  # a lesson measurement must never hog the learner's machine
 
 
@@ -74,20 +75,34 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(fn: Callable[[], object], repeats: int, warmup: int, device: torch.device) -> float:
-    """Median wall time of fn() over `repeats` calls after `warmup` untimed calls."""
+def time_interleaved(
+    fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1, device: str | torch.device = "cpu"
+) -> dict[str, float]:
+    """Median seconds per named function, timed round-robin (A, B, A, B, ...) so noise hits both sides.
+
+    Every function runs `warmup` times untimed first (compilation, caches); CUDA work on `device` is
+    synchronized around each timed call, so a call is charged for the kernels it launched.
+    """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    device = torch.device(device)
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in samples.items()}
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, warmup: int, device: torch.device) -> float:
+    """Median wall time of fn() over `repeats` calls after `warmup` untimed calls."""
+    return time_interleaved({"fn": fn}, repeats, warmup, device)["fn"]
 
 
 def measure_weight_streaming(
@@ -142,7 +157,7 @@ def measure_machine(weight_bytes: int | None = None, prefill_batch: int = 256, r
     The default weight is 64 MiB on CPU (larger than most last-level caches) and 1 GiB on a GPU, whose
     L2 cache holds tens of MB and whose HBM streams 64 MiB in microseconds (launch overhead would dominate).
     """
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = default_device()
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     if weight_bytes is None:
         weight_bytes = MAX_WEIGHT_BYTES if device == "cuda" else 64 * MiB
@@ -194,27 +209,6 @@ def measure_llm_decode(llm: object, prompt_len: int = 16, new_tokens: int = 8, r
         seconds=per_token,
         repeats=repeats,
     )
-
-
-def time_interleaved(
-    fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1, device: str | torch.device = "cpu"
-) -> dict[str, float]:
-    """Median seconds per named function, timed round-robin (A, B, A, B, ...) so noise hits both sides."""
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
-    device = torch.device(device)
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            _sync(device)
-            start = time.perf_counter()
-            fn()
-            _sync(device)
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in samples.items()}
 
 
 def measure_demo_decode(new_tokens: int = 8, repeats: int = 3) -> Measurement:

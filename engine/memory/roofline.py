@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.memory.catalog import GpuSpec, ModelSpec
-from engine.memory.footprint import _gpu, _model, dtype_bytes, kv_bytes_per_token, weight_bytes
+from engine.memory.catalog import resolve_gpu, resolve_model
+from engine.memory.footprint import dtype_bytes, kv_bytes_per_token, weight_bytes
+from engine.memory.specs import GpuSpec, ModelSpec
 
 __all__ = ["OpCost", "Roofline", "StepTimeModel", "roofline"]
 
@@ -120,7 +121,7 @@ def roofline(
     matmuls. Decode reads every weight and the whole KV of the batch for one token per sequence, hence an
     intensity of ~batch FLOP/byte for the MLP and ~group size for attention, far below the ridge point.
     """
-    m, g = _model(model), _gpu(gpu)
+    m, g = resolve_model(model), resolve_gpu(gpu)
     if phase not in ("prefill", "decode"):
         raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
     if batch_size < 1 or context_len < 1:
@@ -170,7 +171,7 @@ class StepTimeModel:
         tensor_parallel: int = 1,
     ) -> StepTimeModel:
         """Constants for one model on one GPU (per-GPU shares under tensor parallelism)."""
-        m, g = _model(model), _gpu(gpu)
+        m, g = resolve_model(model), resolve_gpu(gpu)
         # the embedding table is gathered one row per token, not streamed, unless it doubles as the lm_head
         table = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size * dtype_bytes(weight_dtype)
         return cls(

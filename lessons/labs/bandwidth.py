@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.memory.footprint import GPUS, MODELS
+from engine.memory.catalog import GPUS, MODELS
 from engine.memory.measure import Measurement
 from engine.memory.roofline import Roofline, roofline
 
@@ -86,13 +86,10 @@ class BandwidthLesson:
 
 def lesson(model: str, gpu: str, batch_size: int, context_len: int, weight_dtype: str = "bf16") -> BandwidthLesson:
     """Decode (batch_size sequences at context_len) and prefill (one prompt of context_len) for the page."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; pick one of {', '.join(MODELS)}")
-    if gpu not in GPUS:
-        raise ValueError(f"unknown GPU {gpu!r}; pick one of {', '.join(GPUS)}")
+    spec, _ = MODELS[model], GPUS[gpu]  # an unknown key is a ValueError listing the known ones
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight dtype {weight_dtype!r} is not offered; use one of {', '.join(WEIGHT_DTYPES)}")
-    limit = MODELS[model].max_context
+    limit = spec.max_context
     if not isinstance(context_len, int) or not 1 <= context_len <= limit:
         raise ValueError(f"context length {context_len} is outside 1 … {limit:,}, the maximum context of {model}")
     if not isinstance(batch_size, int) or not 1 <= batch_size <= 4096:

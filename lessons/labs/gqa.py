@@ -16,13 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.fmha import memory_efficient_attention
-from engine.memory.catalog import ModelSpec
-from engine.memory.footprint import MODELS, dtype_bytes
+from engine.memory.catalog import MODELS, GiB, KiB
+from engine.memory.footprint import dtype_bytes
 from engine.memory.measure import default_device, time_interleaved
+from engine.memory.specs import ModelSpec
 
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp32")
-GiB = 1024**3
-KiB = 1024
 
 
 def group_options(num_heads: int) -> list[int]:
@@ -40,9 +39,7 @@ def attention_kind(num_heads: int, groups: int) -> str:
 
 
 def _spec(model: str, groups: int) -> ModelSpec:
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; pick one of {', '.join(MODELS)}")
-    spec = MODELS[model]
+    spec = MODELS[model]  # an unknown key is a ValueError listing the known ones
     if groups not in group_options(spec.num_heads):
         raise ValueError(
             f"{groups} KV groups do not divide {spec.num_heads} query heads of {model}; "
@@ -95,7 +92,7 @@ def footprint(model: str, groups: int, kv_dtype: str = "bf16", context_len: int 
 
 def footprint_rows(model: str, kv_dtype: str = "bf16", context_len: int = 8192, users: int = 1) -> list[dict]:
     """One row per valid group count: KV heads, KiB per token, GiB at context × users, saving vs MHA."""
-    spec = MODELS[model] if model in MODELS else _spec(model, 1)
+    spec = MODELS[model]
     rows = []
     for g in group_options(spec.num_heads):
         fp = footprint(model, g, kv_dtype, context_len, users)

@@ -1,14 +1,10 @@
-"""Lesson 1 page (AppTest) and its arithmetic (lessons/bandwidth_lab.py)."""
-
-from pathlib import Path
+"""Lesson 1 page (AppTest) and its arithmetic (lessons/labs/bandwidth.py)."""
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.memory.footprint import GPUS, MODELS
+from engine.memory.catalog import GPUS, MODELS
 from lessons.labs import bandwidth as lab
-
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "1_bandwidth.py")
 
 
 def metrics(at: AppTest) -> dict[str, str]:
@@ -20,8 +16,8 @@ def gb(text: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def at():
-    app = AppTest.from_file(PAGE, default_timeout=30).run()
+def at(app_test):
+    app = app_test("bandwidth", timeout=30).run()
     assert not app.exception and not app.error
     return app
 

@@ -1,6 +1,4 @@
-"""Lesson 2 page (AppTest) and its arithmetic + live run (lessons/gqa_lab.py)."""
-
-from pathlib import Path
+"""Lesson 2 page (AppTest) and its arithmetic + live run (lessons/labs/gqa.py)."""
 
 import pytest
 import torch
@@ -8,12 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from engine.memory.footprint import MODELS
+from engine.memory.catalog import MODELS
 from kernels.reference import attention_ref
 from lessons.labs import gqa as lab
 from tests.conftest import DEVICE
 
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "2_gqa.py")
 KiB = 1024
 TOL = 1e-5 if DEVICE == "cpu" else 2e-2  # Triton's fp32 dots may use TF32 on a GPU
 
@@ -27,8 +24,8 @@ def number(text: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def at():
-    app = AppTest.from_file(PAGE, default_timeout=30)
+def at(app_test):
+    app = app_test("gqa", timeout=30)
     app.run()
     assert not app.exception and not app.error
     return app

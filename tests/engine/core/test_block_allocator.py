@@ -29,6 +29,9 @@ def test_fifo_order_and_ref_counts():
     assert alloc.ref_count(2) == 1 and alloc.num_free_blocks == 0
     alloc.free(2)
     assert alloc.ref_count(2) == 0 and alloc.num_free_blocks == 1
+    # the live views agree with the per-block queries, block by block
+    assert list(alloc.ref_counts) == [alloc.ref_count(b) for b in range(4)] == [1, 1, 0, 1]
+    assert list(alloc.block_hashes) == [None] * 4
 
 
 def test_out_of_blocks_error():
@@ -105,6 +108,7 @@ def test_prefix_cache_keeps_hash_and_evicts_lru():
     assert alloc.allocate() == 3  # an uncached block goes first
     assert alloc.allocate() == 1  # then the least recently freed cached one, losing its hash
     assert alloc.lookup(*keys[1]) is None and alloc.block_hash(1) is None
+    assert list(alloc.block_hashes) == [keys[0][0], None, keys[2][0], None]
     alloc.incref(0)  # a hit revives a cached free block: it can no longer be evicted
     assert alloc.ref_count(0) == 1 and alloc.num_free_blocks == 1
     assert alloc.allocate() == 2

@@ -1,18 +1,10 @@
-"""PagedKVCache tensors, kernel metadata builders, the contiguous baseline, and Sequence state."""
+"""PagedKVCache tensors, the slot formula, kernel metadata builders, and Sequence state."""
 
 import pytest
 import torch
 
 from engine.core.block_manager import BlockManager
-from engine.core.kv_cache import (
-    ContiguousAllocator,
-    PagedKVCache,
-    build_block_tables,
-    build_seq_lens,
-    build_slot_mapping,
-    kv_bytes_per_slot,
-    num_blocks_for_budget,
-)
+from engine.core.kv_cache import PagedKVCache, build_block_tables, build_seq_lens, build_slot_mapping, slots_of
 from engine.core.sequence import Sequence, SequenceStatus
 from tests.conftest import DEVICE
 
@@ -21,20 +13,15 @@ from tests.conftest import DEVICE
 
 def test_bytes_per_slot_matches_llama3_8b():
     # Llama-3-8B: 32 layers, 8 KV heads, head_dim 128, fp16 -> 128 KiB per token (vLLM's log prints this).
-    assert kv_bytes_per_slot(32, 8, 128, torch.float16) == 131072
+    assert PagedKVCache(32, 1, 1, 8, 128, dtype=torch.float16).bytes_per_slot == 131072
 
 
-def test_num_blocks_for_budget():
-    per_block = 16 * kv_bytes_per_slot(
-        2, 2, 8, torch.float32
-    )  # 16 tokens * (2 * 2 layers * 2 heads * 8 dims * 4 bytes) = 4096
-    assert num_blocks_for_budget(10 * per_block + per_block - 1, 16, 2, 2, 8) == 10
-    cache = PagedKVCache.from_budget(3 * per_block, 2, 16, 2, 8)
-    assert cache.num_blocks == 3 and cache.nbytes == 3 * per_block
-    with pytest.raises(ValueError, match="holds no block of 4096 bytes"):
-        num_blocks_for_budget(per_block - 1, 16, 2, 2, 8)
+def test_nbytes_is_blocks_times_block_bytes():
+    per_block = 16 * (2 * 2 * 2 * 8 * 4)  # 16 tokens * (2 * 2 layers * 2 heads * 8 dims * 4 bytes) = 4096
+    cache = PagedKVCache(2, 3, 16, 2, 8)
+    assert cache.nbytes == 3 * per_block == cache.kv.numel() * cache.kv.element_size()
     with pytest.raises(ValueError, match="power of two"):
-        num_blocks_for_budget(10**9, 24, 2, 2, 8)
+        PagedKVCache(2, 3, 24, 2, 8)
 
 
 @pytest.mark.parametrize("bad", [{"num_layers": 0}, {"num_blocks": -1}, {"num_kv_heads": 1.5}, {"head_dim": True}])
@@ -124,64 +111,21 @@ def test_block_tables_padding_and_errors():
         build_slot_mapping([b], [3])
 
 
-# ---- contiguous baseline --------------------------------------------------------------------------
+def test_slots_of_follows_the_block_table():
+    table = [5, 2, 7]
+    assert slots_of(table, 0, 10, 4) == [20, 21, 22, 23, 8, 9, 10, 11, 28, 29]
+    assert slots_of(table, 6, 9, 4) == [10, 11, 28]
+    assert slots_of(table, 3, 3, 4) == []
 
 
-def test_contiguous_first_fit_and_waste_kinds():
-    arena = ContiguousAllocator(100, 30)
-    seqs = [Sequence(i, range(5 + i), block_size=16) for i in range(4)]
-    assert [arena.allocate_sequence(s, final_len=20) for s in seqs[:3]] == [0, 30, 60]
-    assert not arena.can_allocate() and arena.largest_free_gap == 10
-    with pytest.raises(RuntimeError, match="asked for 30 but only 10 of 100 are free") as info:
-        arena.allocate_sequence(seqs[3])
-    assert (info.value.requested, info.value.free) == (30, 10)
-    arena.free_sequence(seqs[1])
-    assert arena.can_allocate() and arena.allocate_sequence(seqs[3]) == 30  # first fit reuses the hole
-    u = arena.usage(bytes_per_slot=2)
-    # used 5 + 8 + 7 = 20; reserved (future) 15 + 22 (no final length: all the rest) + 13 = 50;
-    # internal 10 + 10 + 0 = 20; external: the 10-slot tail fits no reservation
-    assert (u.reserved_slots, u.used_slots, u.future_slots, u.internal_slots) == (90, 20, 50, 20)
-    assert (u.external_slots, u.free_slots, u.waste_slots, u.waste_bytes) == (10, 10, 80, 160)
-    assert u.used_slots + u.future_slots + u.internal_slots == u.reserved_slots
-    assert [r.seq_id for r in arena.snapshot()] == [0, 3, 2]
-    assert arena.slot(seqs[3], 4) == 34
-
-
-def test_contiguous_final_len_from_sampling_params_and_errors():
-    class Params:
-        max_tokens = 6
-
-    arena = ContiguousAllocator(64, 16)
-    s = Sequence(0, range(4), sampling_params=Params())
-    arena.allocate_sequence(s)
-    (r,) = arena.snapshot()
-    assert (r.final_len, r.future_slots, r.internal_slots) == (10, 6, 6)
-    s.append_token(1)
-    assert arena.usage().used_slots == 5
-    with pytest.raises(ValueError, match="already has a reservation"):
-        arena.allocate_sequence(s)
-    with pytest.raises(ValueError, match="max_model_len is 16"):
-        arena.allocate_sequence(Sequence(1, range(17)))
-    with pytest.raises(ValueError, match="outside 0..15"):
-        arena.slot(s, 16)
-    arena.free_sequence(s)
-    with pytest.raises(ValueError, match="no reservation"):
-        arena.free_sequence(s)
-    with pytest.raises(ValueError, match="max_model_len=0"):
-        ContiguousAllocator(10, 0)
-
-
-def test_paged_wastes_less_than_contiguous_on_same_requests():
+def test_paged_internal_fragmentation_is_only_each_last_block_tail():
     lens = [5, 17, 33, 2]
     paged = BlockManager(64, 16)
-    arena = ContiguousAllocator(64 * 16, 128)
     for i, n in enumerate(lens):
         paged.allocate_sequence(Sequence(i, range(n), block_size=16))
-        arena.allocate_sequence(Sequence(i, range(n)), final_len=n)
-    p, c = paged.usage(), arena.usage()
-    assert p.used_slots == c.used_slots == sum(lens)
+    p = paged.usage()
+    assert p.used_slots == sum(lens)
     assert p.internal_fragmentation_slots == sum(-n % 16 for n in lens) == 11 + 15 + 15 + 14
-    assert c.internal_fragmentation_slots == 4 * 128 - sum(lens)
 
 
 # ---- Sequence -------------------------------------------------------------------------------------

@@ -7,25 +7,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.memory.catalog import custom_model, estimate_params, get_gpu, get_model, model_from_config
+from engine.memory.catalog import GPUS, MODELS, GiB, UnknownKeyError, get_gpu, get_model, resolve_model
 from engine.memory.footprint import (
-    GPUS,
-    MODELS,
-    GiB,
     activation_bytes,
     kv_blocks_from_budget,
+    kv_bytes,
     kv_bytes_per_token,
     serving_footprint,
     weight_bytes,
 )
 from engine.memory.roofline import StepTimeModel, roofline
+from engine.memory.specs import custom_model, estimate_params, model_from_config
 
 KiB = 1024
-DESIGN_KEYS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b",
-               "llama-3.1-70b", "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "qwen2.5-0.5b", "qwen2.5-7b",
-               "qwen2.5-72b", "demo"]  # fmt: skip
+CATALOG_KEYS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b",
+                "llama-3.1-70b", "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "qwen2.5-0.5b", "qwen2.5-7b",
+                "qwen2.5-72b", "demo"]  # fmt: skip
 
-# KV bytes per token at 2 bytes/element, from the published config.json files (LESSONS.md facts)
+# KV bytes per token at 2 bytes/element, from the published config.json files
 PUBLISHED_KV = [("llama-2-7b", 524288), ("llama-3-8b", 131072), ("qwen2.5-7b", 57344), ("llama-2-70b", 327680),
                 ("llama-3-70b", 327680), ("llama-3.1-405b", 516096), ("mistral-7b", 131072)]  # fmt: skip
 # (layers, hidden, heads, kv_heads, vocab, max_position_embeddings) as in each config.json
@@ -40,9 +39,39 @@ PUBLISHED_ARCH = {
 }
 
 
-def test_catalog_keys_match_the_design_contract():
-    assert list(MODELS) == DESIGN_KEYS
+def test_catalog_keys_are_the_public_contract():
+    assert list(MODELS) == CATALOG_KEYS
     assert {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "l4", "rtx-4090", "rtx-3090", "cpu"} <= set(GPUS)
+
+
+def test_catalogs_are_read_only_and_name_the_known_keys_on_a_miss():
+    with pytest.raises(KeyError, match="unknown model 'gpt-5'; known models: llama-2-7b, .*, demo"):
+        MODELS["gpt-5"]
+    with pytest.raises(ValueError, match="known GPUs: a100-40gb"):  # the same error is a ValueError too
+        GPUS["b200"]
+    with pytest.raises(UnknownKeyError):
+        MODELS[["unhashable"]]
+    with pytest.raises(TypeError):
+        MODELS["mine"] = MODELS["demo"]  # type: ignore[index]
+    assert "demo" in MODELS and [] not in MODELS and MODELS.get("gpt-5") is None
+    assert dict(MODELS.items())["llama-3-8b"] is MODELS["llama-3-8b"] and len(GPUS) == len(list(GPUS))
+    assert resolve_model("llama-3-8b") is resolve_model(MODELS["llama-3-8b"]) is MODELS["llama-3-8b"]
+
+
+def test_kv_bytes_is_the_one_formula():
+    assert kv_bytes(32, 8, 128, 2) == 131072 == MODELS["llama-3-8b"].kv_bytes_per_token(dtype_bytes=2)
+    assert kv_bytes(32, 8, 128, 0.5) == 131072 // 4  # int4
+    assert kv_bytes_per_token("llama-3-8b", "fp8") == kv_bytes(32, 8, 128, 1)
+
+
+def test_kv_blocks_from_budget_counts_whole_blocks():
+    per_block = 16 * kv_bytes(2, 2, 8, 4)  # 16 tokens * (2 * 2 layers * 2 heads * 8 dims * 4 bytes) = 4096
+    assert per_block == 4096
+    assert kv_blocks_from_budget(10 * per_block + per_block - 1, kv_bytes(2, 2, 8, 4), 16) == 10
+    assert kv_blocks_from_budget(per_block - 1, kv_bytes(2, 2, 8, 4), 16) == 0  # no block, never negative
+    assert kv_blocks_from_budget(-5 * per_block, kv_bytes(2, 2, 8, 4), 16) == 0
+    with pytest.raises(ValueError, match="must be positive"):
+        kv_blocks_from_budget(per_block, 0, 16)
 
 
 @pytest.mark.parametrize("key,expected", PUBLISHED_KV)
@@ -59,7 +88,7 @@ def test_architecture_matches_config_json(key):
     assert m.source  # every entry names the config it was copied from
 
 
-@pytest.mark.parametrize("key", [k for k in DESIGN_KEYS if k != "demo"])
+@pytest.mark.parametrize("key", [k for k in CATALOG_KEYS if k != "demo"])
 def test_published_parameter_count_agrees_with_the_architecture(key):
     # two independent facts (model card count vs config shapes) must agree; Qwen's qkv biases are the slack
     m = MODELS[key]

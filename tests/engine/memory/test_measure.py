@@ -1,10 +1,11 @@
-"""engine/measure.py: the bytes/FLOPs accounting of the live measurements and the timing helpers."""
+"""engine/memory/measure.py: the bytes/FLOPs accounting of the live measurements and the timing helpers."""
 
 import pytest
 import torch
 
 from engine.memory import measure
-from engine.memory.measure import Measurement, MiB, measure_weight_streaming, time_interleaved
+from engine.memory.catalog import MiB
+from engine.memory.measure import Measurement, measure_weight_streaming, time_interleaved
 
 
 class FakeClock:
