@@ -2,14 +2,15 @@
 
 The memory terms are the vLLM paper's (Kwon et al., SOSP 2023, §3): *stored* slots hold a live token,
 *reserved* slots wait for tokens a request will still generate, *internal* slots will never be used, and
-*external* slots are free gaps too small for the request at the head of the queue. Waste is the
-step-average, over steps with running requests, of (reserved + internal + external) / (those + stored),
-as defined for the fragmentation benchmark in BENCHMARKS.md.
+*external* slots are free gaps too small for the request at the head of the queue (Fig. 2 charts the same
+split). Waste is the step-average, over steps with running requests, of (reserved + internal + external) /
+(those + stored): the share of held KV memory that holds no live token.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 __all__ = ["COLUMNS", "SimEvent", "RequestOutcome", "SimSummary", "SimResult", "summarize"]
@@ -82,52 +83,59 @@ class SimSummary:
 
 @dataclass
 class SimResult:
-    """Per-step columns (see COLUMNS), events, per-request outcomes and the summary."""
+    """Per-step records (one tuple of COLUMNS each), events, per-request outcomes and the summary."""
 
     config: Any  # the SimConfig that produced it
-    columns: dict[str, list[float]]
+    steps: list[tuple[float, ...]]
     events: list[SimEvent]
     requests: list[RequestOutcome]
     summary: SimSummary
     capacity_tokens: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
+    @cached_property
+    def columns(self) -> dict[str, list[float]]:
+        """Column name -> one value per step (built on first use: most callers read only the summary)."""
+        return _columns(self.steps)
+
     def to_rows(self, max_points: int | None = None) -> list[dict[str, float]]:
         """One dict per step, for a dataframe or a chart; max_points keeps every k-th step plus the last."""
-        cols = self.sampled(max_points)
-        return [dict(zip(cols, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
+        return [dict(zip(COLUMNS, step, strict=True)) for step in self._thinned(max_points)]
 
     def sampled(self, max_points: int | None = None) -> dict[str, list[float]]:
         """The columns, thinned to at most about max_points steps (charts of 50k-step runs stay light)."""
-        num_steps = len(self.columns["step"])
-        if max_points is None or num_steps <= max_points:
+        if max_points is None or len(self.steps) <= max_points:
             return self.columns
+        return _columns(self._thinned(max_points))
+
+    def _thinned(self, max_points: int | None) -> list[tuple[float, ...]]:
+        num_steps = len(self.steps)
+        if max_points is None or num_steps <= max_points:
+            return self.steps
         if max_points < 2:
             raise ValueError(f"max_points must be >= 2, got {max_points}")
-        stride = -(-num_steps // (max_points - 1))
-        keep = list(range(0, num_steps, stride))
-        if keep[-1] != num_steps - 1:
-            keep.append(num_steps - 1)
-        return {name: [col[k] for k in keep] for name, col in self.columns.items()}
+        keep = self.steps[:: -(-num_steps // (max_points - 1))]
+        if keep[-1] is not self.steps[-1]:
+            keep.append(self.steps[-1])
+        return keep
+
+
+def _columns(steps: list[tuple[float, ...]]) -> dict[str, list[float]]:
+    if not steps:
+        return {name: [] for name in COLUMNS}
+    return {name: list(col) for name, col in zip(COLUMNS, zip(*steps, strict=True), strict=True)}
 
 
 def summarize(
-    cfg: Any,
-    cols: dict[str, list[float]],
-    events: list[SimEvent],
-    out: list[RequestOutcome],
-    peak: int,
-    generated: int,
-    clock: float,
-    steps: int,
+    cfg: Any, steps: list[tuple[float, ...]], events: list[SimEvent], out: list[RequestOutcome], clock: float,
     wall_s: float,
-) -> SimResult:
-    """Summarise the per-step columns: step-averaged waste while requests run, waits, throughput."""
+) -> SimResult:  # fmt: skip
+    """Summarise the per-step records: step-averaged waste while requests run, waits, throughput."""
     waste = internal = reserved = external = 0.0
-    busy = 0
-    for st, rs, it, ex, run in zip(
-        cols["stored"], cols["reserved"], cols["internal"], cols["external"], cols["running"], strict=True
-    ):
+    busy = peak = generated = 0
+    for _, _, st, rs, it, ex, _, run, _, _, gen, _ in steps:  # the COLUMNS
+        generated += gen
+        peak = max(peak, run)
         held = st + rs + it + ex
         if run and held:
             busy += 1
@@ -157,7 +165,7 @@ def summarize(
         p95_wait_s=waits[min(len(waits) - 1, int(0.95 * len(waits)))] if waits else 0.0,
         mean_latency_s=sum(latencies) / len(latencies) if latencies else 0.0,
         duration_s=duration,
-        num_steps=steps,
+        num_steps=len(steps),
         wall_s=wall_s,
     )
-    return SimResult(cfg, cols, events, out, summary, capacity_tokens=cfg.capacity_tokens)
+    return SimResult(cfg, steps, events, out, summary, capacity_tokens=cfg.capacity_tokens)

@@ -5,7 +5,7 @@ slots the moment a request is admitted. The vLLM paper (Kwon et al., SOSP 2023, 
 such a reservation holds into *stored* tokens, *reserved* slots for tokens not generated yet, *internal*
 fragmentation (slots the request will never reach) and *external* fragmentation (gaps between reservations
 too small for the next one); its Fig. 3 example reserves 2,048 slots for a request that uses 10, leaving
-"2,038 slots" unused. This module runs `engine.sim.simulate.simulate_model` (the real allocator and the
+"2,038 slots" unused. This module runs `engine.sim.simulate.simulate_model` (the engine's block manager and the
 roofline step time) with the learner's model, GPU, max length and traffic, and turns the result into the
 page's series, callouts and a paged comparison on the same trace and the same KV bytes.
 """
@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.memory.footprint import GPUS, MODELS, GiB, serving_footprint
-from engine.sim.simulate import SimSummary, simulate_model
+from engine.memory.catalog import GPUS, MODELS, GiB
+from engine.memory.footprint import serving_footprint
+from engine.sim.metrics import SimSummary
+from engine.sim.simulate import simulate_model
 from engine.sim.traces import DATASETS, generate_trace, trace_stats
 
 MAX_MODEL_LENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)

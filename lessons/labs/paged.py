@@ -4,7 +4,7 @@ PagedAttention (Kwon et al., SOSP 2023, §4) cuts the KV cache into fixed-size b
 table maps logical block i to a physical block anywhere in the pool, so only the last block of a sequence
 can be partly empty. Smaller blocks waste less but make longer tables (§7.2). Everything drawn here comes
 from `engine.core.block_manager.BlockManager` / `engine.core.block_allocator.BlockAllocator` (the allocator the engine
-schedules with) and `engine.sim.simulate` (the same allocator, driven by a trace). No Streamlit.
+schedules with) and `engine.sim.simulate` (the same block manager, driven by a trace). No Streamlit.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.core.block_manager import BlockManager
-from engine.core.sequence import Sequence
-from engine.memory.footprint import serving_footprint
+from engine.core.sequence import Sequence, check_block_size
 from engine.sim.simulate import simulate_model
 from engine.sim.traces import generate_trace
 
@@ -22,13 +21,6 @@ MAX_CONTEXTS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 MODEL, GPU = "llama-2-13b", "a100-40gb"  # the vLLM paper's OPT-13B / A100 40GB setting, with a Llama shape
 TABLE_ENTRY_BYTES = 4  # block tables are int32 on the GPU
 NAMES = "ABCDEFGH"
-
-
-def check_block_size(block_size: int) -> int:
-    """`block_size` if it is one of BLOCK_SIZES, else a ValueError with the fix."""
-    if isinstance(block_size, bool) or block_size not in BLOCK_SIZES:
-        raise ValueError(f"block size {block_size!r} is not offered; use a power of two from 1 to 256")
-    return block_size
 
 
 def sweep(max_model_len: int, dataset: str = "sharegpt", num_requests: int = 150, rate: float = 8.0,
@@ -40,8 +32,7 @@ def sweep(max_model_len: int, dataset: str = "sharegpt", num_requests: int = 150
     finals = [min(r.prompt_len + r.output_len, max_model_len) for r in trace]
     rows = []
     for bs in BLOCK_SIZES:
-        fp = serving_footprint(MODEL, GPU, max_model_len=max_model_len, block_size=bs)
-        s = simulate_model(trace, MODEL, GPU, "paged", block_size=bs, max_model_len=max_model_len, footprint=fp).summary
+        s = simulate_model(trace, MODEL, GPU, "paged", block_size=bs, max_model_len=max_model_len).summary
         width = -(-max_model_len // bs)
         rows.append({
             "block size": bs,
@@ -182,5 +173,5 @@ def sharing_demo(block_size: int) -> list[SharingStage]:
     return stages
 
 
-__all__ = ["BLOCK_SIZES", "MAX_CONTEXTS", "PoolPicture", "SharingStage", "allocator_picture", "check_block_size",
-           "sharing_demo", "sweep", "sweep_row"]  # fmt: skip
+__all__ = ["BLOCK_SIZES", "MAX_CONTEXTS", "PoolPicture", "SharingStage", "allocator_picture", "sharing_demo",
+           "sweep", "sweep_row"]  # fmt: skip

@@ -1,11 +1,7 @@
 """Lesson 4 page (AppTest): every widget at its extremes, guided errors, and the waste numbers move as they should."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
-
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "4_fragmentation.py")
 
 
 def metrics(at: AppTest) -> dict[str, str]:
@@ -17,8 +13,8 @@ def pct(at: AppTest, label: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def at():
-    app = AppTest.from_file(PAGE, default_timeout=60)
+def at(app_test):
+    app = app_test("fragmentation", timeout=60)
     app.run()
     assert not app.exception and not app.error
     return app

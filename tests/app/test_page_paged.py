@@ -1,12 +1,8 @@
 """Lesson 5 page (AppTest): block size and max context at their extremes; waste falls and tables grow as blocks
 shrink; the sharing steps show a copy-on-write."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
-
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "5_paged_attention.py")
 
 
 def numbers(at: AppTest) -> tuple[float, float]:
@@ -15,8 +11,8 @@ def numbers(at: AppTest) -> tuple[float, float]:
 
 
 @pytest.fixture(scope="module")
-def at():
-    app = AppTest.from_file(PAGE, default_timeout=60)
+def at(app_test):
+    app = app_test("paged", timeout=60)
     app.run()
     assert not app.exception and not app.error
     return app

@@ -7,16 +7,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import engine.sim.simulate as simulate_mod
+import engine.core.block_manager as block_manager_mod
 from engine.core.block_allocator import BlockAllocator
-from engine.sim.simulate import COLUMNS, SimConfig, simulate, simulate_model
+from engine.sim.metrics import COLUMNS
+from engine.sim.simulate import SimConfig, simulate, simulate_model
 from engine.sim.traces import DATASETS, generate_trace, replay_trace, trace_stats
 
 MEMORY_PARTS = ("stored", "reserved", "internal", "external", "free")
 
 
 def check_invariants(result, trace, cfg):
-    """Memory never over capacity, parts add up, every request accounted for, paged waste < 1 block each."""
+    """Memory never over capacity, parts add up, every request accounted for, paged waste < 1 block each,
+    an oracle reservation never has internal waste."""
     rows = result.to_rows()
     for row in rows:
         assert all(row[p] >= 0 for p in MEMORY_PARTS), row
@@ -24,6 +26,8 @@ def check_invariants(result, trace, cfg):
         if cfg.policy == "paged":
             assert row["internal"] <= row["running"] * (cfg.block_size - 1), row
             assert row["reserved"] == 0 and row["external"] == 0
+        elif cfg.reservation == "oracle":
+            assert row["internal"] == 0, row  # it reserves exactly the final length
         assert row["running"] <= cfg.max_num_seqs
     statuses = [o.status for o in result.requests]
     assert len(statuses) == len(trace) and "unfinished" not in statuses
@@ -86,7 +90,7 @@ def test_paged_uses_the_real_block_allocator(monkeypatch):
             calls["free"] += 1
             super().free(block_id)
 
-    monkeypatch.setattr(simulate_mod, "BlockAllocator", Counting)
+    monkeypatch.setattr(block_manager_mod, "BlockAllocator", Counting)
     trace = replay_trace([(0, 10, 30), (0, 5, 3)])
     simulate(trace, SimConfig("paged", capacity_tokens=256, block_size=8))
     # request 0: 40 tokens -> 5 blocks, 2 for the prompt (allocate_blocks) and 3 at crossings; request 1: 1

@@ -1,4 +1,4 @@
-"""lessons/fragmentation_lab.py: static max-length reservation replayed over a trace, checked against the trace."""
+"""lessons/labs/fragmentation.py: static max-length reservation replayed over a trace, checked against the trace."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""lessons/paged_lab.py: the block-size sweep, block tables and sharing, checked against the trace and allocator."""
+"""lessons/labs/paged.py: the block-size sweep, block tables and sharing, checked against the trace and allocator."""
 
 import pytest
 from hypothesis import given, settings
@@ -55,7 +55,7 @@ def test_allocator_picture_is_consistent_with_the_pool(bs):
     assert pic.allocated_slots - pic.used_slots <= 3 * (bs - 1)  # at most bs - 1 idle slots per sequence
     assert "freed" in pic.notes[1]
     assert [r["physical block"] for r in pic.table_rows() if r["sequence"] == "A"] == pic.tables["A"]
-    with pytest.raises(ValueError, match="block size 3"):
+    with pytest.raises(ValueError, match="block_size=3 is not supported"):
         lab.allocator_picture(3)
 
 

@@ -1,0 +1,209 @@
+"""The simulator's one serving loop: arrivals, growth and preemption, admission, memory terms, finishes.
+
+Each step follows the engine's scheduler (`engine.core.scheduler.Scheduler`, vLLM's recompute preemption) with
+the rule it shares in `engine.core.admission`: running requests go first, oldest first, each writing one token;
+when one needs memory the policy cannot give, the newest running request is preempted (`preemption_victim`)
+until it can; a step that preempted admits nobody (`may_admit`); otherwise waiting requests are admitted
+first-come-first-served while seats and memory allow, and they prefill their `ctx` tokens in that step. A
+preempted request keeps its tokens and prefills them all again when re-admitted. With admission "unchecked"
+nothing waits for memory: an admission or a growth that does not fit fails the request with an OOM.
+
+The model of a token follows the vLLM paper's accounting (Kwon et al., SOSP 2023, Fig. 2): a request that
+ends with `final` tokens holds ctx + k of them k steps after its admission and finishes when it holds all.
+Work is bucketed by step: a step costs O(requests that start, need a new block or finish), not O(running).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict, deque
+from typing import TYPE_CHECKING
+
+from engine.core.admission import may_admit, preemption_victim
+from engine.sim.metrics import RequestOutcome, SimEvent, SimResult, summarize
+from engine.sim.policies import ADMITTED, NEVER, NO_ROOM, MemoryPolicy, SimRequest
+from engine.sim.traces import Request
+
+if TYPE_CHECKING:  # engine.sim.simulate builds the loop, so it cannot be imported here at run time
+    from engine.sim.simulate import SimConfig
+
+__all__ = ["ServingLoop"]
+
+
+def _flat_step_time(num_decode: int, context_tokens: int, prefill_tokens: int = 0, prefill_pairs: float = 0.0) -> float:
+    """20 ms a step, whatever runs in it (when no roofline is given)."""
+    return 0.02
+
+
+class ServingLoop:
+    """One run of a trace through a policy under a SimConfig's limits; run() returns the SimResult."""
+
+    def __init__(self, trace: list[Request], config: SimConfig, policy: MemoryPolicy) -> None:
+        self.config, self.policy = config, policy
+        self.unchecked = config.admission == "unchecked"
+        reqs = sorted(trace, key=lambda r: (r.arrival_s, r.request_id))
+        self.requests = [
+            SimRequest(i, r, min(r.prompt_len + r.output_len, config.max_model_len),
+                       RequestOutcome(r.request_id, arrival_s=r.arrival_s), r.prompt_len)
+            for i, r in enumerate(reqs)
+        ]  # fmt: skip
+        self.arrivals = [r.arrival_s for r in reqs]
+        self.next_arrival_s = self.arrivals[0] if reqs else math.inf
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []  # admission order: index 0 is the oldest
+        # step -> [(admission number, request)]: the number tells a live entry from one left by an earlier admission
+        self.growth_at: defaultdict[int, list[tuple[int, SimRequest]]] = defaultdict(list)
+        self.finish_at: defaultdict[int, list[tuple[int, SimRequest]]] = defaultdict(list)
+        self.events: list[SimEvent] = []
+        self.records: list[tuple[float, ...]] = []  # one tuple of COLUMNS per step
+        self.step, self.clock, self.num_arrived, self.num_admissions = 0, 0.0, 0, 0
+        self.stored = self.num_finished = 0
+        self.num_releases = 0  # memory can only free up when this moves
+        # the head request whose admission last waited for memory, and num_releases then: until a release it waits
+        self.blocked: SimRequest | None = None
+        self.blocked_at = -1
+
+    def run(self) -> SimResult:
+        """Step until every request has finished or failed (or max_steps); summarise the records."""
+        t_start = time.perf_counter()
+        step_time = self.config.step_time or _flat_step_time
+        growth_at, finish_at, records, terms = self.growth_at, self.finish_at, self.records, self.policy.terms
+        waiting, running = self.waiting, self.running
+        num_requests, max_steps = len(self.arrivals), self.config.max_steps
+        while (self.num_arrived < num_requests or waiting or running) and self.step < max_steps:
+            step = self.step = self.step + 1
+            if self.next_arrival_s <= self.clock or not (running or waiting):
+                self._arrive()
+            due = growth_at.pop(step, None)
+            preempted = self._grow(step, due) if due else False
+            context = self.stored  # cached tokens of the requests decoding this step
+            if waiting and (waiting[0] is not self.blocked or self.num_releases != self.blocked_at):
+                admitted, prefill, pairs = self._admit(step, preempted)
+            else:
+                admitted, prefill, pairs = 0, 0, 0.0
+            num_running = len(running)
+            num_decode = num_running - admitted
+            stored = self.stored = self.stored + num_decode
+            reserved, internal, external, free = terms(stored, waiting[0] if waiting else None)
+            dt = step_time(num_decode, context, prefill, pairs)
+            start = self.clock
+            self.clock = start + dt
+            due = finish_at.pop(step, None)
+            if due:
+                self._finish(due)
+            records.append((step, start, stored, reserved, internal, external, free, num_running, len(waiting),
+                         self.num_finished, num_decode, dt))  # fmt: skip
+        outcomes = [r.outcome for r in self.requests]
+        return summarize(self.config, records, self.events, outcomes, self.clock, time.perf_counter() - t_start)
+
+    def _emit(self, kind: str, req: SimRequest, detail: str) -> None:
+        self.events.append(SimEvent(self.step, self.clock, kind, req.request.request_id, detail))
+
+    def _arrive(self) -> None:
+        """Queue the requests that have arrived by now (jumping an idle server's clock to the next one)."""
+        reqs, arrivals, max_model_len = self.requests, self.arrivals, self.config.max_model_len
+        if not self.running and not self.waiting:
+            self.clock = max(self.clock, self.next_arrival_s)
+        while self.next_arrival_s <= self.clock:
+            req = reqs[self.num_arrived]
+            self.num_arrived += 1
+            self.next_arrival_s = arrivals[self.num_arrived] if self.num_arrived < len(arrivals) else math.inf
+            if req.request.prompt_len >= max_model_len:
+                self._fail(req, "rejected", f"prompt of {req.ctx} tokens >= max_model_len {max_model_len}")
+            else:
+                self.waiting.append(req)
+
+    def _grow(self, step: int, due: list[tuple[int, SimRequest]]) -> bool:
+        """Give this step's tokens that open new memory their room, oldest request first; True if it preempted."""
+        if len(due) > 1:
+            due.sort()  # by admission number (unique, so requests are never compared): the running order
+        preempted, grow, growth_at = False, self.policy.grow, self.growth_at
+        for order, req in due:
+            if req.order != order:
+                continue  # stopped since this was scheduled (perhaps by an older request, earlier in this step)
+            while (next_step := grow(req, step)) is None:
+                if self.unchecked:
+                    self._stop(req, step - 1, "oom", self.policy.shortage)
+                    break
+                victim = preemption_victim(self.running)  # the newest, never one served before `req`
+                self._preempt(victim, step)
+                preempted = True
+                if victim is req:
+                    break
+            else:
+                if next_step <= req.finish_step:
+                    growth_at[next_step].append((order, req))
+        return preempted
+
+    def _admit(self, step: int, preempted: bool) -> tuple[int, int, float]:
+        """Admit waiting requests FCFS while seats and memory allow; (admitted, prefill tokens, prefill pairs)."""
+        admitted, prefill, pairs = 0, 0, 0.0
+        waiting, running, max_num_seqs = self.waiting, self.running, self.config.max_num_seqs
+        while waiting and may_admit(len(running), max_num_seqs, preempted):
+            req = waiting[0]
+            if req is self.blocked and self.num_releases == self.blocked_at:
+                break  # nothing was freed since this request last waited for memory
+            verdict = self.policy.admit(req, len(running))
+            if verdict == NO_ROOM and not self.unchecked:
+                self.blocked, self.blocked_at = req, self.num_releases
+                break
+            waiting.popleft()
+            if verdict != ADMITTED:
+                self._fail(req, "rejected" if verdict == NEVER else "oom", self.policy.refusal(req, len(running)))
+                continue
+            self._start(req, step)
+            admitted += 1
+            prefill += req.ctx
+            pairs += req.ctx * (req.ctx + 1) / 2
+        return admitted, prefill, pairs
+
+    def _start(self, req: SimRequest, step: int) -> None:
+        """Run an admitted request: it holds ctx tokens after this step and finishes when it holds all."""
+        self.num_admissions += 1
+        req.order, req.admit_step = self.num_admissions, step
+        req.finish_step = step + req.final - req.ctx
+        self.running.append(req)
+        self.stored += req.ctx
+        if req.outcome.first_admit_s is None:
+            req.outcome.first_admit_s = self.clock
+        self._emit("admit", req, f"{req.ctx} tokens in cache")
+        self._schedule(self.finish_at, req, req.finish_step)
+        self._schedule(self.growth_at, req, self.policy.first_growth(req))
+
+    def _schedule(self, at: defaultdict[int, list[tuple[int, SimRequest]]], req: SimRequest, step: int) -> None:
+        if step <= req.finish_step:
+            at[step].append((req.order, req))
+
+    def _stop(self, req: SimRequest, held_at: int, kind: str, detail: str) -> int:
+        """Take a running request out (finish, preemption or OOM), as it stood after step held_at."""
+        held = req.ctx + held_at - req.admit_step
+        self._emit(kind, req, detail)
+        self.running.remove(req)
+        req.order = 0  # not running: what was scheduled for it is void
+        self.stored -= held
+        self.policy.release(req)
+        self.num_releases += 1
+        if kind != "preempt":
+            req.outcome.status = "finished" if kind == "finish" else kind
+            req.outcome.generated = held - req.request.prompt_len
+        return held
+
+    def _preempt(self, victim: SimRequest, step: int) -> None:
+        """Recompute preemption: free the victim's memory and put it first in line with all its tokens."""
+        victim.ctx = self._stop(victim, step - 1, "preempt", self.policy.shortage)
+        victim.outcome.preemptions += 1
+        self.waiting.appendleft(victim)
+
+    def _fail(self, req: SimRequest, status: str, detail: str) -> None:
+        """A request that never ran: rejected (can never fit) or oom (unchecked admission found no room)."""
+        req.outcome.status = status
+        self._emit("reject" if status == "rejected" else "oom", req, detail)
+
+    def _finish(self, due: list[tuple[int, SimRequest]]) -> None:
+        """Release the requests that wrote their last token in this step."""
+        for order, req in due:
+            if req.order == order:
+                self._stop(req, self.step, "finish", f"{req.final} tokens")
+                req.outcome.finish_s = self.clock
+                self.num_finished += 1
