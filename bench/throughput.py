@@ -1,6 +1,6 @@
 """Serving throughput: this engine (continuous batching, paged KV) vs transformers' `generate()` on static batches.
 
-Fairness (BENCHMARKS.md): the same weights (one random Llama checkpoint with the demo model's shape, written
+Fairness (docs/BENCHMARKS.md): the same weights (one random Llama checkpoint with the demo model's shape, written
 with `save_pretrained` and loaded by both sides), the same 32 requests (prompt and output lengths from a
 fixed seed), greedy decoding and ignore-EOS so both sides produce exactly `max_tokens` per request, the same
 dtype and threads, and the same KV memory budget. A static cache reserves `max_len` slots per sequence, so
@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from bench._util import emit, env_info, log, parser, save, time_interleaved
+from bench.harness import emit, env_info, log, parser, save, time_interleaved
 
 NUM_REQUESTS = 32
 PROMPT_LENS = (8, 256)
@@ -118,8 +118,7 @@ def decode_step_costs(llm_like, hf, batches=(1, 8, 16), context=240, new_tokens=
     difference over new_tokens is the cost of one decode step of B sequences. Interleaved, median of repeats.
     The engine gets a pool big enough for the largest batch (it shares llm_like's weights).
     """
-    from engine.llm import LLM
-    from engine.sampling import SamplingParams
+    from engine import LLM, SamplingParams
 
     g = torch.Generator().manual_seed(SEED + 1)
     slots = max(batches) * (context + new_tokens + 1)
@@ -170,8 +169,9 @@ def main() -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from engine.llm import LLM
-    from engine.sampling import SamplingParams
+    from engine import LLM, SamplingParams
+    from engine.memory import kv_blocks_from_budget, model_from_config
+    from engine.memory import kv_bytes_per_token as footprint_kv_bytes_per_token
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -180,15 +180,14 @@ def main() -> None:
     torch.manual_seed(SEED)
     hf = LlamaForCausalLM(LlamaConfig(**MODEL, eos_token_id=None, bos_token_id=None, pad_token_id=0)).eval()
     hf.generation_config.eos_token_id = None  # ignore EOS: every request produces exactly its max_tokens
-    head_dim = MODEL["hidden_size"] // MODEL["num_attention_heads"]
-    kv_bytes_per_token = 2 * MODEL["num_hidden_layers"] * MODEL["num_key_value_heads"] * head_dim * 4  # fp32
+    kv_bytes_per_token = footprint_kv_bytes_per_token(model_from_config(hf.config.to_dict()), 4)  # fp32
     budget = args.budget_seqs * max_len * kv_bytes_per_token
     hf_batch = budget // (max_len * kv_bytes_per_token)
-    num_blocks = budget // (BLOCK_SIZE * kv_bytes_per_token)
+    num_blocks = kv_blocks_from_budget(budget, kv_bytes_per_token, BLOCK_SIZE)
     with tempfile.TemporaryDirectory() as folder:
         hf.save_pretrained(folder, safe_serialization=True)
         llm = LLM(folder, block_size=BLOCK_SIZE, num_gpu_blocks=num_blocks, device="cpu", max_model_len=max_len)
-    assert llm.kv_cache.bytes_per_slot == kv_bytes_per_token
+    assert llm.kv_cache_bytes == num_blocks * BLOCK_SIZE * kv_bytes_per_token  # the same bytes as paged blocks
     params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in output_lens]
     useful = sum(output_lens)
     stats: dict = {}

@@ -1,19 +1,22 @@
 """The engine's front door: `LLM(model).generate(prompts, SamplingParams(...))`, vLLM's offline API.
 
-One `LLM` owns a model, a paged KV cache (engine/kv_cache.py), a block manager and a scheduler
-(engine/scheduler.py). Each `step()` asks the scheduler for a batch, packs its new tokens into one
-`ForwardMeta` (engine/forward_meta.py), runs the model once, samples (engine/sampling.py) and lets the
-scheduler advance, stop and free requests. Continuous batching as in Orca (Yu et al., OSDI 2022) over
-PagedAttention memory (Kwon et al., SOSP 2023); the layout follows nano-vllm's `llm_engine.py`.
+One `LLM` owns a model runner (engine/runner.py: the model and its paged KV cache), a block manager and a
+scheduler (engine/core/scheduler.py). A request walks through the code like this:
+1. `LLM.add_request` / `generate` encode the prompt and queue a `Sequence` (engine/core/sequence.py) that
+   carries everything about the request: token ids, sampling parameters, its RNG, the prompt text.
+2. `LLM.step` asks `Scheduler.schedule` for a batch: a `SchedulerOutput` listing `ScheduledSequence`s.
+3. `ModelRunner.run` packs their new tokens into one `ForwardMeta` (engine/forward_meta.py, which also
+   decides prefill vs decode), runs the model's forward once (engine/model/llama.py) and samples
+   (engine/sampling.py) for every sequence that reached its last token.
+4. `Scheduler.update` appends the tokens, applies stop rules and frees finished requests' blocks.
+Continuous batching as in Orca (Yu et al., OSDI 2022) over PagedAttention memory (Kwon et al., SOSP 2023);
+the layout follows nano-vllm's `llm_engine.py`.
 
 Every step can be observed: `step()` returns a `StepTrace` (what ran, what was preempted, block tables,
 an allocator snapshot, KV usage, time) and `generate(..., on_step=fn)` calls `fn` with each one, which is
 what the app's playground draws. All state lives on the instance, never in module globals, so learners'
-sessions in different threads never share a batch.
-
-KV sizing when `num_gpu_blocks` is None: on CUDA, `gpu_memory_utilization` of the device's total memory,
-minus what is already in use (weights, other processes) and an activation reserve for one full step; on
-CPU, 256 MiB. Either is capped at what `max_num_seqs` sequences of `max_model_len` tokens can use.
+sessions in different threads never share a batch. The KV cache is sized by engine/runner.py through the
+memory model when `num_gpu_blocks` is None.
 """
 
 from __future__ import annotations
@@ -26,17 +29,17 @@ from collections.abc import Sequence as Seq
 import torch
 
 from engine.core.block_manager import BlockManager
-from engine.core.kv_cache import PagedKVCache, kv_bytes_per_slot
-from engine.core.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from engine.core.kv_cache import PagedKVCache
+from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import Sequence, check_block_size
-from engine.forward_meta import ForwardMeta
+from engine.memory import kv_bytes_per_token
 from engine.model.loader import load_model
 from engine.model.tokenizer import ByteBPETokenizer
 from engine.outputs import RequestOutput, StepTrace
-from engine.sampling import SamplingParams, make_generator, sample
+from engine.runner import ModelRunner, auto_num_blocks, model_spec
+from engine.sampling import SamplingParams, make_generator
 from kernels.backend import resolve_backend
 
-CPU_KV_BUDGET_BYTES = 256 * 2**20  # documented CPU default: small enough for a laptop, plenty for tiny models
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 Prompt = str | list[int]
@@ -68,99 +71,79 @@ class LLM:
         gpu_memory_utilization: float = 0.9,
         preloaded: tuple | None = None,
     ) -> None:
+        """preloaded: a (model, config, tokenizer) from load_model, shared read-only between engines (the app
+        loads weights once per process); the model must already live on this engine's device."""
         check_block_size(block_size)
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.backend = resolve_backend(backend, self.device)
+        self.backend = resolve_backend(backend, self.device)  # once: every step's ForwardMeta carries it
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]")
         try:
-            # preloaded: a (model, config, tokenizer) from load_model, shared read-only between engines (the
-            # app loads weights once per process); the model must already live on this engine's device.
-            self.model, self.config, self.tokenizer = preloaded or load_model(
-                model, self.device, _parse_dtype(dtype), self.backend
-            )
+            self.model, self.config, self.tokenizer = preloaded or load_model(model, self.device, _parse_dtype(dtype))
         except FileNotFoundError as exc:  # a user's bad path: a ValueError like every other bad argument
             raise ValueError(str(exc)) from exc
-        cfg = self.config
         self.dtype = self.model.lm_head.weight.dtype
         self.block_size = block_size
-        limit = cfg.max_model_len
+        spec = model_spec(self.config)  # the memory model's view of this model: KV bytes, activations
+        self.kv_bytes_per_token = kv_bytes_per_token(spec, self.dtype.itemsize)
+        limit = self.config.max_model_len
         if max_model_len is not None and not 1 <= max_model_len <= limit:
             raise ValueError(
                 f"max_model_len={max_model_len} must be in 1..{limit} (the model's max_position_embeddings"
-                f"{' / sliding window' if cfg.sliding_window else ''})"
+                f"{' / sliding window' if self.config.sliding_window else ''})"
             )
-        bytes_per_slot = kv_bytes_per_slot(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, self.dtype)
-        wanted_len = max_model_len or limit
         if num_gpu_blocks is None:
-            num_gpu_blocks = self._auto_num_blocks(
-                bytes_per_slot, wanted_len, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization
-            )
+            num_gpu_blocks = auto_num_blocks(
+                spec, self.dtype.itemsize, block_size, self.device, max_model_len or limit,
+                max_num_seqs, max_num_batched_tokens, gpu_memory_utilization,
+            )  # fmt: skip
         elif isinstance(num_gpu_blocks, bool) or not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
             raise ValueError(f"num_gpu_blocks={num_gpu_blocks!r} must be an integer >= 1, or None to size it")
-        capacity = num_gpu_blocks * block_size
-        if max_model_len is None:
-            max_model_len = min(limit, capacity)  # the model's limit, unless the cache is smaller
-        elif max_model_len > capacity:
-            raise ValueError(
-                f"max_model_len={max_model_len} is larger than the maximum number of tokens the KV cache can hold "
-                f"({num_gpu_blocks} blocks x {block_size} = {capacity}); lower max_model_len or raise num_gpu_blocks"
-            )
-        self.max_model_len = max_model_len
-        self.kv_cache = PagedKVCache(
-            cfg.num_hidden_layers, num_gpu_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
-            dtype=self.dtype, device=self.device,
-        )  # fmt: skip
+        self.max_model_len = self._fit_max_model_len(max_model_len, num_gpu_blocks)
+        self.runner = ModelRunner(self.model, num_gpu_blocks, block_size, self.device, self.backend)
         self.block_manager = BlockManager(num_gpu_blocks, block_size, enable_prefix_caching)
-        sched_cfg = SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len)
+        sched_cfg = SchedulerConfig(max_num_seqs, max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(sched_cfg, self.block_manager)
-        eos = set(cfg.eos_token_ids)
+        eos = set(self.config.eos_token_ids)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
         self.eos_token_ids = tuple(sorted(eos))
         self._ids = itertools.count()
-        self._requests: dict[int, Sequence] = {}  # every request added and not yet collected
-        self._generators: dict[int, torch.Generator | None] = {}
-        self._prompts: dict[int, str | None] = {}
-        self._num_preemptions: dict[int, int] = {}
+        self._requests: dict[int, Sequence] = {}  # every request added and not yet released
         self._step = 0
 
-    # ---- sizing ----------------------------------------------------------------------------------------
-
-    def _auto_num_blocks(
-        self, bytes_per_slot: int, max_len: int, max_num_seqs: int, max_num_batched_tokens: int, utilization: float
-    ) -> int:
-        """Blocks that fit the KV budget: free CUDA memory under `utilization`, or the CPU default."""
-        block_bytes = bytes_per_slot * self.block_size
-        if self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-            cfg = self.config
-            # One step's activations: a few hidden/intermediate vectors per batched token, plus fp32 logits.
-            per_token = 4 * cfg.hidden_size + 3 * cfg.intermediate_size + 3 * cfg.num_attention_heads * cfg.head_dim
-            reserve = max_num_batched_tokens * per_token * 4 + max_num_seqs * cfg.vocab_size * 8 + 256 * 2**20
-            budget = min(free, int(total * utilization) - (total - free)) - reserve
-        else:
-            budget = CPU_KV_BUDGET_BYTES
-        # More than max_num_seqs full-length sequences can never be resident at once; a bigger pool would
-        # only cost memory and make every allocator snapshot the playground draws longer.
-        budget = min(budget, max_num_seqs * max_len * bytes_per_slot)
-        num_blocks = budget // block_bytes
-        if num_blocks < 1:
+    def _fit_max_model_len(self, max_model_len: int | None, num_gpu_blocks: int) -> int:
+        """The model's limit unless the cache is smaller; a requested length the cache cannot hold is an error."""
+        capacity = num_gpu_blocks * self.block_size
+        if max_model_len is None:
+            return min(self.config.max_model_len, capacity)
+        if max_model_len > capacity:
             raise ValueError(
-                f"no memory left for the KV cache (budget {budget} bytes, one block is {block_bytes} bytes); "
-                "raise gpu_memory_utilization, use a smaller model, or pass num_gpu_blocks"
+                f"max_model_len={max_model_len} is larger than the maximum number of tokens the KV cache can hold "
+                f"({num_gpu_blocks} blocks x {self.block_size} = {capacity}); lower max_model_len or raise "
+                "num_gpu_blocks"
             )
-        return int(num_blocks)
+        return max_model_len
 
     @property
-    def num_steps(self) -> int:
-        """Engine steps run so far (each one forward pass)."""
-        return self._step
+    def kv_cache(self) -> PagedKVCache:
+        """The paged K/V tensors (owned by the model runner)."""
+        return self.runner.kv_cache
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """Total K+V bytes of the paged pool the engine allocated."""
+        return self.runner.kv_cache.nbytes
 
     @property
     def num_gpu_blocks(self) -> int:
         """Blocks in the paged KV cache."""
         return self.block_manager.num_blocks
+
+    @property
+    def num_steps(self) -> int:
+        """Engine steps run so far (each one forward pass)."""
+        return self._step
 
     # ---- requests ----------------------------------------------------------------------------------------
 
@@ -201,14 +184,13 @@ class LLM:
         return self._add(self._encode(prompt, 0), params, prompt if isinstance(prompt, str) else None)
 
     def _add(self, ids: list[int], params: SamplingParams, prompt: str | None) -> int:
-        request_id = next(self._ids)
-        seq = Sequence(request_id, ids, self.block_size, params, arrival_time=time.perf_counter())
+        seq = Sequence(
+            next(self._ids), ids, self.block_size, params, arrival_time=time.perf_counter(), prompt=prompt,
+            generator=make_generator(params, self.device),
+        )  # fmt: skip
         self.scheduler.add(seq)
-        self._requests[request_id] = seq
-        self._generators[request_id] = make_generator(params, self.device)
-        self._prompts[request_id] = prompt
-        self._num_preemptions[request_id] = 0
-        return request_id
+        self._requests[seq.seq_id] = seq
+        return seq.seq_id
 
     def has_unfinished_requests(self) -> bool:
         """True while some request waits or runs."""
@@ -218,70 +200,28 @@ class LLM:
         """The current state of a request (finished or not) as a RequestOutput."""
         if request_id not in self._requests:
             raise ValueError(f"unknown request id {request_id}")
-        seq = self._requests[request_id]
-        tokens = seq.completion_token_ids
-        return RequestOutput(
-            request_id=request_id,
-            prompt=self._prompts[request_id],
-            prompt_token_ids=seq.prompt_token_ids,
-            token_ids=tokens,
-            text=self.tokenizer.decode(tokens) if self.tokenizer is not None else "",
-            finish_reason=seq.finish_reason,
-            arrival_time=seq.arrival_time,
-            first_token_time=seq.first_token_time,
-            finish_time=seq.finish_time,
-            num_cached_tokens=seq.num_cached_tokens,
-            num_preemptions=self._num_preemptions[request_id],
-        )
+        return RequestOutput.of(self._requests[request_id], self.tokenizer)
 
     def release(self, request_id: int) -> None:
         """Forget a finished request's bookkeeping (generate() does this for its own requests)."""
-        for table in (self._requests, self._generators, self._prompts, self._num_preemptions):
-            table.pop(request_id, None)
+        self._requests.pop(request_id, None)
 
     # ---- one step ----------------------------------------------------------------------------------------
-
-    def _run(self, out: SchedulerOutput) -> list[int | None]:
-        """Run the model on a scheduled batch; sample where a sequence reached its last token."""
-        self.kv_cache.copy_blocks(out.copies)
-        input_ids: list[int] = []
-        for seq, n, start in zip(out.seqs, out.num_new_tokens, out.num_computed_tokens, strict=True):
-            input_ids.extend(seq.token_ids[start : start + n])
-        meta = ForwardMeta.build(
-            out.num_new_tokens, out.num_computed_tokens, [s.block_table for s in out.seqs], self.block_size, self.device
-        )
-        with torch.inference_mode():
-            logits = self.model(torch.tensor(input_ids, device=self.device), meta, self.kv_cache.kv_caches)  # [S, V]
-        rows = [
-            i for i, (seq, n, c) in enumerate(zip(out.seqs, out.num_new_tokens, out.num_computed_tokens, strict=True))
-            if c + n == seq.num_tokens
-        ]  # fmt: skip
-        sampled: list[int | None] = [None] * len(out.seqs)
-        if rows:
-            seqs = [out.seqs[i] for i in rows]
-            tokens = sample(logits[rows], [s.sampling_params for s in seqs], [self._generators[s.seq_id] for s in seqs])
-            for i, token in zip(rows, tokens, strict=True):
-                sampled[i] = token
-        return sampled
 
     def step(self, trace: bool = True) -> StepTrace | None:
         """Schedule, run and sample one batch; returns its StepTrace (None when there was nothing to do)."""
         start = time.perf_counter()
         out = self.scheduler.schedule()
-        for seq_id in out.preempted:
-            self._num_preemptions[seq_id] += 1
         if out.is_empty:
             if self.scheduler.has_unfinished:
                 raise RuntimeError(f"scheduler made no progress with {self.scheduler!r}; this is a bug")
             return None
-        sampled = self._run(out)
+        sampled = self.runner.run(out)
         finished = self.scheduler.update(out, sampled, self.eos_token_ids, now=time.perf_counter())
         self._step += 1
         if not trace:
             return None
-        return StepTrace.capture(
-            self._step, start, out, sampled, finished, self.scheduler, self.kv_cache.bytes_per_slot
-        )
+        return StepTrace.capture(self._step, start, out, sampled, finished, self.scheduler, self.kv_bytes_per_token)
 
     # ---- batch API ---------------------------------------------------------------------------------------
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.core.block_manager import BlockInfo, BlockUsage
+from engine.forward_meta import is_decode
 
 if TYPE_CHECKING:
     from engine.core.scheduler import Scheduler, SchedulerOutput
@@ -35,6 +36,24 @@ class RequestOutput:
     finish_time: float | None = None
     num_cached_tokens: int = 0  # prompt tokens reused from the prefix cache at the last admission
     num_preemptions: int = 0  # times the request was evicted and recomputed
+
+    @classmethod
+    def of(cls, seq: Sequence, tokenizer: Any = None) -> RequestOutput:
+        """A request's current state; `tokenizer` (anything with .decode) turns its tokens into text."""
+        tokens = seq.completion_token_ids
+        return cls(
+            request_id=seq.seq_id,
+            prompt=seq.prompt,
+            prompt_token_ids=seq.prompt_token_ids,
+            token_ids=tokens,
+            text=tokenizer.decode(tokens) if tokenizer is not None else "",
+            finish_reason=seq.finish_reason,
+            arrival_time=seq.arrival_time,
+            first_token_time=seq.first_token_time,
+            finish_time=seq.finish_time,
+            num_cached_tokens=seq.num_cached_tokens,
+            num_preemptions=seq.num_preemptions,
+        )
 
     @property
     def finished(self) -> bool:
@@ -59,7 +78,7 @@ class ScheduledRequest:
     request_id: int
     num_new_tokens: int  # tokens computed this step (a prompt chunk, or 1 for a decode)
     num_computed_tokens: int  # tokens already in the cache before the step
-    phase: str  # "prefill" (prompt or recompute chunk) or "decode"
+    phase: str  # "decode" (one token on top of cached context, forward_meta.is_decode) or "prefill"
     sampled_token: int | None  # token drawn this step, None after a partial prompt chunk
 
 
@@ -102,13 +121,19 @@ class StepTrace:
         sampled: list[int | None],
         finished: list[Sequence],
         scheduler: Scheduler,
-        bytes_per_slot: int = 0,
+        kv_bytes_per_token: int = 0,
     ) -> StepTrace:
-        """Record a step right after `scheduler.update()`."""
+        """Record a step right after `scheduler.update()`; sampled[i] is out.scheduled[i]'s token or None."""
         bm = scheduler.block_manager
         scheduled = [
-            ScheduledRequest(seq.seq_id, n, c, "decode" if n == 1 and c >= seq.num_prompt_tokens else "prefill", tok)
-            for seq, n, c, tok in zip(out.seqs, out.num_new_tokens, out.num_computed_tokens, sampled, strict=True)
+            ScheduledRequest(
+                s.seq.seq_id,
+                s.num_new_tokens,
+                s.num_computed_tokens,
+                "decode" if is_decode(s.num_new_tokens, s.num_computed_tokens) else "prefill",
+                token,
+            )  # fmt: skip
+            for s, token in zip(out.scheduled, sampled, strict=True)
         ]
         return cls(
             step=step,
@@ -123,7 +148,7 @@ class StepTrace:
             running=[s.seq_id for s in scheduler.running],
             block_tables={s.seq_id: list(s.block_table) for s in scheduler.running},
             blocks=bm.snapshot(),
-            usage=bm.usage(bytes_per_slot),
+            usage=bm.usage(kv_bytes_per_token),
             num_blocks=bm.num_blocks,
             num_free_blocks=bm.num_free_blocks,
         )

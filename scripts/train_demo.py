@@ -33,6 +33,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from engine.model.config import ModelConfig  # noqa: E402
 from engine.model.llama import CausalLM  # noqa: E402
+from engine.model.rope import apply_rope, rope_tables  # noqa: E402
 from engine.model.tokenizer import ByteBPETokenizer  # noqa: E402
 
 SEED = 0
@@ -80,6 +81,31 @@ def init_weights(model: CausalLM) -> None:
             torch.nn.init.normal_(p, std=std)
 
 
+def train_logits(model: CausalLM, input_ids: torch.Tensor) -> torch.Tensor:
+    """Whole windows input_ids [B, T] -> logits [B, T, vocab], causal, with autograd.
+
+    The model's own forward serves packed tokens over a paged cache under inference mode; training runs this
+    plain causal pass over the same modules instead (their forwards keep autograd intact).
+    """
+    T = input_ids.shape[1]
+    cos, sin = rope_tables(torch.arange(T, device=input_ids.device), model.inv_freq, model.lm_head.weight.dtype)
+    h = model.model.embed_tokens(input_ids)  # [B, T, hidden]
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        x = layer.input_layernorm(h)
+        q = apply_rope(attn.q_proj(x).unflatten(-1, (attn.num_heads, attn.head_dim)), cos, sin)  # [B, T, Hq, D]
+        k = apply_rope(attn.k_proj(x).unflatten(-1, (attn.num_kv_heads, attn.head_dim)), cos, sin)  # [B, T, Hkv, D]
+        v = attn.v_proj(x).unflatten(-1, (attn.num_kv_heads, attn.head_dim))  # [B, T, Hkv, D]
+        group = attn.num_heads // attn.num_kv_heads
+        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)  # [B, T, Hq, D]
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=attn.scale
+        )  # [B, Hq, T, D]
+        h = h + attn.o_proj(out.transpose(1, 2).flatten(-2))  # [B, T, hidden]
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+    return model.lm_head(model.model.norm(h))  # [B, T, vocab]
+
+
 def lr_at(step: int, peak: float, decay_start: int | None, decay_steps: int) -> float:
     """Warm-up, stable, decay (WSD): linear warm-up, constant peak, then linear decay to 10% of the peak."""
     if step < WARMUP:
@@ -122,7 +148,7 @@ def main() -> None:
           f"({len(text) / len(data):.2f} chars/token), tokenizer {time.time() - t0:.1f}s", file=sys.stderr)  # fmt: skip
 
     config = demo_config(tokenizer)
-    model = CausalLM(config, backend="torch")
+    model = CausalLM(config)
     init_weights(model)
     num_params = sum(p.numel() for p in model.parameters())
     print(f"model {num_params / 1e6:.2f}M parameters", file=sys.stderr)
@@ -143,7 +169,7 @@ def main() -> None:
         windows = val[: (len(val) - 1) // CONTEXT * CONTEXT + 1]
         x = windows[:-1].view(-1, CONTEXT)[:16]  # [n, CONTEXT]
         y = windows[1:].view(-1, CONTEXT)[:16]
-        loss = F.cross_entropy(model.forward_full(x).flatten(0, 1), y.flatten()).item()
+        loss = F.cross_entropy(train_logits(model, x).flatten(0, 1), y.flatten()).item()
         model.train()
         return loss
 
@@ -166,7 +192,7 @@ def main() -> None:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args.lr, decay_start, decay_steps)
         x, y = batch(train)
-        loss = F.cross_entropy(model.forward_full(x).flatten(0, 1), y.flatten())
+        loss = F.cross_entropy(train_logits(model, x).flatten(0, 1), y.flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

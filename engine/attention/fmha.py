@@ -91,17 +91,8 @@ def _run_blocks(
     )
 
 
-def memory_efficient_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_bias: BlockDiagonalMask | None = None,
-    scale: float | None = None,
-    *,
-    p: float = 0.0,
-    backend: str = "auto",
-) -> torch.Tensor:
-    """Attention in xformers' layouts; output has the query's layout. Default scale K ** -0.5."""
+def _check_layouts(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, p: float) -> None:
+    """Raise a ValueError naming the first mismatch between the query, key and value layouts."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, torch.Tensor) or x.dim() not in LAYOUTS:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -114,9 +105,8 @@ def memory_efficient_attention(
         raise ValueError(f"p={p}: dropout is not supported (inference only); pass p=0.0")
     if key.shape != value.shape:
         raise ValueError(f"key has shape {tuple(key.shape)} but value {tuple(value.shape)}; they must match")
-    batch, len_q = query.shape[:2]
-    if key.shape[0] != batch:
-        raise ValueError(f"query has batch {batch} but key has {key.shape[0]}; they must match")
+    if key.shape[0] != query.shape[0]:
+        raise ValueError(f"query has batch {query.shape[0]} but key has {key.shape[0]}; they must match")
     if query.dim() == 5 and key.shape[2] != query.shape[2]:
         raise ValueError(f"query has G={query.shape[2]} groups but key has {key.shape[2]}; they must match")
     if query.dim() == 5 and key.shape[3] not in (1, query.shape[3]):
@@ -126,6 +116,50 @@ def memory_efficient_attention(
     if key.shape[-1] != query.shape[-1]:
         raise ValueError(f"query has K={query.shape[-1]} but key has {key.shape[-1]}; head dims must match")
 
+
+def _attend_block_diagonal(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_bias: BlockDiagonalMask,
+    batch: int,
+    scale: float | None,
+    backend: str,
+) -> torch.Tensor:
+    """Packed q [M, Hq, K] over k/v [N, Hkv, K] under a block-diagonal bias -> [M, Hq, K]."""
+    total_q, total_k = attn_bias.q_seqinfo.seqstart_py[-1], attn_bias.k_seqinfo.seqstart_py[-1]
+    if batch != 1:
+        raise ValueError(f"a block-diagonal attn_bias needs B == 1 (sequences packed along M); got B={batch}")
+    if q.shape[0] != total_q or k.shape[0] != total_k:
+        raise ValueError(
+            f"query/key have M={q.shape[0]}, N={k.shape[0]} but the bias packs {total_q} queries and {total_k} "
+            "keys; they must match"
+        )
+    out = torch.zeros_like(q)
+    for causal, blocks in _block_plan(attn_bias):
+        if not blocks:
+            continue
+        result = _run_blocks(q, k, v, blocks, causal, scale, backend)
+        if result.shape[0] == total_q:
+            out = result  # blocks are disjoint and in order, so this call covered every query row
+        else:
+            out[torch.cat([torch.arange(q0, q1, device=q.device) for q0, q1, _, _ in blocks])] = result
+    return out
+
+
+def memory_efficient_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_bias: BlockDiagonalMask | None = None,
+    scale: float | None = None,
+    *,
+    p: float = 0.0,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Attention in xformers' layouts; output has the query's layout. Default scale K ** -0.5."""
+    _check_layouts(query, key, value, p)
+    batch, len_q = query.shape[:2]
     q = query.unsqueeze(2) if query.dim() == 3 else query.flatten(2, 3) if query.dim() == 5 else query
     k, v = _kv_heads(key), _kv_heads(value)  # [B, N, Hkv, K]
     if k.shape != v.shape:
@@ -142,23 +176,7 @@ def memory_efficient_attention(
         offsets_k = torch.arange(batch + 1, dtype=torch.int32, device=q.device) * len_k
         out = varlen_attention(q, k, v, offsets_q, offsets_k, len_q, len_k, causal=False, scale=scale, backend=backend)
     elif isinstance(attn_bias, BLOCK_DIAGONAL_BIASES):
-        total_q, total_k = attn_bias.q_seqinfo.seqstart_py[-1], attn_bias.k_seqinfo.seqstart_py[-1]
-        if batch != 1:
-            raise ValueError(f"a block-diagonal attn_bias needs B == 1 (sequences packed along M); got B={batch}")
-        if len_q != total_q or len_k != total_k:
-            raise ValueError(
-                f"query/key have M={len_q}, N={len_k} but the bias packs {total_q} queries and {total_k} keys; "
-                "they must match"
-            )
-        out = torch.zeros_like(q)
-        for causal, blocks in _block_plan(attn_bias):
-            if not blocks:
-                continue
-            result = _run_blocks(q, k, v, blocks, causal, scale, backend)
-            if result.shape[0] == total_q:
-                out = result  # blocks are disjoint and in order, so this call covered every query row
-            else:
-                out[torch.cat([torch.arange(q0, q1, device=q.device) for q0, q1, _, _ in blocks])] = result
+        out = _attend_block_diagonal(q, k, v, attn_bias, batch, scale, backend)
     else:
         raise ValueError(
             f"attn_bias of type {type(attn_bias).__name__} is not supported; use None, BlockDiagonalMask, "

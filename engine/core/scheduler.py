@@ -14,10 +14,12 @@ One step, in order:
    `max_num_seqs` and the free blocks allow; a watermark of free blocks is kept for running requests'
    decodes so a new admission does not immediately force a preemption. Prefix-cache hits are counted as
    computed at admission, so their tokens are skipped.
-After the model runs, `update()` advances the counters, appends sampled tokens, applies stop rules and
-frees finished requests. A request is never lost or duplicated: it is always in exactly one of `waiting`,
-`running` or finished. Requests that could never fit (longer than `max_model_len`, which must itself fit
-in the cache) are rejected when added.
+`schedule()` returns a `SchedulerOutput` whose `scheduled` list holds one `ScheduledSequence` (the sequence,
+its new-token count and what it already had cached) per sequence in the step. After the model runs,
+`update()` advances the counters, appends sampled tokens, applies stop rules and frees finished requests.
+A request is never lost or duplicated: it is always in exactly one of `waiting`, `running` or finished.
+Requests that could never fit (longer than `max_model_len`, which must itself fit in the cache) are
+rejected when added. The admission and preemption rule itself is engine/core/admission.py.
 """
 
 from __future__ import annotations
@@ -50,12 +52,33 @@ class SchedulerConfig:
 
 
 @dataclass(slots=True)
-class SchedulerOutput:
-    """What one step runs: sequences with their new-token counts, plus preemptions and block copies."""
+class ScheduledSequence:
+    """One sequence's part in a step: it computes `num_new_tokens` tokens after its `num_computed_tokens`."""
 
-    seqs: list[Sequence]  # scheduled sequences, running ones first, then newly admitted
-    num_new_tokens: list[int]  # tokens each sequence computes this step (query_lens)
-    num_computed_tokens: list[int]  # tokens each already had in the cache before the step (context_lens)
+    seq: Sequence
+    num_new_tokens: int  # tokens computed this step (query_len): a prompt chunk, or 1 for a decode
+    num_computed_tokens: int  # tokens already in the cache before the step (context_len)
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The step's input tokens: the sequence's tokens from num_computed_tokens on, num_new_tokens of them."""
+        start = self.num_computed_tokens
+        return self.seq.token_ids[start : start + self.num_new_tokens]
+
+    @property
+    def samples(self) -> bool:
+        """True when the step reaches the end of the sequence's tokens, so its last logits give the next token.
+
+        Read it before `Scheduler.update` advances the counters (the model runner does).
+        """
+        return self.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """What one step runs: the scheduled sequences with their token counts, plus preemptions and block copies."""
+
+    scheduled: list[ScheduledSequence] = field(default_factory=list)  # running ones first, then newly admitted
     preempted: list[int] = field(default_factory=list)  # seq_ids sent back to waiting this step
     admitted: list[int] = field(default_factory=list)  # seq_ids that left waiting this step
     copies: list[tuple[int, int]] = field(default_factory=list)  # copy-on-write (src, dst) blocks, before the step
@@ -63,12 +86,12 @@ class SchedulerOutput:
     @property
     def num_batched_tokens(self) -> int:
         """Total new tokens in this step (<= max_num_batched_tokens)."""
-        return sum(self.num_new_tokens)
+        return sum(s.num_new_tokens for s in self.scheduled)
 
     @property
     def is_empty(self) -> bool:
         """True when nothing was scheduled (no work left)."""
-        return not self.seqs
+        return not self.scheduled
 
 
 class Scheduler:
@@ -116,6 +139,7 @@ class Scheduler:
         seq.num_computed_tokens = 0
         seq.num_cached_tokens = 0
         seq.status = SequenceStatus.PREEMPTED
+        seq.num_preemptions += 1
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
 
@@ -123,7 +147,7 @@ class Scheduler:
         """Pick this step's sequences and token counts, allocating their cache slots."""
         bm = self.block_manager
         budget = self.config.max_num_batched_tokens
-        out = SchedulerOutput(seqs=[], num_new_tokens=[], num_computed_tokens=[])
+        out = SchedulerOutput()
 
         # 1. Running requests, oldest first; on a block shortage preempt from the newest end.
         i = 0
@@ -139,9 +163,7 @@ class Scheduler:
                     break
             else:
                 out.copies.extend(bm.append_slots(seq, n))
-                out.seqs.append(seq)
-                out.num_new_tokens.append(n)
-                out.num_computed_tokens.append(seq.num_computed_tokens)
+                out.scheduled.append(ScheduledSequence(seq, n, seq.num_computed_tokens))
                 budget -= n
                 i += 1
 
@@ -158,9 +180,7 @@ class Scheduler:
             bm.allocate_sequence(seq, n)  # sets num_computed_tokens to the prefix-cache hit
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            out.seqs.append(seq)
-            out.num_new_tokens.append(n)
-            out.num_computed_tokens.append(seq.num_computed_tokens)
+            out.scheduled.append(ScheduledSequence(seq, n, seq.num_computed_tokens))
             out.admitted.append(seq.seq_id)
             budget -= n
         return out
@@ -174,14 +194,15 @@ class Scheduler:
     ) -> list[Sequence]:
         """Advance counters after the model ran `out`; append sampled tokens, stop and free; returns finished.
 
-        sampled[i] is the token drawn from sequence i's last logits, or None where the step did not reach the
-        end of its tokens (a partial prompt chunk: that logit is meaningless and discarded).
+        sampled[i] is the token drawn from out.scheduled[i]'s last logits, or None where the step did not reach
+        the end of its tokens (a partial prompt chunk: that logit is meaningless and discarded).
         """
-        if len(sampled) != len(out.seqs):
-            raise ValueError(f"got {len(sampled)} sampled tokens for {len(out.seqs)} scheduled sequences")
+        if len(sampled) != len(out.scheduled):
+            raise ValueError(f"got {len(sampled)} sampled tokens for {len(out.scheduled)} scheduled sequences")
         finished: list[Sequence] = []
-        for seq, n, token in zip(out.seqs, out.num_new_tokens, sampled, strict=True):
-            seq.num_computed_tokens += n
+        for part, token in zip(out.scheduled, sampled, strict=True):
+            seq = part.seq
+            seq.num_computed_tokens += part.num_new_tokens
             if seq.num_computed_tokens < seq.num_tokens:
                 continue  # mid-prompt chunk: nothing to sample yet
             if token is None:

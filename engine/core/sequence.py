@@ -4,14 +4,18 @@ A `Sequence` is plain state. The scheduler moves it between statuses, the block 
 (`engine.core.block_manager.BlockManager`) fills its `block_table`, and the model runner advances
 `num_computed_tokens` after each step. Following vLLM v1's rewrite, there is one rule: a request has
 `num_tokens` token ids and `num_computed_tokens` of them have K/V in the cache; each step catches up
-part of the difference (a prompt chunk, or the one token sampled last step).
+part of the difference (a prompt chunk, or the one token sampled last step). Everything else the engine
+knows about a request lives here too: its prompt text, its sampling RNG and how often it was preempted.
 
 Public API:
     SequenceStatus            WAITING, RUNNING, PREEMPTED, FINISHED
-    Sequence(seq_id, token_ids, block_size=16, sampling_params=None, arrival_time=0.0)
+    Sequence(seq_id, token_ids, block_size=16, sampling_params=None, arrival_time=0.0, prompt=None,
+             generator=None)
         fields:     seq_id, token_ids (prompt + generated), num_prompt_tokens, num_computed_tokens,
                     num_cached_tokens, block_table: list[int], status, block_size, sampling_params,
-                    finish_reason ("stop" | "length" | None), arrival_time, first_token_time, finish_time
+                    finish_reason ("stop" | "length" | "abort" | None), arrival_time, first_token_time,
+                    finish_time, prompt (the text, or None), generator (torch.Generator | None),
+                    num_preemptions
         properties: num_tokens, num_completion_tokens, prompt_token_ids, completion_token_ids,
                     last_token, num_blocks, last_block_num_tokens, is_finished
         methods:    append_token(token_id), block_token_ids(i), len(seq) == num_tokens
@@ -54,6 +58,8 @@ class Sequence:
         block_size: int = 16,
         sampling_params: Any = None,
         arrival_time: float = 0.0,
+        prompt: str | None = None,
+        generator: Any = None,
     ) -> None:
         token_ids = list(token_ids)
         if not token_ids:
@@ -71,6 +77,9 @@ class Sequence:
         self.arrival_time = arrival_time
         self.first_token_time: float | None = None
         self.finish_time: float | None = None
+        self.prompt = prompt  # the text the request came as, None when it came as token ids
+        self.generator = generator  # its own sampling RNG (torch.Generator), None for greedy requests
+        self.num_preemptions = 0  # times the scheduler evicted it for recompute
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -91,10 +91,6 @@ class ModelConfig:
             return min(self.max_position_embeddings, self.sliding_window)
         return self.max_position_embeddings
 
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """K and V bytes one token occupies across all layers: 2 * layers * kv_heads * head_dim * bytes."""
-        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
-
     @classmethod
     def from_hf(cls, cfg: dict[str, Any]) -> ModelConfig:
         """Read a Hugging Face config.json dict (transformers 4 or 5 layout)."""

@@ -5,7 +5,7 @@ A folder holds `config.json`, weights as one `model.safetensors` or shards liste
 checkpoints are refused: unpickling can run arbitrary code (the reason safetensors exists). Every problem a
 user can cause names the path or tensor key at fault.
 
-Tokenizers: the demo model's `kvlab_tokenizer.json` (engine/tokenizer.py), else a Hugging Face
+Tokenizers: the demo model's `kvlab_tokenizer.json` (engine/model/tokenizer.py), else a Hugging Face
 `tokenizer.json` through the optional `tokenizers` package, else None (prompts must then be token ids).
 """
 
@@ -151,11 +151,11 @@ def load_model(
     model: str | Path,
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
-    backend: str = "auto",
 ) -> tuple[CausalLM, ModelConfig, ByteBPETokenizer | HFTokenizer | None]:
     """Load a local HF folder (or 'demo') -> (model in eval mode, config, tokenizer or None).
 
-    dtype None keeps float32 on CPU (bf16 matmuls are slow there) and bfloat16 on CUDA.
+    dtype None keeps float32 on CPU (bf16 matmuls are slow there) and bfloat16 on CUDA. The model holds
+    no kernel choice: the engine that runs it names the backend in every step's ForwardMeta.
     """
     path = resolve_model_path(model)
     config = load_config(path)
@@ -163,7 +163,7 @@ def load_model(
     if dtype is None:
         dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     with torch.device("meta"):
-        net = CausalLM(config, backend=backend)
+        net = CausalLM(config)
     net = net.to_empty(device=device).to(dtype)
     if config.tie_word_embeddings:  # materialising may untie the shared parameter; tie it again
         net.lm_head.weight = net.model.embed_tokens.weight

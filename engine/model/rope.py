@@ -2,6 +2,7 @@
 
 The head dimension is split in two halves (not interleaved pairs): x = [x1, x2] rotates to
 [x1 cos - x2 sin, x2 cos + x1 sin], the layout Llama, Mistral and Qwen2 checkpoints were trained with.
+`rope_tables` builds one step's cos / sin once; every layer's `apply_rope` reuses them.
 Frequencies follow `rope_scaling`: "linear" divides every frequency by `factor` (position interpolation,
 Chen et al., 2023, arXiv 2306.15595); "llama3" divides only the low frequencies and blends the middle band,
 as in Meta's Llama 3.1 reference code.
@@ -40,19 +41,24 @@ def rope_inv_freq(head_dim: int, theta: float, rope_scaling: dict[str, Any] | No
     raise ValueError(f"rope_type {rope_type!r} is not supported; use 'default', 'linear' or 'llama3'")
 
 
-def rope_cos_sin(
+def rope_tables(
     positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [*positions.shape, head_dim] for integer `positions`, computed in fp32, cast to dtype."""
-    freqs = positions.float()[..., None] * inv_freq.to(positions.device)  # [..., D/2]
-    emb = torch.cat((freqs, freqs), dim=-1)  # [..., D]: both halves share a frequency
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    """Rotary tables for integer `positions` [..., T]: cos and signed sin, each [..., T, 1, D], in `dtype`.
+
+    Angles are computed in fp32 and cast. The rotation [x1 cos - x2 sin, x2 cos + x1 sin] equals
+    x * cos + [x2, x1] * [-sin, sin] (sin's first half negated here, once per step): negation is exact, so
+    `apply_rope` gives the textbook rotate-half formula's values bit for bit with one op fewer per call.
+    The 1 broadcasts over the heads.
+    """
+    freqs = positions.float()[..., None] * inv_freq.to(positions.device)  # [..., T, D/2]
+    cos = freqs.cos().to(dtype)
+    sin = freqs.sin().to(dtype)
+    # Both halves of the head dim share a frequency: cos [c, c], signed sin [-s, s].
+    return torch.cat((cos, cos), dim=-1).unsqueeze(-2), torch.cat((-sin, sin), dim=-1).unsqueeze(-2)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [..., T, H, D] by cos/sin [..., T, D] (broadcast over the head dim H)."""
-    cos = cos.unsqueeze(-2)  # [..., T, 1, D]
-    sin = sin.unsqueeze(-2)
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # rotate_half: [-x2, x1]
-    return x * cos + rotated * sin
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [..., T, H, D] by `rope_tables` output: x * cos + swap_halves(x) * signed_sin."""
+    swapped = x.unflatten(-1, (2, x.shape[-1] // 2)).flip(-2).flatten(-2)  # [x2, x1], a new tensor
+    return (x * cos).add_(swapped.mul_(signed_sin))

@@ -6,7 +6,7 @@ learned merges let a tiny model see about three characters per token instead of 
 into "words" (a leading space stays with its word, runs of spaces stay together) so merges never cross a
 word boundary and training only counts distinct words.
 
-Real checkpoints ship a Hugging Face `tokenizer.json`; `engine/loader.py` wraps that with the optional
+Real checkpoints ship a Hugging Face `tokenizer.json`; `engine/model/loader.py` wraps that with the optional
 `tokenizers` library instead. Both expose `encode`, `decode`, `eos_token_id`, `vocab_size`.
 """
 

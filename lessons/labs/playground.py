@@ -1,7 +1,7 @@
 """Page 8's logic: validate the learner's prompts and model folder, run the real engine, and turn its step
 traces into rows and pictures (no Streamlit).
 
-The engine is `engine.llm.LLM`: continuous batching (Orca, Yu et al., OSDI 2022) over a paged KV cache
+The engine is `engine.LLM`: continuous batching (Orca, Yu et al., OSDI 2022) over a paged KV cache
 (PagedAttention, Kwon et al., SOSP 2023). Every `step()` yields a `StepTrace` (plain values: who ran, who
 joined, finished or was preempted, block tables, the allocator's per-block snapshot); this module keeps them
 so the page can replay the run one scheduler step at a time. Weights are loaded once (`load`) and shared
@@ -16,12 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from engine.llm import LLM
+from engine import LLM, RequestOutput, SamplingParams
+from engine.memory.measure import default_device
 from engine.model.loader import DEMO_DIR, load_model
-from engine.outputs import RequestOutput, StepTrace
-from engine.sampling import SamplingParams
+from engine.outputs import StepTrace
 
 MAX_PROMPTS = 8
 MAX_PROMPT_CHARS = 400
@@ -67,11 +65,6 @@ def resolve_model(source: str, folder: str = "") -> str:
     if not any(path.glob("*.safetensors")):
         raise ValueError(f"{path} has no *.safetensors weights; convert the checkpoint with safetensors first")
     return str(path)
-
-
-def default_device() -> str:
-    """Where the engine runs: CUDA when present, else CPU."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def load(model: str, device: str | None = None) -> tuple[Any, Any, Any]:
@@ -268,5 +261,5 @@ def step_view(run: PlaygroundRun, index: int) -> StepView:
 
 
 __all__ = ["DEFAULT_PROMPTS", "EngineSettings", "MAX_BLOCKS", "MAX_NEW_TOKENS", "MAX_PROMPTS", "PlaygroundRun",
-           "StepView", "default_device", "generate", "live_line", "load", "new_engine", "output_rows", "parse_prompts",
+           "StepView", "generate", "live_line", "load", "new_engine", "output_rows", "parse_prompts",
            "resolve_model", "sampling_params", "step_rows", "step_view"]  # fmt: skip

@@ -1,15 +1,11 @@
 """Engine playground page (AppTest): guided errors for bad prompts and folders, a real generation on a local
 folder, stepping through the scheduler, and the knobs at their extremes."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from lessons.labs.playground import DEMO_DIR
 from tests.lessons.labs.test_playground import make_tiny_model
-
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "8_playground.py")
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +14,8 @@ def tiny(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def at():
-    app = AppTest.from_file(PAGE, default_timeout=120)
+def at(app_test):
+    app = app_test("playground", timeout=120)
     app.run()
     assert not app.exception and not app.error
     return app

@@ -18,6 +18,7 @@ import inspect
 import pkgutil
 import re
 import types
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,7 @@ def _is_frozen_value(value: object, depth: int = 0) -> bool:
         return False
     if isinstance(value, tuple | frozenset):
         return all(_is_frozen_value(v, depth + 1) for v in value)
-    if isinstance(value, types.MappingProxyType):
+    if isinstance(value, Mapping) and not isinstance(value, MutableMapping):  # read-only: a mappingproxy, a catalog
         return all(_is_frozen_value(v, depth + 1) for v in value.values())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         params = getattr(type(value), "__dataclass_params__", None)

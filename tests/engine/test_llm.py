@@ -13,8 +13,10 @@ import shutil
 import pytest
 import torch
 
-from engine.llm import CPU_KV_BUDGET_BYTES, LLM
+from engine import LLM, RequestOutput
+from engine.memory import MODELS, kv_blocks_from_budget, kv_bytes_per_token
 from engine.model.loader import DEMO_DIR
+from engine.runner import CPU_KV_BUDGET_BYTES
 from engine.sampling import SamplingParams, filter_logits, make_generator, sample
 from tests.conftest import DEVICE, requires_cuda, requires_triton
 from tests.tiny_model import make_tiny_model
@@ -232,8 +234,8 @@ def test_text_prompt_without_tokenizer(tiny, tmp_path):
 
 @requires_triton
 def test_triton_path_matches_torch_path(tiny, monkeypatch):
-    import kernels.kv_store
     import kernels.paged_attention
+    import kernels.store_kv
     import kernels.varlen_attention
 
     calls = {"varlen": 0, "paged": 0, "store": 0}
@@ -249,7 +251,7 @@ def test_triton_path_matches_torch_path(tiny, monkeypatch):
 
     spy(kernels.varlen_attention, "varlen_attention_triton", "varlen")
     spy(kernels.paged_attention, "paged_attention_triton", "paged")
-    spy(kernels.kv_store, "store_kv_triton", "store")
+    spy(kernels.store_kv, "store_kv_triton", "store")
     prompts = [list(range(1, 8)), [40, 41, 42]]
     # A budget of 5 tokens chunks the 7-token prompt: fresh prefill, prefill over cached context, decode.
     kw = dict(device=DEVICE, dtype="float32", block_size=4, num_gpu_blocks=16, max_num_batched_tokens=5)
@@ -270,6 +272,34 @@ def test_cuda_engine_matches_cpu_engine(tiny):
     auto = LLM(str(tiny), block_size=16)  # bf16, blocks sized from free CUDA memory
     assert auto.dtype == torch.bfloat16 and auto.num_gpu_blocks == 64 * 128 // 16  # capped by max_num_seqs
     assert all(len(o.token_ids) == 4 for o in auto.generate(prompts, greedy(4)))
+
+
+@pytest.mark.skipif(not (DEMO_DIR / "config.json").is_file(), reason="demo model not trained yet")
+def test_demo_kv_pool_is_what_the_memory_model_predicts():
+    llm = LLM(model="demo", device="cpu")
+    spec = MODELS["demo"]
+    per_token = kv_bytes_per_token(spec, llm.dtype.itemsize)  # the calculator at the engine's dtype (fp32 on CPU)
+    budget = min(CPU_KV_BUDGET_BYTES, 64 * spec.max_context * per_token)  # capped by max_num_seqs x max_model_len
+    assert llm.num_gpu_blocks == kv_blocks_from_budget(budget, per_token, llm.block_size)
+    assert llm.kv_cache_bytes == llm.num_gpu_blocks * llm.block_size * per_token
+
+
+def test_public_api_and_request_state_on_the_sequence(tiny):
+    import engine
+    import engine.llm
+
+    assert engine.LLM is engine.llm.LLM and set(engine.__all__) == {"LLM", "SamplingParams", "RequestOutput"}
+    llm = LLM(str(tiny), device="cpu", block_size=4, num_gpu_blocks=16)
+    request_id = llm.add_request("the cache", SamplingParams(max_tokens=3, temperature=1.0, seed=5))
+    seq = llm.scheduler.waiting[0]
+    assert seq.seq_id == request_id and seq.prompt == "the cache" and seq.generator is not None
+    while llm.has_unfinished_requests():
+        llm.step(trace=False)
+    out = llm.get_output(request_id)
+    assert isinstance(out, RequestOutput) and out.prompt == "the cache" and out.num_preemptions == 0
+    llm.release(request_id)
+    with pytest.raises(ValueError, match="unknown request id"):
+        llm.get_output(request_id)
 
 
 @pytest.mark.skipif(not (DEMO_DIR / "config.json").is_file(), reason="demo model not trained yet")

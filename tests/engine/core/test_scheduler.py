@@ -37,10 +37,19 @@ def seq(seq_id: int, prompt: list[int] | int, max_tokens: int = 4, block_size: i
 
 def fake_tokens(out: SchedulerOutput) -> list[int | None]:
     """Token 7 for every sequence that reached its end this step, None for partial chunks."""
-    return [
-        7 if c + n == s.num_tokens else None
-        for s, n, c in zip(out.seqs, out.num_new_tokens, out.num_computed_tokens, strict=True)
-    ]
+    return [7 if s.num_computed_tokens + s.num_new_tokens == s.seq.num_tokens else None for s in out.scheduled]
+
+
+def ids(out: SchedulerOutput) -> list[int]:
+    return [s.seq.seq_id for s in out.scheduled]
+
+
+def new_tokens(out: SchedulerOutput) -> list[int]:
+    return [s.num_new_tokens for s in out.scheduled]
+
+
+def computed(out: SchedulerOutput) -> list[int]:
+    return [s.num_computed_tokens for s in out.scheduled]
 
 
 def step(sched: Scheduler) -> tuple[SchedulerOutput, list[Sequence]]:
@@ -55,12 +64,12 @@ def test_decode_and_prefill_share_the_token_budget():
     sched.add(b)
     out, _ = step(sched)
     # a's whole prompt (6) then a 4-token chunk of b: 10 tokens, the budget exactly.
-    assert [s.seq_id for s in out.seqs] == [0, 1]
-    assert out.num_new_tokens == [6, 4] and out.num_computed_tokens == [0, 0]
+    assert ids(out) == [0, 1]
+    assert new_tokens(out) == [6, 4] and computed(out) == [0, 0]
     assert a.num_completion_tokens == 1 and b.num_completion_tokens == 0 and b.num_computed_tokens == 4
     out, _ = step(sched)
     # running first: a decodes one token, b's remaining 5 prompt tokens follow.
-    assert out.num_new_tokens == [1, 5] and out.num_computed_tokens == [6, 4]
+    assert new_tokens(out) == [1, 5] and computed(out) == [6, 4]
     assert b.num_completion_tokens == 1
 
 
@@ -71,7 +80,7 @@ def test_long_prompt_is_chunked_and_finishes():
     chunks = []
     while sched.has_unfinished:
         out, _ = step(sched)
-        chunks.append(out.num_new_tokens[0])
+        chunks.append(out.scheduled[0].num_new_tokens)
     assert chunks == [8, 8, 8, 6, 1, 1]
     assert s.finish_reason == "length" and s.num_completion_tokens == 3
     assert sched.block_manager.num_free_blocks == 32
@@ -82,7 +91,7 @@ def test_max_num_seqs_limits_admission():
     for i in range(3):
         sched.add(seq(i, 3))
     out, _ = step(sched)
-    assert [s.seq_id for s in out.seqs] == [0, 1] and [s.seq_id for s in sched.waiting] == [2]
+    assert ids(out) == [0, 1] and [s.seq_id for s in sched.waiting] == [2]
 
 
 def test_admission_waits_for_free_blocks_and_watermark():
@@ -104,11 +113,12 @@ def test_preemption_evicts_the_newest_and_requeues_it_first():
     sched.add(b)
     step(sched)  # both prefilled (7 computed, 8 tokens): 2 blocks each, pool empty
     out, _ = step(sched)  # position 7 still fits in each second block
-    assert out.num_new_tokens == [1, 1] and not out.preempted
+    assert new_tokens(out) == [1, 1] and not out.preempted
     out, _ = step(sched)  # a needs a third block for position 8: b (newest) is preempted
-    assert out.preempted == [1] and [s.seq_id for s in out.seqs] == [0]
+    assert out.preempted == [1] and ids(out) == [0]
     assert b.status is SequenceStatus.PREEMPTED and b.num_computed_tokens == 0 and b.block_table == []
     assert list(sched.waiting) == [b] and sched.running == [a]
+    assert b.num_preemptions == 1 and a.num_preemptions == 0 and sched.num_preemptions == 1
     assert b.num_tokens == 9  # generated tokens are kept and recomputed later
     while sched.has_unfinished:
         step(sched)
@@ -137,7 +147,7 @@ def test_prefix_cache_hit_skips_computed_tokens():
     second = seq(1, prompt + [99], max_tokens=1)
     sched.add(second)
     out, _ = step(sched)
-    assert out.num_computed_tokens == [12] and out.num_new_tokens == [2]
+    assert computed(out) == [12] and new_tokens(out) == [2]
     assert second.num_cached_tokens == 12
 
 
@@ -224,12 +234,13 @@ def test_random_workloads_finish_exactly_once(
         if out.is_empty:
             assert not sched.has_unfinished  # idle only when there is no work
             continue
-        ids = [s.seq_id for s in out.seqs]
-        assert len(ids) == len(set(ids)), "a sequence was scheduled twice in one step"
+        scheduled_ids = ids(out)
+        assert len(scheduled_ids) == len(set(scheduled_ids)), "a sequence was scheduled twice in one step"
         assert 1 <= out.num_batched_tokens <= budget
         assert len(sched.running) <= max_num_seqs
-        assert all(n >= 1 for n in out.num_new_tokens)
-        for s, n, c in zip(out.seqs, out.num_new_tokens, out.num_computed_tokens, strict=True):
+        assert all(n >= 1 for n in new_tokens(out))
+        for part in out.scheduled:
+            s, n, c = part.seq, part.num_new_tokens, part.num_computed_tokens
             assert s.status is SequenceStatus.RUNNING and c == s.num_computed_tokens
             assert len(s.block_table) * block_size >= c + n  # slots exist for every new token
         # Ref counts equal the number of running owners; every block is free xor owned.

@@ -1,8 +1,9 @@
-"""engine/model.py against Hugging Face transformers on tiny random checkpoints (transformers is test-only).
+"""engine/model/llama.py against Hugging Face transformers on tiny random checkpoints (transformers is test-only).
 
-Checks the no-cache path (`forward_full`) and the serving path (packed prefill, chunked prefill on top of
-cached context, mixed prefill + decode, paged decode) through shuffled block tables, for Llama (GQA,
-untied, Llama-3 rope scaling), Qwen2 (q/k/v biases, tied) and Mistral (sliding window).
+Checks the serving path (packed prefill, chunked prefill on top of cached context, mixed prefill + decode,
+paged decode) through shuffled block tables, the tests' plain reference forward (reference_llama.py) and
+the demo's training forward (scripts/train_demo.py), for Llama (GQA, untied, Llama-3 rope scaling), Qwen2
+(q/k/v biases, tied) and Mistral (sliding window).
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.forward_meta import ForwardMeta
+from engine.forward_meta import ForwardMeta, is_decode
 from engine.model.config import ModelConfig
-from engine.model.llama import CausalLM
+from engine.model.llama import CausalLM, RMSNorm
 from engine.model.loader import load_model
-from engine.model.rope import rope_inv_freq
+from engine.model.rope import apply_rope, rope_inv_freq, rope_tables
+from scripts.train_demo import train_logits
 from tests.conftest import requires_triton
+from tests.engine.model.reference_llama import reference_logits, rms_norm, rotate_half
 
 transformers = pytest.importorskip("transformers")
 
@@ -54,7 +57,7 @@ def pair(request, tmp_path_factory):
     """(arch, HF model, our model loaded from the saved folder) per architecture."""
     path = tmp_path_factory.mktemp(request.param)
     hf = save_tiny(path, request.param)
-    ours, _, _ = load_model(path, backend="torch")
+    ours, _, _ = load_model(path)
     return request.param, hf, ours
 
 
@@ -74,8 +77,10 @@ def make_caches(model: CausalLM, num_blocks: int, block_size: int):
 class PagedRunner:
     """Drives the serving path by hand: shuffled block tables, one ForwardMeta per step."""
 
-    def __init__(self, model: CausalLM, block_size: int, num_blocks: int = 64, seed: int = 0) -> None:
-        self.model, self.block_size = model, block_size
+    def __init__(
+        self, model: CausalLM, block_size: int, num_blocks: int = 64, seed: int = 0, backend: str = "torch"
+    ) -> None:
+        self.model, self.block_size, self.backend = model, block_size, backend
         self.caches = make_caches(model, num_blocks, block_size)
         self.free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist()
         self.tables: dict[int, list[int]] = {}
@@ -93,16 +98,34 @@ class PagedRunner:
             tables.append(table)
             ids.extend(toks)
             self.cached[sid] = ctx + len(toks)
-        meta = ForwardMeta.build(q_lens, ctx_lens, tables, self.block_size)
+        meta = ForwardMeta.build(q_lens, ctx_lens, tables, self.block_size, backend=self.backend)
         with torch.no_grad():
             return self.model(torch.tensor(ids), meta, self.caches)
 
 
-def test_forward_full_matches_transformers(pair):
+def test_reference_and_training_forwards_match_transformers(pair):
     arch, hf, ours = pair
     ids = torch.randint(0, TINY["vocab_size"], (2, 40))
     with torch.no_grad():
-        torch.testing.assert_close(ours.forward_full(ids), hf(ids).logits, atol=2e-5, rtol=1e-4)
+        expected = hf(ids).logits
+        torch.testing.assert_close(reference_logits(ours, ids), expected, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(train_logits(ours, ids), expected, atol=2e-5, rtol=1e-4)
+
+
+def test_training_forward_has_gradients(pair):
+    _, _, ours = pair
+    ids = torch.randint(0, TINY["vocab_size"], (2, 12))
+    train_logits(ours, ids).square().mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in ours.parameters())
+    ours.zero_grad(set_to_none=True)
+
+
+def test_serving_path_matches_the_reference_on_one_packed_prefill(pair):
+    _, _, ours = pair
+    prompts = {0: list(range(3, 30)), 1: [5, 9], 2: list(range(40, 51))}
+    logits = PagedRunner(ours, block_size=4).step(prompts)
+    for row, p in enumerate(prompts.values()):
+        torch.testing.assert_close(logits[row], reference_logits(ours, torch.tensor([p]))[0, -1], atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("block_size", [4, 16])
@@ -149,10 +172,8 @@ def test_llama3_rope_scaling_changes_frequencies():
 
 def test_sliding_window_is_rejected_beyond_the_window(tmp_path):
     save_tiny(tmp_path, "mistral")
-    ours, _, _ = load_model(tmp_path, backend="torch")
+    ours, _, _ = load_model(tmp_path)
     assert ours.config.max_model_len == 48
-    with pytest.raises(ValueError, match="sliding window of 48"):
-        ours.forward_full(torch.zeros(1, 49, dtype=torch.long))
     runner = PagedRunner(ours, block_size=16)
     runner.step({0: list(range(48))})
     with pytest.raises(ValueError, match="max_model_len <= 48"):
@@ -161,9 +182,9 @@ def test_sliding_window_is_rejected_beyond_the_window(tmp_path):
 
 def test_bad_inputs_are_clear_errors(pair):
     _, _, ours = pair
-    with pytest.raises(ValueError, match="token ids must be in"):
-        ours.forward_full(torch.tensor([[0, TINY["vocab_size"]]]))
     meta = ForwardMeta.build([2], [0], [[0]], block_size=4)
+    with pytest.raises(ValueError, match="token ids must be in"):
+        ours(torch.tensor([0, TINY["vocab_size"]]), meta, make_caches(ours, 4, 4))
     with pytest.raises(ValueError, match="one id per new token"):
         ours(torch.tensor([1, 2, 3]), meta, make_caches(ours, 4, 4))
     with pytest.raises(ValueError, match="layer caches"):
@@ -187,9 +208,8 @@ def test_unsupported_configs_are_rejected(bad, match):
 @requires_triton
 def test_triton_interpreter_path_matches_torch(tmp_path):
     save_tiny(tmp_path, "llama")
-    torch_model, _, _ = load_model(tmp_path, backend="torch")
-    triton_model, _, _ = load_model(tmp_path, backend="triton")
-    runs = [PagedRunner(m, block_size=4, num_blocks=8) for m in (torch_model, triton_model)]
+    model, _, _ = load_model(tmp_path)  # one set of weights: the backend is a per-step choice
+    runs = [PagedRunner(model, block_size=4, num_blocks=8, backend=b) for b in ("torch", "triton")]
     for chunks in ({0: [1, 2, 3, 4, 5], 1: [9, 8]}, {0: [6], 1: [7]}, {0: [3, 3], 1: [2]}):
         expected, actual = (r.step(chunks) for r in runs)
         torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
@@ -206,8 +226,34 @@ def test_forward_meta_build_fields():
     assert meta.seq_lens.tolist() == [3, 6] and (meta.max_seqlen_q, meta.max_seqlen_k) == (3, 6)
     assert meta.block_tables.tolist() == [[2, 0], [0, 7]] and meta.block_tables.dtype == torch.int32
     assert meta.is_prefill and meta.has_context and meta.last_token_indices.tolist() == [2, 3]
-    decode = ForwardMeta.build([1, 1], [3, 6], [[2], [0, 7]], block_size=4)
+    assert (
+        meta.mixed is not None
+        and meta.mixed.decode_rows.tolist() == [3]
+        and meta.mixed.prompt_rows.tolist() == [0, 1, 2]
+    )
+    assert meta.backend == "auto" and meta.mixed.decode.backend == meta.mixed.prompt.backend == "auto"
+    decode = ForwardMeta.build([1, 1], [3, 6], [[2], [0, 7]], block_size=4, backend="torch")
     assert not decode.is_prefill and not decode.has_context and decode.context_slot_mapping is None
+    assert decode.backend == "torch"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_tables_rotate_like_the_textbook_formula(dtype):
+    """apply_rope with rope_tables' signed sin gives x * cos + rotate_half(x) * sin bit for bit."""
+    inv_freq = rope_inv_freq(16, 10000.0)
+    positions = torch.tensor([0, 3, 7, 100, 4095])
+    x = torch.randn(5, 3, 16).to(dtype)  # [T, H, D]
+    cos, signed_sin = rope_tables(positions, inv_freq, dtype)
+    angles = positions.float()[:, None] * inv_freq
+    emb = torch.cat((angles, angles), dim=-1)
+    c, s = emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+    assert torch.equal(apply_rope(x, cos, signed_sin), x * c + rotate_half(x) * s)
+
+
+def test_one_prefill_or_decode_rule():
+    # One new token on top of cached context decodes; a fresh 1-token prompt and any chunk are prefill.
+    assert is_decode(1, 5) and not is_decode(1, 0) and not is_decode(2, 5)
+    assert ForwardMeta.build([1], [0], [[0]], block_size=4).is_prefill  # a 1-token prompt
 
 
 @pytest.mark.parametrize(
@@ -227,14 +273,12 @@ def test_forward_meta_build_errors(args, match):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hidden", [8, 64, 1000, 4096])
-def test_rms_norm_serving_op_is_bit_identical_to_forward(dtype, hidden):
-    """The serving path's RMSNorm (torch's fused op for fp32 on CPU) returns forward()'s values bit for bit."""
-    from engine.model.llama import RMSNorm
-
+def test_rms_norm_is_bit_identical_to_the_formula(dtype, hidden):
+    """RMSNorm (torch's fused op for fp32 on CPU, in-place temporaries otherwise) gives Llama's formula bit for bit."""
     torch.manual_seed(hidden)
     norm = RMSNorm(hidden, eps=1e-5).to(dtype)
     with torch.no_grad():
         norm.weight.copy_(torch.randn(hidden))
     x = (torch.randn(33, hidden) * 3).to(dtype)
     with torch.inference_mode():
-        assert torch.equal(norm.serve(x), norm(x))
+        assert torch.equal(norm(x), rms_norm(x, norm.weight, norm.eps))

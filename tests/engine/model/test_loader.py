@@ -1,4 +1,4 @@
-"""engine/loader.py: safetensors-only loading of local Hugging Face folders, and its error messages."""
+"""engine/model/loader.py: safetensors-only loading of local Hugging Face folders, and its error messages."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 from engine.model.config import ModelConfig
 from engine.model.loader import DEMO_DIR, load_config, load_model
 from engine.model.tokenizer import ByteBPETokenizer
+from tests.engine.model.reference_llama import reference_logits
 
 transformers = pytest.importorskip("transformers")
 
@@ -40,12 +41,12 @@ def copy_folder(src, dst):
 
 def logits_equal(ours, hf, ids: torch.Tensor) -> None:
     with torch.no_grad():
-        torch.testing.assert_close(ours.forward_full(ids), hf(ids).logits, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(reference_logits(ours, ids), hf(ids).logits, atol=1e-5, rtol=1e-4)
 
 
 def test_loads_weights_exactly(hf_folder):
     path, hf = hf_folder
-    model, config, tokenizer = load_model(path, backend="torch")
+    model, config, tokenizer = load_model(path)
     assert tokenizer is None  # no tokenizer files were saved
     assert config.num_key_value_heads == 2 and config.head_dim == 8
     for name, p in hf.state_dict().items():
@@ -57,12 +58,12 @@ def test_sharded_checkpoint(tmp_path, hf_folder):
     _, hf = hf_folder
     hf.save_pretrained(tmp_path, max_shard_size="20KB")
     assert (tmp_path / "model.safetensors.index.json").is_file()
-    model, _, _ = load_model(tmp_path, backend="torch")
+    model, _, _ = load_model(tmp_path)
     logits_equal(model, hf, torch.randint(0, 61, (2, 9)))
 
 
 def test_dtype_is_honoured(hf_folder):
-    model, _, _ = load_model(hf_folder[0], dtype=torch.bfloat16, backend="torch")
+    model, _, _ = load_model(hf_folder[0], dtype=torch.bfloat16)
     assert model.lm_head.weight.dtype == torch.bfloat16
     assert model.inv_freq.dtype == torch.float32  # positions stay exact
 
@@ -140,20 +141,20 @@ def test_qwen2_window_only_when_enabled():
 
 
 def test_demo_folder_loads():
-    model, config, tokenizer = load_model("demo", backend="torch")
+    model, config, tokenizer = load_model("demo")
     assert isinstance(tokenizer, ByteBPETokenizer)
     assert config.vocab_size == tokenizer.vocab_size
     assert config.num_key_value_heads < config.num_attention_heads  # the demo is a GQA model
     assert sum(f.stat().st_size for f in DEMO_DIR.glob("*.safetensors")) <= 10 * 2**20
     ids = torch.tensor([tokenizer.encode("def __init__(self")])
     with torch.no_grad():
-        assert torch.isfinite(model.forward_full(ids)).all()
+        assert torch.isfinite(reference_logits(model, ids)).all()
 
 
 def test_demo_folder_is_a_real_hf_checkpoint():
     # The same folder loads in transformers and gives the same logits: the demo uses the real-checkpoint path.
     hf = transformers.LlamaForCausalLM.from_pretrained(DEMO_DIR, dtype=torch.float32).eval()
-    ours, _, tokenizer = load_model("demo", backend="torch")
+    ours, _, tokenizer = load_model("demo")
     logits_equal(ours, hf, torch.tensor([tokenizer.encode("import sys\n\ndef main():\n")]))
 
 
@@ -165,7 +166,7 @@ def test_hf_tokenizer_json_is_used_when_tokenizers_is_installed(tmp_path, hf_fol
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     tok.decoder = tokenizers.decoders.WordPiece()
     tok.save(str(folder / "tokenizer.json"))
-    _, config, loaded = load_model(folder, backend="torch")
+    _, config, loaded = load_model(folder)
     assert loaded.encode("hello world") == [3, 4]
     assert loaded.encode("hello", add_bos=True) == [config.bos_token_id, 3]
     assert loaded.eos_token_id == config.eos_token_ids[0] == 2
