@@ -1,28 +1,16 @@
-"""KV Lab: the Streamlit router. Builds the page list and the shared sidebar; pages live in pages/.
-
-The course order lives in `pages/_ui.PAGES`; a page whose file does not exist yet is left out, so the app
-runs while the course is being written and picks new pages up when their files land.
-"""
+"""KV Lab: the Streamlit router. Builds the navigation from the course (ui/course.py) and the shared sidebar."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
-from ui.page import available_pages, ensure_progress, sidebar, sidebar_progress
-
-ROOT = Path(__file__).resolve().parent
+from ui.course import COURSE
+from ui.progress import ensure_progress
+from ui.sidebar import sidebar, sidebar_progress
 
 st.set_page_config(page_title="KV Lab", page_icon=":material/memory:", layout="wide")
 ensure_progress()
-nav = st.navigation(
-    [
-        st.Page(str(ROOT / path), title=title, icon=icon, default=(i == 0))
-        for i, (path, title, icon) in enumerate(available_pages())
-    ]
-    + [st.Page(str(ROOT / "pages/teacher.py"), title="Teacher view", icon=":material/groups:")]
-)
+nav = st.navigation([st.Page(p.path, title=p.title, icon=p.icon, default=(i == 0)) for i, p in enumerate(COURSE)])
 slot = sidebar()
 try:
     nav.run()

@@ -4,7 +4,7 @@ For every page (welcome + the eight lessons) an AppTest loads the script once, t
 between two values. The first move of each value is untimed warm-up (it fills the page's st.cache_data /
 st.cache_resource entries, reported as `first_move_ms`); then `--repeats` rounds move it back and forth and
 time `AppTest.run()`. Rounds are interleaved across pages (page 1, page 2, …, page 1, page 2, …) so a burst
-of load on the shared machine hits every page alike. `pages` is the median per page. Targets (BENCHMARKS.md):
+of load on the shared machine hits every page alike. `pages` is the median per page. Targets (docs/BENCHMARKS.md):
 calculator / simulator pages <= 100 ms, engine-backed pages <= 1,000 ms on a 2-core CPU; never asserted.
 
 The playground needs a model: the demo weights when installed, else a tiny random Llama folder written to a
@@ -25,18 +25,17 @@ from typing import Any
 
 from streamlit.testing.v1 import AppTest
 
-from bench._util import emit, env_info, log, parser, save
+from bench.harness import emit, env_info, log, parser, save
+from ui.course import page
 
-ROOT = Path(__file__).resolve().parents[1]
 CALCULATOR, ENGINE = 100.0, 1000.0  # target re-run ms
 
 
 @dataclass
 class PageCase:
-    """One page: its script, the widget to move (kind, key) and the two values it alternates between."""
+    """One page: its course id, the widget to move (kind, key) and the two values it alternates between."""
 
-    name: str
-    script: str
+    name: str  # the course page id (ui/course.py finds its script)
     kind: str | None  # AppTest accessor: "slider", "select_slider", "selectbox", "text_input", "radio"; None = rerun
     key: str | None
     values: tuple[Any, Any]
@@ -44,15 +43,15 @@ class PageCase:
 
 
 CASES = [
-    PageCase("welcome", "0_welcome.py", None, None, (None, None), CALCULATOR),
-    PageCase("bandwidth", "1_bandwidth.py", "slider", "bw_batch", (1, 64), CALCULATOR),
-    PageCase("gqa", "2_gqa.py", "select_slider", "gqa_groups_llama-3-8b", (8, 4), ENGINE),
-    PageCase("packing", "3_packing.py", "text_input", "pack_lengths", ("5, 12, 3, 20", "5, 12, 3, 21"), ENGINE),
-    PageCase("fragmentation", "4_fragmentation.py", "select_slider", "frag_max_len", (2048, 1024), CALCULATOR),
-    PageCase("paged", "5_paged_attention.py", "select_slider", "paged_block", (16, 32), CALCULATOR),
-    PageCase("diagnosis", "6_diagnosis.py", "selectbox", "diag_scenario", ("chat-oom", "mha-rag"), CALCULATOR),
-    PageCase("golden_rules", "7_golden_rules.py", "radio", "quiz_golden_rules.decode", (0, 1), CALCULATOR),
-    PageCase("playground", "8_playground.py", "slider", "pg_step", (1, 2), ENGINE),
+    PageCase("welcome", None, None, (None, None), CALCULATOR),
+    PageCase("bandwidth", "slider", "bw_batch", (1, 64), CALCULATOR),
+    PageCase("gqa", "select_slider", "gqa_groups_llama-3-8b", (8, 4), ENGINE),
+    PageCase("packing", "text_input", "pack_lengths", ("5, 12, 3, 20", "5, 12, 3, 21"), ENGINE),
+    PageCase("fragmentation", "select_slider", "frag_max_len", (2048, 1024), CALCULATOR),
+    PageCase("paged", "select_slider", "paged_block", (16, 32), CALCULATOR),
+    PageCase("diagnosis", "selectbox", "diag_scenario", ("chat-oom", "mha-rag"), CALCULATOR),
+    PageCase("golden_rules", "radio", "quiz_golden_rules.decode", (0, 1), CALCULATOR),
+    PageCase("playground", "slider", "pg_step", (1, 2), ENGINE),
 ]
 
 
@@ -111,7 +110,7 @@ def main() -> None:
         model = _playground_model(Path(tmp))
         generate_ms = None
         for case in CASES:
-            at = AppTest.from_file(str(ROOT / "pages" / case.script), default_timeout=300)
+            at = AppTest.from_file(str(page(case.name).path), default_timeout=300)
             start = time.perf_counter()
             at.run()
             load_ms[case.name] = (time.perf_counter() - start) * 1e3

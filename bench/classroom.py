@@ -10,7 +10,7 @@ sends): the server's cost alone, as in a classroom where every learner has their
 their rendering shares the server's CPUs, so on 2 cores use a handful of sessions. `--think 0` is a
 stress test (everyone moves again at once).
 Reports p50/p95/max page-update latency and every error (timeouts, exception or st.error elements).
-BENCHMARKS.md target on the 2-core CPU: 0 errors, p95 <= 2,000 ms for 20 sessions (not asserted).
+docs/BENCHMARKS.md target on the 2-core CPU: 0 errors, p95 <= 2,000 ms for 20 sessions (not asserted).
 
 Bounded: at most 100 sessions and 20 moves each; a hard timeout cancels everything and still prints
 the JSON; the server and browser are always stopped.
@@ -28,26 +28,26 @@ import threading
 import time
 from pathlib import Path
 
-from bench._util import emit, env_info, log, parser, save
 from bench.app_server import (
     APP_IDLE,
     CHROMIUM_ARGS,
-    ROOT,
     RUN_COUNTER_JS,
     find_chromium,
     process_cpu_seconds,
     running_app,
 )
+from bench.harness import emit, env_info, log, parser, save
 from bench.st_client import StreamlitSession, slider_position
 
 MAX_SESSIONS, MAX_MOVES = 100, 20
 # Lesson path: (URL path, label prefix of the slider to move). Calculator pages only.
-PATH = [("gqa", "KV groups G"), ("paged_attention", "Block size"), ("bandwidth", "Sequences decoding together")]
+PATH = (("gqa", "KV groups G"), ("paged_attention", "Block size"), ("bandwidth", "Sequences decoding together"))
 CLIENT_NOTES = {
     "browser": "all sessions are contexts of one headless Chromium on the server's CPUs (rendering included)",
     "protocol": "sessions speak the app's websocket protocol; no rendering (the server's cost alone)",
 }
 SLIDER_SEL = '[data-testid="stSlider"]:has-text("{label}") input[type="range"]'
+ERRORS_SEL = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 
 async def value_changed(thumb, old: str, wait_s: float = 1.5) -> bool:
@@ -58,9 +58,6 @@ async def value_changed(thumb, old: str, wait_s: float = 1.5) -> bool:
             return True
         await asyncio.sleep(0.03)
     return False
-
-
-ERRORS_SEL = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 
 async def think(out: dict, idx: int, step: int) -> None:
@@ -202,7 +199,8 @@ async def run_classroom(
     return out
 
 
-def main() -> None:
+def _arguments():
+    """The command line, checked: (args, chromium path or "protocol")."""
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=20, help=f"simultaneous learners (1..{MAX_SESSIONS})")
     p.add_argument("--moves", type=int, default=4, help=f"slider moves per page per learner (1..{MAX_MOVES})")
@@ -226,69 +224,70 @@ def main() -> None:
     chromium = find_chromium() if args.client == "browser" else "protocol"
     if chromium is None:
         p.error("no chromium found; run scripts/install_browser.sh or set KVLAB_CHROMIUM (or use --client protocol)")
-    path = [(route, label) for route, label in PATH if any((ROOT / "pages").glob(f"*_{route}.py"))]
-    if not path:
-        p.error("none of the calculator pages of the lesson path exist yet")
+    return args, chromium
 
+
+def _serve(args, chromium: str) -> tuple[dict, bool]:
+    """Start the server, run the class against it within the hard timeout: (raw measurements, timed out)."""
+    raw: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
+    with tempfile.TemporaryDirectory() as data_dir:
+        log(f"classroom: starting server; {args.sessions} sessions × {len(PATH)} pages × {args.moves} moves")
+        try:
+            server: dict = {}
+            with running_app(Path(data_dir), Path(data_dir) / "streamlit.log", info=server) as url:
+                coro = run_classroom(url, chromium, args.sessions, args.moves, PATH, args.step_timeout, args.ramp,
+                                     args.think, server["pid"], raw)  # fmt: skip
+                asyncio.run(asyncio.wait_for(coro, timeout=args.timeout))
+        except (TimeoutError, asyncio.TimeoutError):
+            raw["errors"].append(f"hard timeout after {args.timeout:.0f} s")
+            return raw, True
+        except RuntimeError as exc:  # the server did not start
+            raw["errors"].append(str(exc))
+    return raw, False
+
+
+def _summary(args, raw: dict, wall_s: float) -> dict:
+    """Latency percentiles, errors and the server's CPU per run from the raw measurements."""
+    updates, loads = raw["updates_ms"], raw["loads_ms"]
+    runs = len(updates) + len(loads)
+    cpu = raw.get("server_cpu_s")
+    return {
+        "updates": len(updates),
+        "updates_expected": args.sessions * len(PATH) * args.moves,
+        "errors": len(raw["errors"]),
+        "error_samples": raw["errors"][:10],
+        "warmup_errors": raw.get("warmup_errors", []),
+        "update_p50_ms": round(statistics.median(updates), 1) if updates else None,
+        "update_p95_ms": round(percentile(updates, 95), 1) if updates else None,
+        "update_max_ms": round(max(updates), 1) if updates else None,
+        "update_p50_ms_by_page": {k: round(statistics.median(v), 1) for k, v in raw["by_page"].items()},
+        "load_p50_ms": round(statistics.median(loads), 1) if loads else None,
+        "load_p95_ms": round(percentile(loads, 95), 1) if loads else None,
+        "wall_s": round(wall_s, 1),
+        "target": {"errors": 0, "update_p95_ms": 2000},
+        # Load-independent: the server's CPU per script run, and the runs/s two free cores could serve.
+        "server_cpu_ms_per_run": round(1000 * cpu / runs, 1) if cpu and runs else None,
+        "capacity_runs_per_s_2_cores": round(2 * runs / cpu, 1) if cpu and runs else None,
+        "load_average_1m": round(os.getloadavg()[0], 2),  # a busy shared machine inflates every number
+        "env": env_info(),
+    }
+
+
+def main() -> None:
+    """Run the classroom check; print one JSON line."""
+    args, chromium = _arguments()
     result = {"bench": "classroom", "host": "127.0.0.1", "sessions": args.sessions, "moves_per_page": args.moves,
               "ramp_s": args.ramp, "think_s": args.think, "client": args.client,
-              "path": [route for route, _ in path], "timed_out": False,
-              "client_note": CLIENT_NOTES[args.client]}  # fmt: skip
+              "path": [route for route, _ in PATH], "client_note": CLIENT_NOTES[args.client]}  # fmt: skip
     start = time.perf_counter()
     # Last resort if shutdown itself hangs: end the process a minute after the hard limit.
     watchdog = threading.Timer(args.timeout + 60, lambda: os._exit(3))
     watchdog.daemon = True
     watchdog.start()
-    with tempfile.TemporaryDirectory() as data_dir:
-        log(f"classroom: starting server; {args.sessions} sessions × {len(path)} pages × {args.moves} moves")
-        raw: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
-        try:
-            server: dict = {}
-            with running_app(Path(data_dir), Path(data_dir) / "streamlit.log", info=server) as url:
-                coro = run_classroom(
-                    url,
-                    chromium,
-                    args.sessions,
-                    args.moves,
-                    path,
-                    args.step_timeout,
-                    args.ramp,
-                    args.think,
-                    server["pid"],
-                    raw,
-                )
-                asyncio.run(asyncio.wait_for(coro, timeout=args.timeout))
-        except (TimeoutError, asyncio.TimeoutError):
-            result["timed_out"] = True
-            raw["errors"].append(f"hard timeout after {args.timeout:.0f} s")
-        except RuntimeError as exc:  # the server did not start
-            raw["errors"].append(str(exc))
-    updates, loads = raw["updates_ms"], raw["loads_ms"]
-    runs = len(updates) + len(loads)
-    expected = args.sessions * len(path) * args.moves
-    result.update(
-        {
-            "updates": len(updates),
-            "updates_expected": expected,
-            "errors": len(raw["errors"]),
-            "error_samples": raw["errors"][:10],
-            "warmup_errors": raw.get("warmup_errors", []),
-            "update_p50_ms": round(statistics.median(updates), 1) if updates else None,
-            "update_p95_ms": round(percentile(updates, 95), 1) if updates else None,
-            "update_max_ms": round(max(updates), 1) if updates else None,
-            "update_p50_ms_by_page": {k: round(statistics.median(v), 1) for k, v in raw["by_page"].items()},
-            "load_p50_ms": round(statistics.median(loads), 1) if loads else None,
-            "load_p95_ms": round(percentile(loads, 95), 1) if loads else None,
-            "wall_s": round(time.perf_counter() - start, 1),
-            "target": {"errors": 0, "update_p95_ms": 2000},
-            # Load-independent: the server's CPU per script run, and the runs/s two free cores could serve.
-            "server_cpu_ms_per_run": round(1000 * cpu / runs, 1) if (cpu := raw.get("server_cpu_s")) and runs else None,
-            "capacity_runs_per_s_2_cores": round(2 * runs / cpu, 1) if cpu and runs else None,
-            "load_average_1m": round(os.getloadavg()[0], 2),  # a busy shared machine inflates every number
-            "env": env_info(),
-        }
-    )
-    log(f"classroom: {len(updates)}/{expected} updates, {result['errors']} errors, p95 {result['update_p95_ms']} ms")
+    raw, result["timed_out"] = _serve(args, chromium)
+    result.update(_summary(args, raw, time.perf_counter() - start))
+    log(f"classroom: {result['updates']}/{result['updates_expected']} updates, {result['errors']} errors, "
+        f"p95 {result['update_p95_ms']} ms")  # fmt: skip
     if args.save:
         log(f"saved {save('classroom' if args.client == 'protocol' else 'classroom-browser', result)}")
     emit(result)

@@ -1,7 +1,8 @@
 """Shared benchmark helpers: interleaved A/B timing, environment record, one-JSON-line output.
 
-The rules they implement are in BENCHMARKS.md: both sides run in the same process, interleaved
-(A, B, A, B, ...), median of >= 5 repeats after a warm-up, so a noisy shared machine cannot fake a win.
+Both sides of a comparison run in the same process, interleaved (A, B, A, B, ...), median of >= 5 repeats
+after a warm-up, so a noisy shared machine cannot fake a win. The timing loop is the lessons' own
+(`engine.memory.measure.time_interleaved`); this module adds the benchmarks' defaults.
 """
 
 from __future__ import annotations
@@ -10,14 +11,13 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from engine.memory import measure
 from kernels.backend import TRITON_VERSION, triton_interpreting
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -28,32 +28,13 @@ def log(*parts: object) -> None:
     print(*parts, file=sys.stderr, flush=True)
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 2) -> dict[str, float]:
     """Median wall seconds per call for each named function, run round-robin A, B, A, B, ...
 
     Each function is called `warmup` times first (compilation, caches), then `repeats` rounds in which
-    every function runs once, in order. CUDA work is synchronized around each call.
+    every function runs once, in order. CUDA work is synchronized around each call when a GPU is present.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats={repeats} must be >= 1")
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    _sync()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            _sync()
-            start = time.perf_counter()
-            fn()
-            _sync()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(times) for name, times in samples.items()}
+    return measure.time_interleaved(fns, repeats, warmup, device=measure.default_device())
 
 
 def env_info() -> dict:
@@ -78,7 +59,7 @@ def emit(result: dict) -> None:
 
 def save(name: str, result: dict) -> Path:
     """Write `result` to bench/results/NAME-DEVICE.json (DEVICE is "cuda" or "cpu") and return the path."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = measure.default_device()
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}-{device}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")

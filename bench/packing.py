@@ -1,6 +1,6 @@
 """Packed varlen attention vs the padded batch a user would write without varlen support.
 
-Padded side (BENCHMARKS.md fairness rules): one SDPA call on [B, Hq, Lmax, D] with a key-padding mask
+Padded side (docs/BENCHMARKS.md fairness rules): one SDPA call on [B, Hq, Lmax, D] with a key-padding mask
 combined with the causal mask, same dtype. Packed side: kernels.ops.varlen_attention (auto backend) on the
 [total, Hq, D] tensor of the same tokens. Both run interleaved in one process on identical values.
 `ideal_speedup` = padded attention FLOPs / packed FLOPs (causal counted as half on both sides).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bench._util import emit, env_info, log, parser, save, time_interleaved
+from bench.harness import emit, env_info, log, parser, save, time_interleaved
 from kernels.backend import resolve_backend
 from kernels.ops import varlen_attention
 

@@ -1,7 +1,7 @@
 """Decode attention over a contiguous KV store vs the same K/V in a paged cache (PagedAttention's cost).
 
 vLLM's paper (Kwon et al., SOSP 2023, section 7.1) reports its first paged kernel 20-26% slower than a
-contiguous one; this benchmark measures what paging costs ours. Fairness rules (BENCHMARKS.md): the same
+contiguous one; this benchmark measures what paging costs ours. Fairness rules (docs/BENCHMARKS.md): the same
 K/V values stored two ways, same backend on both sides, interleaved repeats.
 
 - contiguous: K/V as [S, Lmax, Hkv, D] plus lengths. On CPU the natural best call is one SDPA over the
@@ -24,7 +24,7 @@ import re
 import torch
 import torch.nn.functional as F
 
-from bench._util import emit, env_info, log, parser, save, time_interleaved
+from bench.harness import emit, env_info, log, parser, save, time_interleaved
 from engine.memory.catalog import GPUS
 from kernels.backend import resolve_backend
 from kernels.ops import paged_attention

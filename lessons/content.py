@@ -1,30 +1,20 @@
-"""Lesson prose: one Markdown file per page in lessons/, split into named sections.
+"""Lesson prose: one Markdown file per page in lessons/, `lessons/<page_id>.md`, split into named sections.
 
 A lesson file starts with a `# Title` line, then an intro paragraph, then `## Section` blocks. Pages ask
-for sections by name (`section("gqa", "Why it works")`) so the prose lives in Markdown a teacher can edit
-without touching Python. Sources are cited inside the prose (see LESSONS.md for the checked figures).
+for sections by name (`load("gqa").sections["Why it works"]`) so the prose lives in Markdown a teacher can
+edit without touching Python. Sources are cited inside the prose. The page ids themselves are the course's
+(ui/course.py); this module only knows the files.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 LESSON_DIR = Path(__file__).resolve().parent
-
-# Page id -> Markdown file stem. The ids are also the keys of the learner's "visited" progress list.
-PAGE_IDS: tuple[str, ...] = (
-    "welcome",
-    "bandwidth",
-    "gqa",
-    "packing",
-    "fragmentation",
-    "paged",
-    "diagnosis",
-    "golden_rules",
-    "playground",
-)
+PAGE_ID = re.compile(r"[a-z][a-z0-9_]*")  # a page id is a file stem: never a path
 
 INTRO = "intro"  # the name of the text between the title and the first `## ` heading
 
@@ -36,15 +26,6 @@ class Lesson:
     page_id: str
     title: str
     sections: dict[str, str] = field(default_factory=dict)
-
-    def section(self, name: str) -> str:
-        """The Markdown body of section `name` (raises KeyError naming the sections that exist)."""
-        try:
-            return self.sections[name]
-        except KeyError:
-            raise KeyError(
-                f"lesson {self.page_id!r} has no section {name!r}; sections are {list(self.sections)}"
-            ) from None
 
 
 def parse(page_id: str, text: str) -> Lesson:
@@ -65,15 +46,7 @@ def parse(page_id: str, text: str) -> Lesson:
 
 @functools.cache
 def load(page_id: str) -> Lesson:
-    """The lesson for `page_id`, read once per process (the files are read-only course material)."""
-    if page_id not in PAGE_IDS:
-        raise ValueError(f"unknown page id {page_id!r}; use one of {', '.join(PAGE_IDS)}")
-    path = LESSON_DIR / f"{page_id}.md"
-    if not path.exists():
-        return Lesson(page_id, page_id.replace("_", " ").title(), {INTRO: ""})
-    return parse(page_id, path.read_text(encoding="utf-8"))
-
-
-def section(page_id: str, name: str = INTRO) -> str:
-    """Shortcut: the Markdown of one section of one page."""
-    return load(page_id).section(name)
+    """The lesson prose of `page_id`, read once per process (the files are read-only course material)."""
+    if not (isinstance(page_id, str) and PAGE_ID.fullmatch(page_id) and (LESSON_DIR / f"{page_id}.md").is_file()):
+        raise ValueError(f"no lesson prose for page id {page_id!r}; write lessons/{page_id}.md or use a course page id")
+    return parse(page_id, (LESSON_DIR / f"{page_id}.md").read_text(encoding="utf-8"))

@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from engine.memory.footprint import GPUS, MODELS
+from engine.memory.catalog import GPUS, MODELS
 from engine.memory.measure import measure_demo_decode, measure_machine
 from lessons.labs import bandwidth as lab
-from ui import charts
+from ui import charts, charts_bandwidth
 from ui.page import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
 
 PAGE = "bandwidth"
@@ -59,7 +59,7 @@ st.markdown(result.verdict())
 
 g = GPUS[gpu]
 show_chart(
-    charts.roofline(g.bf16_flops, g.bandwidth_bytes_per_s, result.points(), f"Roofline of {g.name}"),
+    charts_bandwidth.roofline(g.bf16_flops, g.bandwidth_bytes_per_s, result.points(), f"Roofline of {g.name}"),
     f"Roofline of {g.name} ({g.bandwidth_bytes_per_s / 1e12:,.2f} TB/s, {g.bf16_flops / 1e12:,.0f} TFLOP/s bf16; "
     f"source: {g.source}). Points left of the dotted ridge line are bandwidth-bound.",
     result.summary_rows(),

@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from engine.memory.footprint import MODELS
+from engine.memory.catalog import MODELS
 from lessons.labs import gqa as lab
-from ui import charts
+from ui import charts_attention
 from ui.page import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "gqa"
@@ -56,7 +56,7 @@ if context > spec.max_context:
 
 rows = lab.footprint_rows(model, kv_dtype, int(context), int(users))
 show_chart(
-    charts.kv_by_groups(
+    charts_attention.kv_by_groups(
         options,
         [r["GiB at context x users"] for r in rows],
         groups,
@@ -73,7 +73,7 @@ show_chart(
 st.subheader("Who reads which KV head")
 prose(PAGE, "Head sharing")
 show_chart(
-    charts.head_sharing(spec.num_heads, groups),
+    charts_attention.head_sharing(spec.num_heads, groups),
     f"Each of the {spec.num_heads} query heads (top) reads one of {groups} cached KV heads (bottom); "
     f"{spec.num_heads // groups} query heads share each KV head (same line colour and dash).",
     [{"query head": h, "KV head": h // (spec.num_heads // groups)} for h in range(spec.num_heads)],

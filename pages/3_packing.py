@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lessons.labs import packing as lab
-from ui import charts
+from ui import charts_attention
 from ui.page import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "packing"
@@ -39,7 +39,7 @@ m2.metric("Padded slots", f"{stats.padded_slots:,}")
 m3.metric("Padding wasted", f"{100 * stats.padding_fraction:.0f}%")
 m4.metric("Attention work saved by packing", f"{stats.ideal_speedup:,.2f}×")
 show_chart(
-    charts.padding_vs_packed(stats.real_tokens, stats.padded_slots),
+    charts_attention.padding_vs_packed(stats.real_tokens, stats.padded_slots),
     f"Padding {len(lengths)} requests to the longest ({max(lengths)} tokens) needs {stats.padded_slots:,} slots for "
     f"{stats.real_tokens:,} real tokens; packing stores exactly the real tokens (hatched = padding).",
     stats.rows(),
@@ -55,7 +55,7 @@ title = f"{'Causal b' if causal else 'B'}lock-diagonal mask over {stats.real_tok
 if shown < stats.real_tokens:
     title += f" (first {shown} tokens drawn)"
 show_chart(
-    charts.mask_heatmap(vis, lengths, title),
+    charts_attention.mask_heatmap(vis, lengths, title),
     "Dark cells (■ on small masks) mark the keys (columns) each query (rows) may attend to; white cells are "
     "masked; dashed lines separate requests. "
     "Everything outside a request's own block is masked, so packing changes no result. "

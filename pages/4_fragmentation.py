@@ -4,7 +4,7 @@ from typing import Any
 
 import streamlit as st
 
-from engine.memory.footprint import GPUS, MODELS
+from engine.memory.catalog import GPUS, MODELS
 from engine.sim.traces import DATASETS
 from lessons.labs import fragmentation as lab
 from ui import charts

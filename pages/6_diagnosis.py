@@ -4,21 +4,11 @@ from typing import Any
 
 import streamlit as st
 
-from engine.memory.footprint import GPUS, MODELS
-from lessons.diagnosis import lab as lab
-from lessons.diagnosis.scenarios import get_scenario, scenario_ids, symptoms, vllm_command
+from engine.memory.catalog import GPUS, MODELS
+from lessons.diagnosis import get_scenario, lab, scenario_ids, symptoms, vllm_command
 from ui import charts_memory
-from ui.page import (
-    download_rows,
-    lesson_check,
-    page_header,
-    prose,
-    record_diagnosis,
-    run_or_stop,
-    show_chart,
-    show_table,
-    sources,
-)
+from ui.page import download_rows, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from ui.progress import record_diagnosis
 
 PAGE = "diagnosis"
 

@@ -3,7 +3,8 @@
 import streamlit as st
 
 from lessons import quizzes
-from ui.page import clear_quiz, ensure_progress, lesson_check, page_header, prose, show_table
+from ui.page import lesson_check, page_header, prose, show_table
+from ui.progress import clear_quiz, ensure_progress
 
 PAGE = "golden_rules"
 

@@ -4,6 +4,7 @@ from typing import Any
 
 import streamlit as st
 
+from engine.memory.measure import default_device
 from lessons.labs import playground as lab
 from lessons.labs.paged import BLOCK_SIZES
 from ui import charts, charts_memory
@@ -24,7 +25,7 @@ def _engine(model: str, settings: lab.EngineSettings) -> Any:
     held = st.session_state.get(ENGINE_KEY)
     if held is not None and held[0] == (model, settings):
         return held[1]
-    llm = lab.new_engine(_weights(model, lab.default_device()), model, settings)
+    llm = lab.new_engine(_weights(model, default_device()), model, settings)
     st.session_state[ENGINE_KEY] = ((model, settings), llm)
     return llm
 

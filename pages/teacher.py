@@ -1,6 +1,6 @@
 """Teacher view: a class code in, its learners' completion out (table + CSV export).
 
-Reads the same progress store as the sidebar sign-in (lessons/progress.py). When the server sets
+Reads the same progress store as the sidebar sign-in (ui/signin.py). When the server sets
 KVLAB_TEACHER_KEY, the page asks for that key first, so learners who know the class code cannot list
 their classmates.
 """
@@ -12,9 +12,8 @@ import os
 
 import streamlit as st
 
-from progress.report import REPORT_COLUMNS, class_report, report_csv
-from progress.store import ProgressStoreError, validate_name
-from ui.page import LESSON_PAGES
+from progress import REPORT_COLUMNS, ProgressStoreError, class_report, report_csv, validate_name
+from ui.course import LESSON_IDS
 from ui.signin import get_store
 
 st.title("Teacher view")
@@ -39,7 +38,7 @@ if not raw_code.strip():
     st.stop()
 try:
     code = validate_name(raw_code, "class code")
-    rows = class_report(store.class_records(code), LESSON_PAGES)
+    rows = class_report(store.class_records(code), LESSON_IDS)
 except ValueError as exc:
     st.error(f"{exc}.")
     st.stop()
@@ -62,7 +61,7 @@ st.dataframe(
     key="teacher_table",
     column_config={"completion_pct": st.column_config.ProgressColumn("completion", format="%.0f%%", max_value=100)},
 )
-st.caption(f"{len(rows)} learners in class {code}; completion counts the {len(LESSON_PAGES)} lesson pages.")
+st.caption(f"{len(rows)} learners in class {code}; completion counts the {len(LESSON_IDS)} lesson pages.")
 st.download_button(
     "Download class report (CSV)",
     report_csv(rows),

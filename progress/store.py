@@ -5,7 +5,7 @@ deployment points ``KVLAB_DATABASE_URL`` at PostgreSQL (any SQLAlchemy URL works
 SQLAlchemy Core with bound parameters, so learner names and class codes never become SQL text. Each
 write is one transaction. A store that cannot be opened (corrupt file, locked file, bad URL, missing
 driver) is replaced by :class:`NullStore`, which keeps the app working without persistence and carries a
-message the app shows the learner. No Streamlit here: ``pages/_progress_ui.py`` is the UI.
+message the app shows the learner. No Streamlit here: ``ui/signin.py`` is the UI.
 
 Settings (environment variables):
   KVLAB_DATABASE_URL  SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``.

@@ -13,9 +13,11 @@ from pathlib import Path
 
 from PIL import Image
 
+from ui.course import COURSE
+
 src, dst = Path("test-artifacts/screenshots"), Path("docs/screenshots")
 dst.mkdir(parents=True, exist_ok=True)
-order = ["welcome", "bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis", "golden", "playground"]
+order = [p.id.replace("_", "-") for p in COURSE]  # screenshot names slug the page's URL: golden_rules -> golden-rules
 
 
 def rank(path: Path) -> tuple[int, bool, str]:

@@ -3,7 +3,7 @@
 The pictures follow PagedAttention's figures (Kwon et al., SOSP 2023, Fig. 6-8): a per-sequence block table
 maps logical blocks to physical ones, and the physical pool shows who owns each block and how full it is.
 Every cell carries text (block id, owner, fill, reference count), so colour is never the only signal; pages
-pair each figure with a caption and a table (`pages/_ui.show_chart`). No Streamlit here.
+pair each figure with a caption and a table (`ui.page.show_chart`). No Streamlit here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ui.charts import DASHES, PALETTE, _layout, labelled_grid
+from ui.charts import DASHES, PALETTE, PATTERNS, labelled_grid, layout
 
 # Block states in the pool picture -> (heatmap value, word shown in the cell).
 STATE_VALUES: dict[str, float] = {"free": 0.0, "cached": 0.35, "used": 0.7, "shared": 1.0}
@@ -135,7 +135,7 @@ def block_size_sweep(
         yaxis2={"overlaying": "y", "side": "right", "type": "log", "title": "entries per sequence (log)",
                 "tickvals": ticks, "ticktext": [f"{v:,}" for v in ticks], "showgrid": False},
     )  # fmt: skip
-    return _layout(fig, title, "block size (tokens, log scale)", "internal waste (% of allocated slots)", height=400)
+    return layout(fig, title, "block size (tokens, log scale)", "internal waste (% of allocated slots)", height=400)
 
 
 def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Figure:
@@ -143,7 +143,6 @@ def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Fig
     if not rows:
         raise ValueError("memory_breakdown: no rows")
     fig = go.Figure()
-    patterns = ("", "/", "x", ".", "\\", "+", "-")
     for i, r in enumerate(rows):
         gib = float(r["GiB"])  # type: ignore[arg-type]
         fig.add_bar(
@@ -153,10 +152,10 @@ def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Fig
             orientation="h",
             text=[f"{r['part']}: {gib:,.1f} GiB"],
             textposition="inside",
-            marker={"color": PALETTE[i % len(PALETTE)], "pattern": {"shape": patterns[i % len(patterns)]}},
+            marker={"color": PALETTE[i % len(PALETTE)], "pattern": {"shape": PATTERNS[i % len(PATTERNS)]}},
         )
     fig.update_yaxes(visible=False)
-    _layout(fig, title, "GiB", "", height=330)
+    layout(fig, title, "GiB", "", height=330)
     # legend under the bar: its entries are long (e.g. "KV reserved by 7 sessions") and would cover the title
     return fig.update_layout(barmode="stack", legend={"orientation": "h", "yanchor": "top", "y": -0.35, "x": 0})
 

@@ -1,71 +1,35 @@
-"""Shared Streamlit helpers for KV Lab's pages: progress, lesson prose, charts, downloads, errors, checks.
+"""Shared Streamlit helpers for KV Lab's pages: lesson prose, charts with their data, downloads, errors, checks.
 
-Every page is a thin script: `page_header(page_id)`, widgets with explicit keys, figures from `ui.charts`
-shown with `show_chart(...)`, then `lesson_check(page_id)`. Calculations live in engine/ and lessons/;
-this module only wires them to Streamlit.
+Every page is a thin script: `page_header(page_id)`, widgets with explicit keys, figures from the `ui.charts*`
+builders shown with `show_chart(...)`, then `lesson_check(page_id)`. Calculations live in engine/ and lessons/;
+this module only wires them to Streamlit. Progress helpers (`record_diagnosis`, `clear_quiz`, ...) are in
+ui/progress.py.
 
 State rules (Streamlit runs each learner's session in its own thread):
 - per-learner state lives only in `st.session_state`;
 - `st.cache_resource` only for read-only shared objects (never mutate what it returns);
 - `st.cache_data` for pure calculations; no module-level mutable state here or in pages.
-
-Progress contract (shared with pages/_progress_ui.py, which persists it):
-    st.session_state["progress"] = {
-        "visited": list[str],                                   # page ids, first-visit order
-        "quiz": {question_id: {"answer": str, "correct": bool}},  # ids like "gqa.kv_formula"
-        "diagnosis": {scenario_id: dict},                       # whatever the diagnosis page records
-    }
-Only the helpers in pages/_progress.py (re-exported here: `mark_visited`, `record_quiz`, `record_diagnosis`)
-write it; each write calls `_progress_ui.persist(progress)`. `_progress_ui.sidebar_signin()` may replace the
-dict with a stored one of the same shape (after `ensure_progress` normalizes it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import streamlit as st
 
+from kernels.backend import describe
 from lessons import content, quizzes
 from ui.export import rows_to_csv, to_json
-from ui.progress import (  # noqa: F401  (re-exported: pages import progress helpers from here)
-    LESSON_PAGES,
-    PROGRESS_KEY,
-    backend_info,
-    clear_quiz,
-    ensure_progress,
-    mark_visited,
-    progress_rows,
-    record_diagnosis,
-    record_quiz,
-    sidebar,
-    sidebar_progress,
-)
+from ui.progress import ensure_progress, mark_visited, record_quiz
 
 T = TypeVar("T")
-ROOT = Path(__file__).resolve().parents[1]  # the repository root (ui/ lives under it)
-
-# The course in order: (script path relative to the repo root, navigation title, Material icon).
-# Page ids for lessons/<id>.md and progress: welcome, bandwidth, gqa, packing, fragmentation, paged,
-# diagnosis, golden_rules, playground.
-PAGES: list[tuple[str, str, str]] = [
-    ("pages/0_welcome.py", "Welcome", ":material/school:"),
-    ("pages/1_bandwidth.py", "1 · Memory bandwidth", ":material/speed:"),
-    ("pages/2_gqa.py", "2 · MHA, MQA, GQA", ":material/hub:"),
-    ("pages/3_packing.py", "3 · Packed batches", ":material/view_week:"),
-    ("pages/4_fragmentation.py", "4 · Fragmentation", ":material/broken_image:"),
-    ("pages/5_paged_attention.py", "5 · PagedAttention", ":material/grid_view:"),
-    ("pages/6_diagnosis.py", "6 · Production diagnosis", ":material/medical_services:"),
-    ("pages/7_golden_rules.py", "7 · Golden rules", ":material/verified:"),
-    ("pages/8_playground.py", "8 · Engine playground", ":material/play_circle:"),
-]
 
 
-def available_pages(root: Path = ROOT) -> list[tuple[str, str, str]]:
-    """The PAGES entries whose script exists under `root`."""
-    return [entry for entry in PAGES if (root / entry[0]).exists()]
+@st.cache_resource(show_spinner=False)
+def backend_info() -> dict:
+    """kernels.backend.describe() computed once per process (read-only)."""
+    return describe()
 
 
 # --- page furniture ----------------------------------------------------------------------------------

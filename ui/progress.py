@@ -1,7 +1,13 @@
-"""The learner's progress in session state and the shared sidebar (backend badge, sign-in, progress).
+"""The learner's progress in session state: the only code that writes it, each write saved by `ui.signin.persist`.
 
-The progress dict's shape is documented in pages/_ui.py; pages/signin.py persists it. Pages import
-these helpers through pages/_ui.py.
+Contract (Streamlit runs each learner's session in its own thread; progress lives only in their session state):
+    st.session_state["progress"] = {
+        "visited": list[str],                                   # course page ids (ui/course.py), first-visit order
+        "quiz": {question_id: {"answer": str, "correct": bool}},  # ids like "gqa.kv_formula"
+        "diagnosis": {scenario_id: dict},                       # lessons.diagnosis.lab.record(...)
+    }
+`ui.signin.sidebar_signin()` may replace the dict with a stored one of the same shape; `ensure_progress`
+repairs whatever it finds to this shape (the empty shape is `progress.empty_progress()`).
 """
 
 from __future__ import annotations
@@ -11,37 +17,20 @@ from typing import Any
 
 import streamlit as st
 
-from kernels.backend import describe
 from lessons import content, quizzes
+from progress import empty_progress
 from ui import signin
-from ui.export import to_json
-
-PROGRESS_KEY = "progress"
-# Lesson pages counted for the sidebar's progress (welcome and playground are not lessons with a check).
-LESSON_PAGES: tuple[str, ...] = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis", "golden_rules")
-
-
-# --- cached shared resources -------------------------------------------------------------------------
-
-
-@st.cache_resource(show_spinner=False)
-def backend_info() -> dict:
-    """kernels.backend.describe() computed once per process (read-only)."""
-    return describe()
-
-
-# --- progress ----------------------------------------------------------------------------------------
+from ui.course import LESSON_IDS
 
 
 def ensure_progress() -> dict:
     """The learner's progress dict, created (or repaired to the contract's shape) in session state."""
-    progress = st.session_state.get(PROGRESS_KEY)
+    progress = st.session_state.get(signin.PROGRESS_KEY)
     if not isinstance(progress, dict):
         progress = {}
-    progress.setdefault("visited", [])
-    progress.setdefault("quiz", {})
-    progress.setdefault("diagnosis", {})
-    st.session_state[PROGRESS_KEY] = progress
+    for part, empty in empty_progress().items():
+        progress.setdefault(part, empty)
+    st.session_state[signin.PROGRESS_KEY] = progress
     return progress
 
 
@@ -85,11 +74,10 @@ def record_diagnosis(scenario_id: str, result: Mapping[str, Any]) -> None:
     _persist(progress)
 
 
-def progress_rows(progress: Mapping[str, Any] | None = None) -> list[dict]:
+def progress_rows(progress: Mapping[str, Any]) -> list[dict]:
     """One row per lesson: visited flag and check score, for the sidebar table and its download."""
-    progress = ensure_progress() if progress is None else progress
     rows = []
-    for page_id in LESSON_PAGES:
+    for page_id in LESSON_IDS:
         correct, total = quizzes.score(progress.get("quiz", {}), page_id)
         rows.append(
             {
@@ -99,39 +87,3 @@ def progress_rows(progress: Mapping[str, Any] | None = None) -> list[dict]:
             }
         )
     return rows
-
-
-# --- sidebar (called by app.py) ----------------------------------------------------------------------
-
-
-def sidebar() -> Any:
-    """Backend badge, device name and sign-in; returns a sidebar container for `sidebar_progress` to fill."""
-    info = backend_info()
-    with st.sidebar:
-        st.markdown(f"**Engine backend:** `{info['label']}`")
-        st.caption(f"Device: {info['device']} · torch {info['torch']} · {info['threads']} threads")
-        try:
-            signin.sidebar_signin()
-        except Exception as exc:  # a broken store must not take the course down
-            st.warning(f"Sign-in is unavailable ({exc}); progress is kept for this session only.")
-        return st.container()
-
-
-def sidebar_progress(slot: Any) -> None:
-    """Lesson progress in the sidebar; called after the page ran so this visit and its answers count."""
-    progress = ensure_progress()
-    rows = progress_rows(progress)
-    done = sum(1 for r in rows if r["visited"])
-    with slot:
-        st.progress(done / len(rows), text=f"Lessons visited: {done} / {len(rows)}")
-        correct, total = quizzes.score(progress["quiz"])
-        st.caption(f"Quiz answers correct: {correct} / {total}")
-        with st.expander("My progress", expanded=False):
-            st.dataframe(rows, hide_index=True, key="sidebar_progress_table")
-            st.download_button(
-                "Download progress (JSON)",
-                to_json(progress),
-                file_name="kvlab-progress.json",
-                mime="application/json",
-                key="sidebar_progress_json",
-            )

@@ -1,4 +1,4 @@
-"""Sidebar sign-in and saving of learner progress (the UI over ``lessons/progress.py``).
+"""Sidebar sign-in and saving of learner progress (the UI over the ``progress`` package's store).
 
 The app calls :func:`sidebar_signin` once per run (it fills ``st.session_state["progress"]``) and
 :func:`persist` after a page changes progress. Both work with no database: progress then lives in the
@@ -13,10 +13,10 @@ from typing import Any
 
 import streamlit as st
 
-from progress.store import (
+from progress import (
     NullStore,
-    ProgressStore,
     ProgressStoreError,
+    Store,
     database_url,
     empty_progress,
     merge_progress,
@@ -25,19 +25,19 @@ from progress.store import (
     validate_name,
 )
 
-PROGRESS_KEY = "progress"
+PROGRESS_KEY = "progress"  # st.session_state key of the progress dict (its shape: ui/progress.py)
 LEARNER_KEY = "progress_learner"  # (class_code, learner) once signed in
 FALLBACK_KEY = "progress_fallback"  # message once this session's saves failed
 SAVED_KEY = "progress_saved_json"  # last JSON written, so unchanged reruns do not write
 
 
 @st.cache_resource(show_spinner=False)
-def _shared_store(url: str) -> ProgressStore | NullStore:
+def _shared_store(url: str) -> Store:
     """One store per database URL for the whole server (engines pool connections and are thread-safe)."""
     return open_store(url)
 
 
-def get_store() -> ProgressStore | NullStore:
+def get_store() -> Store:
     """The progress store for this session (a NullStore after a failure in this session)."""
     if st.session_state.get(FALLBACK_KEY):
         return NullStore(st.session_state[FALLBACK_KEY])
@@ -58,7 +58,7 @@ def _fail(exc: ProgressStoreError) -> None:
     st.session_state[FALLBACK_KEY] = f"{exc} Progress is kept for this session only."
 
 
-def _sign_in(store: ProgressStore | NullStore, class_code: str, learner: str) -> None:
+def _sign_in(store: Store, class_code: str, learner: str) -> None:
     """Load saved progress, merge what this session already did, and save the union."""
     saved = store.load(class_code, learner)
     merged = merge_progress(saved, st.session_state.get(PROGRESS_KEY) or empty_progress())

@@ -1,0 +1,45 @@
+"""Lesson 6, production diagnosis: OOM incidents, running them with a learner's fixes, and grading.
+
+Public API (the page's widget glue is `lessons.diagnosis.lab`, imported by path):
+- what an incident is: `Scenario`, `ServeConfig`, `Traffic`, `Diagnosis`, `Outcome`, `Symptoms`, `Grade`,
+  `FIX_PARAMS`, `apply_fixes`, `vllm_command` (lessons/diagnosis/scenarios.py);
+- the incidents: `scenario_ids`, `get_scenario`, `all_scenarios` (incidents.py);
+- running one: `run_outcome`, `symptoms` (replay.py; its log lines come from logs.py);
+- grading: `grade` (grading.py).
+No import cycle: incidents and logs import scenarios, replay imports logs, grading imports replay, lab all of them.
+"""
+
+from lessons.diagnosis.grading import grade
+from lessons.diagnosis.incidents import all_scenarios, get_scenario, scenario_ids
+from lessons.diagnosis.replay import run_outcome, symptoms
+from lessons.diagnosis.scenarios import (
+    FIX_PARAMS,
+    Diagnosis,
+    Grade,
+    Outcome,
+    Scenario,
+    ServeConfig,
+    Symptoms,
+    Traffic,
+    apply_fixes,
+    vllm_command,
+)
+
+__all__ = [
+    "FIX_PARAMS",
+    "Diagnosis",
+    "Grade",
+    "Outcome",
+    "Scenario",
+    "ServeConfig",
+    "Symptoms",
+    "Traffic",
+    "all_scenarios",
+    "apply_fixes",
+    "get_scenario",
+    "grade",
+    "run_outcome",
+    "scenario_ids",
+    "symptoms",
+    "vllm_command",
+]

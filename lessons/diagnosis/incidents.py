@@ -1,11 +1,10 @@
-"""The OOM incidents of lesson 6: stories, candidate diagnoses, randomised variants and realistic log lines.
+"""The OOM incidents of lesson 6: stories, candidate diagnoses and randomised variants, in course order.
 
-Each builder returns a `lessons.diagnosis.scenarios.Scenario`; with a `random.Random` it perturbs traffic and sizes
-within ranges where the do-nothing deployment still fails and the reference fix still resolves (the tests
-check several seeds). Log lines imitate PyTorch's OOM message and vLLM's start-up and metrics logs; the
-numbers in them come from the memory model and the simulator, not from a template. The incidents follow
-real reports: vLLM issues 10517 and 2418 ("max seq len is larger than the maximum number of tokens that can
-be stored in KV cache"), and the GPU-shared-with-another-process check of vLLM's start-up.
+Each builder returns a `lessons.diagnosis.scenarios.Scenario`; with a `random.Random` it perturbs traffic and
+sizes within ranges where the do-nothing deployment still fails and the reference fix still resolves (the
+tests check several seeds). `get_scenario(id, seed)` picks one. The incidents follow real reports: vLLM
+issues 10517 and 2418 ("max seq len is larger than the maximum number of tokens that can be stored in KV
+cache"), and the GPU-shared-with-another-process check of vLLM's start-up.
 """
 
 from __future__ import annotations
@@ -13,10 +12,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from engine.memory.catalog import GPUS, MODELS, GiB
-from lessons.diagnosis.scenarios import Diagnosis, Outcome, Scenario, ServeConfig, Traffic
-
-__all__ = ["INCIDENTS", "incident_logs"]
+from engine.memory.catalog import GPUS, GiB
+from lessons.diagnosis.scenarios import Diagnosis, Scenario, ServeConfig, Traffic
 
 SEVEN_B_CLASS = ("llama-2-7b", "llama-3-8b", "llama-3.1-8b", "mistral-7b", "qwen2.5-7b")
 
@@ -238,60 +235,18 @@ INCIDENTS: dict[str, Callable[[random.Random | None, int | None], Scenario]] = {
 }
 
 
-def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
-    """Log lines a server would print for this outcome (PyTorch OOM or vLLM start-up / metrics lines)."""
-    fp, cfg = outcome.footprint, outcome.config
-    total = fp.capacity_bytes / GiB
-    lines: list[str] = []
-    if cfg.policy == "static":
-        lines.append(f"INFO  model loaded: {MODELS[cfg.model].name}, weights {fp.weights_bytes / GiB:.2f} GiB")
-        s = outcome.summary
-        if s and s.num_oom:
-            reserve = cfg.context_len * fp.kv_bytes_per_token / GiB
-            torch_gib = (fp.weights_bytes + fp.activation_bytes) / GiB + s.peak_concurrency * reserve
-            in_use = torch_gib + fp.overhead_bytes / GiB
-            lines += [
-                f"INFO  active sessions: {s.peak_concurrency}",
-                f"ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {reserve:.2f} GiB. GPU 0 "
-                f"has a total capacity of {total:.2f} GiB of which {max(total - in_use, 0) * 1024:.2f} MiB is free. "
-                f"Including non-PyTorch memory, this process has {in_use:.2f} GiB memory in use. Of the allocated "
-                f"memory {torch_gib:.2f} GiB is allocated by PyTorch. If reserved but unallocated memory is large "
-                f"try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
-                f"ERROR {s.num_oom} of {scenario.traffic.num_requests} chat requests failed (HTTP 500)",
-            ]
-        return lines
-    if scenario.other_process_bytes:
-        lines.append(
-            f"nvidia-smi: embed_server.py {scenario.other_process_bytes // 2**20} MiB; "
-            f"total {fp.capacity_bytes // 2**20} MiB"
-        )
-    if outcome.startup_error and "Free memory" in outcome.startup_error:
-        return [*lines, f"ERROR {outcome.startup_error}"]
-    lines += [
-        f"INFO  Loading model weights took {fp.weights_bytes / GiB:.4f} GB",
-        f"INFO  Memory profiling takes: weights {fp.weights_bytes / GiB:.2f}GiB; PyTorch activation peak memory "
-        f"{fp.activation_bytes / GiB:.2f}GiB; non-torch memory {fp.overhead_bytes / GiB:.2f}GiB; the rest of the "
-        f"memory reserved for KV Cache is {max(fp.kv_budget_bytes, 0) / GiB:.2f}GiB.",
-        f"INFO  # GPU blocks: {fp.num_blocks}, # CPU blocks: 2048",
-        f"INFO  Maximum concurrency for {cfg.context_len} tokens per request: {fp.vllm_concurrency():.2f}x",
-    ]
-    if outcome.startup_error:
-        return [*lines, f"ERROR {outcome.startup_error}"]
-    s = outcome.summary
-    if s and s.num_preemptions:
-        lines.append(
-            "WARNING Sequence group 57 is preempted by PreemptionMode.RECOMPUTE mode because there is not "
-            "enough KV cache space. This can affect the end-to-end performance. Increase "
-            f"gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
-            f"total_num_cumulative_preemption={s.num_preemptions}"
-        )
-    if outcome.result:
-        rows = outcome.result.to_rows()
-        worst = max(rows, key=lambda r: r["waiting"])
-        used = 100 * (1 - worst["free"] / outcome.result.capacity_tokens)
-        lines.append(
-            f"INFO  Avg generation throughput: {s.tokens_per_s:.1f} tokens/s, Running: "
-            f"{int(worst['running'])} reqs, Swapped: 0 reqs, Pending: {int(worst['waiting'])} reqs, "
-            f"GPU KV cache usage: {used:.1f}%, CPU KV cache usage: 0.0%."
-        )
-    return lines
+def scenario_ids() -> list[str]:
+    """Ids of the incidents, in course order."""
+    return list(INCIDENTS)
+
+
+def get_scenario(scenario_id: str, seed: int | None = None) -> Scenario:
+    """An incident; with a seed, a randomised variant (traffic, sizes) so a class does not share one answer."""
+    if scenario_id not in INCIDENTS:
+        raise ValueError(f"unknown scenario {scenario_id!r}; known: {list(INCIDENTS)}")
+    return INCIDENTS[scenario_id](None if seed is None else random.Random(f"{scenario_id}:{seed}"), seed)
+
+
+def all_scenarios(seed: int | None = None) -> list[Scenario]:
+    """Every incident (variants of one seed)."""
+    return [get_scenario(i, seed) for i in scenario_ids()]

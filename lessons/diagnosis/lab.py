@@ -1,16 +1,18 @@
 """Page 6's glue: incident variants, fix widgets' options, grading by re-simulation, and what to record (no Streamlit).
 
-The incidents, their grading and the `vllm serve` command live in `lessons.diagnosis.scenarios` /
-`lessons.diagnosis.incidents` (modelled on vLLM issues 10517 and 2418). This module turns the learner's widget
-values into the fix set `scenarios.grade` expects (only the parameters that changed), and the grade into the
-page's tables and the progress record."""
+The incidents are in `lessons.diagnosis.incidents`, their grading in `lessons.diagnosis.grading`. This module
+turns the learner's widget values into the fix set `grade` expects (only the parameters that changed), and the
+grade into the page's tables and the progress record.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.memory.footprint import MODELS, GiB
-from lessons.diagnosis.scenarios import FIX_PARAMS, Grade, Outcome, Scenario, ServeConfig, get_scenario, grade
+from engine.memory.catalog import MODELS, GiB
+from lessons.diagnosis.grading import grade
+from lessons.diagnosis.incidents import get_scenario
+from lessons.diagnosis.scenarios import FIX_PARAMS, Grade, Outcome, Scenario, ServeConfig
 
 MAX_VARIANT = 999  # variant 0 is the incident as written; 1 … MAX_VARIANT are seeded variants
 FIX_LABELS: dict[str, str] = {

@@ -5,7 +5,7 @@ concatenates the requests into one [total, H, D] tensor and a block-diagonal bia
 BlockDiagonalMask, `engine.attention.attn_bias`) keeps them from seeing each other; flash-attn's varlen API
 (`kernels.ops.varlen_attention`) runs it from `cu_seqlens` without materializing the mask. The padded side is
 what a user writes without varlen support: one SDPA call over [B, H, Lmax, D] with a key-padding mask
-(BENCHMARKS.md's fairness rule)."""
+(the fairness rule in docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,15 @@
 """Lesson 6 page (AppTest): symptoms render, the reference fix resolves an incident and doing nothing does not,
 fix widgets at their extremes never crash, the result is recorded."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lessons.diagnosis import lab as lab
-from lessons.diagnosis.scenarios import get_scenario, scenario_ids
-
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "6_diagnosis.py")
+from lessons.diagnosis import get_scenario, lab, scenario_ids
 
 
 @pytest.fixture
-def at():
-    app = AppTest.from_file(PAGE, default_timeout=60)
+def at(app_test):
+    app = app_test("diagnosis", timeout=60)
     app.run()
     assert not app.exception and not app.error
     return app

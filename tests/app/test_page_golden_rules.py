@@ -1,13 +1,10 @@
 """Lesson 7 page (AppTest): every question gives immediate, explained feedback; score; start over."""
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from lessons import quizzes
 
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "7_golden_rules.py")
 QUESTIONS = quizzes.for_page("golden_rules")
 
 
@@ -16,8 +13,8 @@ def score(at: AppTest) -> str:
 
 
 @pytest.fixture
-def at():
-    app = AppTest.from_file(PAGE, default_timeout=30)
+def at(app_test):
+    app = app_test("golden_rules", timeout=30)
     app.run()
     assert not app.exception and not app.error
     return app

@@ -1,7 +1,5 @@
 """Lesson 3 page (AppTest) and its arithmetic + live run (lessons/packing_lab.py)."""
 
-from pathlib import Path
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -13,7 +11,6 @@ from lessons.labs import packing as lab
 from tests.conftest import DEVICE
 
 TOL = 1e-4 if DEVICE == "cpu" else 2e-2  # Triton's fp32 dots may use TF32 on a GPU
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "3_packing.py")
 
 
 def metrics(at: AppTest) -> dict[str, str]:
@@ -21,8 +18,8 @@ def metrics(at: AppTest) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def at():
-    app = AppTest.from_file(PAGE, default_timeout=30)
+def at(app_test):
+    app = app_test("packing", timeout=30)
     app.run()
     assert not app.exception and not app.error
     return app

@@ -1,9 +1,8 @@
-"""lessons/diagnosis_lab.py: widget values -> fix sets, grading by re-simulation, progress records."""
+"""lessons/diagnosis/lab.py: widget values -> fix sets, grading by re-simulation, progress records."""
 
 import pytest
 
-from lessons.diagnosis import lab as lab
-from lessons.diagnosis.scenarios import FIX_PARAMS, get_scenario, scenario_ids
+from lessons.diagnosis import FIX_PARAMS, get_scenario, lab, scenario_ids
 
 
 def test_current_values_cover_every_fix_and_match_the_deployment():

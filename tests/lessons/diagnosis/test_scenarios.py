@@ -1,11 +1,9 @@
-"""Production-diagnosis scenarios: each incident fails as deployed, its reference fix resolves it (for several
-randomised variants), plausible wrong fixes do not, and the grade explains with numbers."""
-
-from pathlib import Path
+"""Production-diagnosis incidents (lessons.diagnosis): each incident fails as deployed, its reference fix
+resolves it (for several randomised variants), plausible wrong fixes do not, and the grade explains with numbers."""
 
 import pytest
 
-from lessons.diagnosis.scenarios import (
+from lessons.diagnosis import (
     FIX_PARAMS,
     all_scenarios,
     apply_fixes,
@@ -137,12 +135,6 @@ def test_variants_are_seeded():
     assert a == b
     rates = {get_scenario("mha-rag", s).traffic.request_rate for s in range(6)}
     assert len(rates) > 1  # a class does not share one answer
-
-
-def test_lessons_do_not_import_streamlit():
-    root = Path(__file__).resolve().parents[3] / "lessons" / "diagnosis"
-    for name in ("scenarios.py", "incidents.py"):
-        assert "streamlit" not in (root / name).read_text()
 
 
 def test_tensor_parallel_fix_when_a_second_gpu_exists():

@@ -1,0 +1,29 @@
+"""AppTest set-up shared by the page tests: `app_test("diagnosis", timeout=60)` builds an unstarted AppTest.
+
+The argument is a course page id (ui/course.py finds its script) or a script path relative to the
+repository root, such as "app.py". Session-scoped, so module-scoped page fixtures can use it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ui.course import COURSE, ROOT
+
+
+def make_app_test(page: str, timeout: float = 30) -> AppTest:
+    """An AppTest of a course page (by id) or of a repository script (by path), not yet run."""
+    by_id = {p.id: p.path for p in COURSE}
+    path = by_id.get(page, ROOT / page)
+    if not path.is_file():
+        raise ValueError(f"no page {page!r}: use a course page id ({', '.join(by_id)}) or a script path like 'app.py'")
+    return AppTest.from_file(str(path), default_timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def app_test() -> Callable[..., AppTest]:
+    """The factory `app_test(page, timeout=30)` -> AppTest (see `make_app_test`)."""
+    return make_app_test

@@ -1,0 +1,46 @@
+"""GQA and packing figures (ui/charts_attention.py): head sharing, block-diagonal masks, KV per group, padding."""
+
+import plotly.graph_objects as go
+import pytest
+
+from kernels.reference import block_diagonal_mask
+from ui import charts_attention as ca
+
+
+@pytest.mark.parametrize(("heads", "groups"), [(32, 32), (32, 8), (32, 1), (14, 7)])
+def test_head_sharing_draws_one_edge_per_query_head_to_its_group(heads, groups):
+    fig = ca.head_sharing(heads, groups)
+    edges = [t for t in fig.data if t.mode == "lines"]
+    assert len(edges) == heads
+    per_group = heads // groups
+    kv_trace = next(t for t in fig.data if t.name and t.name.startswith("KV head"))
+    kv_x = dict(zip([int(s[2:]) for s in kv_trace.text], kv_trace.x, strict=True))
+    for h, edge in enumerate(edges):
+        assert edge.x[0] == h and edge.x[1] == pytest.approx(kv_x[h // per_group])
+    with pytest.raises(ValueError, match="pick a divisor"):
+        ca.head_sharing(32, 5)
+
+
+def test_mask_heatmap_matches_reference_mask_and_marks_cells():
+    lengths = [2, 3]
+    mask = block_diagonal_mask(lengths, causal="top_left").tolist()
+    fig = ca.mask_heatmap(mask, lengths, "m")
+    z = fig.data[0].z
+    assert [[bool(v) for v in row] for row in z] == mask
+    assert fig.data[0].text[0][0] == "■" and fig.data[0].text[0][1] == ""  # glyphs, not only colour
+    assert len(fig.layout.shapes) == 2  # one vertical + one horizontal boundary between the two requests
+
+
+def test_kv_by_groups_and_padding_chart():
+    fig = ca.kv_by_groups([1, 2, 4], [1.0, 2.0, 4.0], 2, "kv", "GiB")
+    assert list(fig.data[0].x) == ["G=1", "G=2", "G=4"]
+    with pytest.raises(ValueError, match="not one of"):
+        ca.kv_by_groups([1, 2, 4], [1.0, 2.0, 4.0], 3, "kv", "GiB")
+    pad = ca.padding_vs_packed(40, 80)
+    assert [list(t.y) for t in pad.data] == [[40, 40], [40, 0]]
+    with pytest.raises(ValueError):
+        ca.padding_vs_packed(50, 40)
+
+
+def test_mask_heatmap_returns_a_figure():
+    assert isinstance(ca.mask_heatmap([[True]], [1], "t"), go.Figure)

@@ -1,0 +1,118 @@
+"""Figures of lessons 2 and 3: the KV footprint per group count, which KV head each query head reads (MHA /
+GQA / MQA), the block-diagonal mask of a packed batch, and padded vs packed token slots. No Streamlit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from ui.charts import DASHES, PALETTE, bar, layout
+
+
+def kv_by_groups(groups: Sequence[int], kv_bytes: Sequence[float], chosen: int, title: str, ytitle: str) -> go.Figure:
+    """KV footprint per KV-group count; the chosen count is highlighted (colour + pattern + label)."""
+    if chosen not in groups:
+        raise ValueError(f"chosen group count {chosen} is not one of {list(groups)}")
+    labels = [f"G={g}" for g in groups]
+    return bar(labels, kv_bytes, title, ytitle, highlight=list(groups).index(chosen))
+
+
+def head_sharing(num_heads: int, num_kv_heads: int, max_drawn: int = 32) -> go.Figure:
+    """Query heads (top row) joined to the KV head they read (bottom row): MHA, GQA or MQA at a glance."""
+    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+        raise ValueError(f"{num_heads} query heads cannot be split into {num_kv_heads} KV groups; pick a divisor")
+    drawn_q = min(num_heads, max_drawn)
+    per_group = num_heads // num_kv_heads
+    fig = go.Figure()
+    kv_x = {g: (g + 0.5) * num_heads / num_kv_heads - 0.5 for g in range(num_kv_heads)}
+    for h in range(drawn_q):
+        g = h // per_group
+        fig.add_scatter(
+            x=[h, kv_x[g]],
+            y=[1, 0],
+            mode="lines",
+            showlegend=False,
+            hoverinfo="skip",
+            line={"color": PALETTE[g % 6], "width": 1.5, "dash": DASHES[g % len(DASHES)]},
+        )
+    fig.add_scatter(
+        name="query head",
+        x=list(range(drawn_q)),
+        y=[1] * drawn_q,
+        mode="markers+text",
+        text=[f"q{h}" for h in range(drawn_q)],
+        textposition="top center",
+        marker={"size": 12, "symbol": "circle", "color": PALETTE[5]},
+    )
+    kv_drawn = [g for g in range(num_kv_heads) if kv_x[g] <= drawn_q]
+    fig.add_scatter(
+        name="KV head (K and V cached)",
+        x=[kv_x[g] for g in kv_drawn],
+        y=[0] * len(kv_drawn),
+        mode="markers+text",
+        text=[f"kv{g}" for g in kv_drawn],
+        textposition="bottom center",
+        marker={"size": 18, "symbol": "square", "color": PALETTE[3]},
+    )
+    fig.update_yaxes(visible=False, range=[-0.5, 1.5])
+    fig.update_xaxes(visible=False)
+    suffix = f" (first {drawn_q} of {num_heads} query heads)" if drawn_q < num_heads else ""
+    return layout(fig, f"{num_heads} query heads share {num_kv_heads} KV heads{suffix}", height=280)
+
+
+def mask_heatmap(mask: Sequence[Sequence[bool]], seqlens: Sequence[int], title: str) -> go.Figure:
+    """A [total_q, total_k] visibility mask: ■ = may attend; request boundaries drawn as lines."""
+    rows = [[1 if v else 0 for v in r] for r in mask]
+    n_q = len(rows)
+    n_k = len(rows[0]) if rows else 0
+    show_text = n_q * n_k <= 900  # cell glyphs stay legible only on small masks
+    fig = go.Figure(
+        go.Heatmap(
+            z=rows,
+            text=[["■" if v else "" for v in r] for r in rows] if show_text else None,
+            texttemplate="%{text}" if show_text else None,
+            colorscale=[[0, "#FFFFFF"], [1, PALETTE[0]]],
+            showscale=False,
+            xgap=1 if show_text else 0,
+            ygap=1 if show_text else 0,
+            hovertemplate="query %{y}, key %{x}: %{z}<extra>1 = visible</extra>",
+        )
+    )
+    edge = 0
+    for n in list(seqlens)[:-1]:
+        edge += n
+        for kind in ("v", "h"):
+            fig.add_shape(
+                type="line",
+                line={"color": PALETTE[3], "width": 2, "dash": "dash"},
+                x0=edge - 0.5 if kind == "v" else -0.5,
+                x1=edge - 0.5 if kind == "v" else n_k - 0.5,
+                y0=-0.5 if kind == "v" else edge - 0.5,
+                y1=n_q - 0.5 if kind == "v" else edge - 0.5,
+            )
+    fig.update_yaxes(autorange="reversed", title="query token (packed index)")
+    fig.update_xaxes(title="key token (packed index)")
+    return layout(fig, title, height=min(620, max(320, 12 * n_q + 140)))
+
+
+def padding_vs_packed(real_tokens: int, padded_slots: int, title: str = "Token slots: padded vs packed") -> go.Figure:
+    """Two stacked bars: real tokens vs padding in a padded batch, and in a packed one (no padding)."""
+    if real_tokens < 0 or padded_slots < real_tokens:
+        raise ValueError(f"padded slots ({padded_slots}) must be >= real tokens ({real_tokens}) >= 0")
+    fig = go.Figure()
+    cats = ["padded batch", "packed batch"]
+    fig.add_bar(
+        name="real tokens", x=cats, y=[real_tokens, real_tokens], text=[real_tokens] * 2, marker={"color": PALETTE[2]}
+    )
+    pad = padded_slots - real_tokens
+    fig.add_bar(
+        name="padding (wasted)",
+        x=cats,
+        y=[pad, 0],
+        text=[pad, 0],
+        marker={"color": PALETTE[3], "pattern": {"shape": "x"}},
+    )
+    fig.update_layout(barmode="stack")
+    return layout(fig, title, "", "token slots")

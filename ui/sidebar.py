@@ -1,0 +1,46 @@
+"""The shared sidebar app.py draws around every page: engine backend badge, sign-in, and the learner's progress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from lessons import quizzes
+from ui import signin
+from ui.export import to_json
+from ui.page import backend_info
+from ui.progress import ensure_progress, progress_rows
+
+
+def sidebar() -> Any:
+    """Backend badge, device name and sign-in; returns a sidebar container for `sidebar_progress` to fill."""
+    info = backend_info()
+    with st.sidebar:
+        st.markdown(f"**Engine backend:** `{info['label']}`")
+        st.caption(f"Device: {info['device']} · torch {info['torch']} · {info['threads']} threads")
+        try:
+            signin.sidebar_signin()
+        except Exception as exc:  # a broken store must not take the course down
+            st.warning(f"Sign-in is unavailable ({exc}); progress is kept for this session only.")
+        return st.container()
+
+
+def sidebar_progress(slot: Any) -> None:
+    """Lesson progress in the sidebar; called after the page ran so this visit and its answers count."""
+    progress = ensure_progress()
+    rows = progress_rows(progress)
+    done = sum(1 for r in rows if r["visited"])
+    with slot:
+        st.progress(done / len(rows), text=f"Lessons visited: {done} / {len(rows)}")
+        correct, total = quizzes.score(progress["quiz"])
+        st.caption(f"Quiz answers correct: {correct} / {total}")
+        with st.expander("My progress", expanded=False):
+            st.dataframe(rows, hide_index=True, key="sidebar_progress_table")
+            st.download_button(
+                "Download progress (JSON)",
+                to_json(progress),
+                file_name="kvlab-progress.json",
+                mime="application/json",
+                key="sidebar_progress_json",
+            )
