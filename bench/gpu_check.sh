@@ -6,10 +6,12 @@
 # Installs nothing and never sets TRITON_INTERPRET, so the Triton kernels run compiled. Uses $PYTHON if set,
 # else the first `python` / `python3` on PATH; that interpreter must already have CUDA torch and triton.
 # Steps (each with its own time limit; a failing step is recorded and the next one still runs):
-#   1. kernel tests with compiled Triton (varlen, fmha, paged, store, kv_cache, ops errors)
-#   2. varlen Triton vs SDPA flash on the same packed bf16 head-dim-128 workload (bench.packing --flash)
-#   3. padded vs packed attention (bench.packing)
-#   4. paged decode: overhead vs contiguous and achieved HBM bandwidth (bench.paged_decode)
+#   1. half precision compiled: the Triton kernels in bf16/fp16 at head dim 128 against the fp32 references
+#      (tests/kernels/test_compiled_half.py) and the bf16 engine against the fp32 CPU engine
+#   2. kernel tests with compiled Triton (varlen, fmha, paged, store, kv_cache, ops errors)
+#   3. varlen Triton vs SDPA flash on the same packed bf16 head-dim-128 workload (bench.packing --flash)
+#   4. padded vs packed attention (bench.packing)
+#   5. paged decode: overhead vs contiguous and achieved HBM bandwidth (bench.paged_decode)
 # Writes one JSON per step plus a summary, gpu_check-cuda.json, under OUT_DIR.
 set -u
 cd "$(dirname "$0")/.."
@@ -39,6 +41,10 @@ step() {
 }
 
 rm -f "$OUT_DIR/gpu_check-steps.txt"
+# Half precision first: the interpreter upcasts bf16/fp16 to fp32, so these dots only ever run here. Its compiled
+# kernels land in Triton's on-disk cache, which the kernel tests (they include this file) then reuse.
+HALF_TESTS=(tests/kernels/test_compiled_half.py tests/engine/test_llm.py::test_cuda_engine_matches_cpu_engine)
+step half_precision 90 "$PY" -m pytest "${HALF_TESTS[@]}" -p no:cacheprovider --junitxml="$OUT_DIR/half_precision-cuda.xml"
 # The kernel tests: tests/kernels, plus the xformers-style front door and the paged KV cache that call them.
 KERNEL_TESTS=(tests/kernels tests/engine/attention/test_fmha.py tests/engine/core/test_kv_cache.py)
 step kernel_tests 160 "$PY" -m pytest "${KERNEL_TESTS[@]}" -p no:cacheprovider -m "not browser" --junitxml="$OUT_DIR/kernel_tests-cuda.xml"

@@ -53,6 +53,42 @@ def _parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     return _DTYPES[dtype]
 
 
+def _check_limits(max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int | None,
+                  num_gpu_blocks: int | None, util: float) -> None:  # fmt: skip
+    """The engine's limits, checked before the model loads or the cache is sized (a 0 is never blamed on memory)."""
+    for name, value, hint in (
+        ("max_num_seqs", max_num_seqs, "requests running at once, e.g. 64"),
+        ("max_num_batched_tokens", max_num_batched_tokens, "new tokens per step, e.g. 2048"),
+        ("max_model_len", max_model_len, "or None for the model's limit"),
+        ("num_gpu_blocks", num_gpu_blocks, "or None to size it"),
+    ):
+        optional = hint.startswith("or None")
+        if not (optional and value is None) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name}={value!r} must be an integer >= 1 ({hint})")
+    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
+        raise ValueError(f"gpu_memory_utilization={util!r} must be a fraction in (0, 1], e.g. 0.9")
+
+
+def _resolve_device(device: torch.device | str | None) -> torch.device:
+    """The engine's device: CUDA when present for None; a CUDA device that is not there is a ValueError."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:N'") from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r} but torch sees no CUDA device (torch.cuda.is_available() is False: no GPU, or "
+                "a CPU-only torch build); use device='cpu', or device=None to pick the CPU"
+            )
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"device={device!r} but only {count} CUDA device(s) are visible: cuda:0..cuda:{count - 1}")
+    return dev
+
+
 class LLM:
     """A small vLLM: continuous batching over a paged KV cache for one Llama-family model."""
 
@@ -74,10 +110,9 @@ class LLM:
         """preloaded: a (model, config, tokenizer) from load_model, shared read-only between engines (the app
         loads weights once per process); the model must already live on this engine's device."""
         check_block_size(block_size)
-        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        _check_limits(max_num_seqs, max_num_batched_tokens, max_model_len, num_gpu_blocks, gpu_memory_utilization)
+        self.device = _resolve_device(device)
         self.backend = resolve_backend(backend, self.device)  # once: every step's ForwardMeta carries it
-        if not 0.0 < gpu_memory_utilization <= 1.0:
-            raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1]")
         try:
             self.model, self.config, self.tokenizer = preloaded or load_model(model, self.device, _parse_dtype(dtype))
         except FileNotFoundError as exc:  # a user's bad path: a ValueError like every other bad argument
@@ -97,8 +132,6 @@ class LLM:
                 spec, self.dtype.itemsize, block_size, self.device, max_model_len or limit,
                 max_num_seqs, max_num_batched_tokens, gpu_memory_utilization,
             )  # fmt: skip
-        elif isinstance(num_gpu_blocks, bool) or not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
-            raise ValueError(f"num_gpu_blocks={num_gpu_blocks!r} must be an integer >= 1, or None to size it")
         self.max_model_len = self._fit_max_model_len(max_model_len, num_gpu_blocks)
         self.runner = ModelRunner(self.model, num_gpu_blocks, block_size, self.device, self.backend)
         self.block_manager = BlockManager(num_gpu_blocks, block_size, enable_prefix_caching)

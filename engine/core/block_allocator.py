@@ -23,7 +23,8 @@ Public API (every call is O(1)):
     compute_block_hash(parent_hash, token_ids) -> int
     OutOfBlocksError(requested, free, num_blocks=None, unit="blocks")
         RuntimeError with .requested / .free / .num_blocks and a message saying what to do
-Misuse (freeing a block twice, an id outside 0..num_blocks-1, incref of a free block) is a ValueError.
+Misuse is a ValueError: freeing a block twice, incref of a free block, or an id that is not an int in
+0..num_blocks-1 (a bool is not an id, although True would index block 1).
 
 Allocation prefers never-used (or uncached) blocks in FIFO order, so block ids are predictable: a fresh
 pool hands out 0, 1, 2, ... Only when those run out is the least recently freed cached block evicted.
@@ -133,7 +134,12 @@ class BlockAllocator:
         return block_id
 
     def _bad_block(self, block_id: object, action: str) -> ValueError:
-        if isinstance(block_id, int) and 0 <= block_id < self.num_blocks:
+        if isinstance(block_id, bool) or not isinstance(block_id, int):  # True would index block 1
+            return ValueError(
+                f"cannot {action} block {block_id!r}: a {type(block_id).__name__} is not a block id; block ids run "
+                f"from 0 to {self.num_blocks - 1} (pass the int that allocate() returned)"
+            )
+        if 0 <= block_id < self.num_blocks:
             return ValueError(
                 f"cannot {action} block {block_id}: it is not allocated (ref count 0); "
                 f"allocate() it first, and free() each reference exactly once"
@@ -142,9 +148,11 @@ class BlockAllocator:
 
     def incref(self, block_id: int) -> None:
         """Add an owner to an allocated block, or revive a cached block that nobody references."""
+        if type(block_id) is not int and (isinstance(block_id, bool) or not isinstance(block_id, int)):
+            raise self._bad_block(block_id, "incref")
         try:
             count = self._ref_counts[block_id]
-        except (IndexError, TypeError):
+        except IndexError:
             raise self._bad_block(block_id, "incref") from None
         if block_id < 0:
             raise self._bad_block(block_id, "incref")
@@ -156,9 +164,11 @@ class BlockAllocator:
 
     def free(self, block_id: int) -> None:
         """Drop one owner; at ref count 0 the block returns to the pool (a cached one keeps its hash)."""
+        if type(block_id) is not int and (isinstance(block_id, bool) or not isinstance(block_id, int)):
+            raise self._bad_block(block_id, "free")
         try:
             count = self._ref_counts[block_id]
-        except (IndexError, TypeError):
+        except IndexError:
             raise self._bad_block(block_id, "free") from None
         if count <= 0 or block_id < 0:
             raise self._bad_block(block_id, "free")
@@ -197,9 +207,11 @@ class BlockAllocator:
         """Register a full, referenced block under `block_hash`; False if another block already holds it."""
         if not self.enable_prefix_caching:
             raise ValueError("cache_block() needs BlockAllocator(..., enable_prefix_caching=True)")
+        if type(block_id) is not int and (isinstance(block_id, bool) or not isinstance(block_id, int)):
+            raise self._bad_block(block_id, "cache")
         try:
             count = self._ref_counts[block_id]
-        except (IndexError, TypeError):
+        except IndexError:
             raise self._bad_block(block_id, "cache") from None
         if count <= 0 or block_id < 0:
             raise self._bad_block(block_id, "cache")

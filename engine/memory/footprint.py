@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from numbers import Integral
 from types import MappingProxyType
 
 from engine.memory.catalog import GiB, resolve_gpu, resolve_model
@@ -53,6 +54,13 @@ def dtype_bytes(dtype: str | float) -> float:
     return DTYPE_BYTES[dtype]
 
 
+def _check_tokens(name: str, value: object, minimum: int = 0, hint: str = "") -> int:
+    """A token count: a whole number >= minimum (a bool or a float is not a count); returns it."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be a whole number of tokens >= {minimum}{hint}")
+    return int(value)
+
+
 def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: float) -> int:
     """K and V bytes of one token over all layers: 2 * layers * kv_heads * head_dim * bytes per element."""
     return int(2 * num_layers * num_kv_heads * head_dim * dtype_bytes)
@@ -87,7 +95,7 @@ def kv_cache_bytes(
     model: ModelSpec | str, num_tokens: int, kv_dtype: str | float = "bf16", tensor_parallel: int = 1
 ) -> int:
     """Bytes of KV cache for num_tokens tokens (summed over sequences) on each GPU."""
-    return num_tokens * kv_bytes_per_token(model, kv_dtype, tensor_parallel)
+    return _check_tokens("num_tokens", num_tokens) * kv_bytes_per_token(model, kv_dtype, tensor_parallel)
 
 
 def activation_bytes(
@@ -100,6 +108,7 @@ def activation_bytes(
     one layer's worth. For Llama-3.1-8B this is 112 KiB/token, which matches the 9,000-token longer profile
     costing vllm#10517 about 0.93 GiB of KV (1952 -> 1478 blocks).
     """
+    _check_tokens("num_batched_tokens", num_batched_tokens)
     m = resolve_model(model)
     _check_tp(m, tensor_parallel)
     qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim // tensor_parallel
@@ -129,6 +138,7 @@ def kv_budget_bytes(
     used_bytes is what already sits on the device before the KV cache: the weights (the calculator passes
     `weight_bytes`; the engine passes what the device reports in use, weights and other processes included).
     """
+    _check_tokens("max_num_batched_tokens", max_num_batched_tokens, 1)
     acts = activation_bytes(model, max_num_batched_tokens, act_dtype, tensor_parallel)
     return int(capacity_bytes * gpu_memory_utilization) - used_bytes - acts - overhead_bytes
 
@@ -191,15 +201,18 @@ class ServingFootprint:
         return None
 
     def max_concurrency(self, context_len: int | None = None) -> int:
-        """Sequences of context_len tokens (default max_model_len) that fit at once, in whole blocks."""
-        length = context_len or self.max_model_len
-        if length < 1:
-            raise ValueError(f"context_len must be positive, got {length}")
+        """Sequences of context_len tokens (None: max_model_len) that fit at once, in whole blocks."""
+        length = self._context_len(context_len)
         return self.num_blocks // -(-length // self.block_size)
 
     def vllm_concurrency(self, context_len: int | None = None) -> float:
         """vLLM's log figure "Maximum concurrency for N tokens per request: X.XXx" (tokens / N)."""
-        return self.kv_token_capacity / (context_len or self.max_model_len)
+        return self.kv_token_capacity / self._context_len(context_len)
+
+    def _context_len(self, context_len: int | None) -> int:
+        if context_len is None:
+            return self.max_model_len
+        return _check_tokens("context_len", context_len, 1, " (None means max_model_len)")
 
     def max_context(self, concurrency: int) -> int:
         """Longest context each of `concurrency` simultaneous sequences can reach (whole blocks each)."""
@@ -253,6 +266,7 @@ def serving_footprint(
         raise ValueError(f"max_model_len must be a positive integer, got {max_model_len}")
     if max_num_batched_tokens is None:
         max_num_batched_tokens = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
+    _check_tokens("max_num_batched_tokens", max_num_batched_tokens, 1, " (None picks vLLM's default)")
     weights = weight_bytes(m, weight_dtype, tensor_parallel)
     acts = activation_bytes(m, max_num_batched_tokens, "bf16", tensor_parallel)
     per_token = kv_bytes_per_token(m, kv_dtype, tensor_parallel)

@@ -197,6 +197,46 @@ def test_bad_paths_and_configs(tiny, tmp_path):
         LLM(str(tiny), backend="cuda")
 
 
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"max_num_seqs": 0}, r"max_num_seqs=0 must be an integer >= 1 \(requests running at once"),
+        ({"max_num_seqs": True}, "max_num_seqs=True must be an integer"),
+        ({"max_num_batched_tokens": -1}, r"max_num_batched_tokens=-1 must be an integer >= 1 \(new tokens per step"),
+        ({"max_num_batched_tokens": 2.5}, "max_num_batched_tokens=2.5 must be an integer"),
+        ({"max_model_len": 0}, r"max_model_len=0 must be an integer >= 1 \(or None for the model's limit\)"),
+        ({"num_gpu_blocks": -2}, r"num_gpu_blocks=-2 must be an integer >= 1 \(or None to size it\)"),
+        ({"gpu_memory_utilization": 0.0}, r"gpu_memory_utilization=0.0 must be a fraction in \(0, 1\]"),
+        ({"gpu_memory_utilization": "0.9"}, "gpu_memory_utilization='0.9' must be a fraction"),
+        ({"block_size": 0}, "block_size=0"),
+    ],
+)
+def test_bad_limits_are_named_before_the_model_loads_or_the_cache_is_sized(tiny, monkeypatch, kwargs, match):
+    import engine.llm
+
+    def no_load(*args, **kw):
+        raise AssertionError("the model was loaded before the limits were checked")
+
+    monkeypatch.setattr(engine.llm, "load_model", no_load)
+    monkeypatch.setattr(engine.llm, "auto_num_blocks", no_load)
+    with pytest.raises(ValueError, match=match):
+        LLM(str(tiny), device="cpu", **kwargs)
+
+
+def test_bad_devices_say_what_is_missing(tiny, monkeypatch):
+    with pytest.raises(ValueError, match="device='gpu' is not a torch device; use 'cpu', 'cuda' or 'cuda:N'"):
+        LLM(str(tiny), device="gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same answer on a machine with a GPU
+    for device in ("cuda", "cuda:0", torch.device("cuda")):
+        with pytest.raises(ValueError, match=r"but torch sees no CUDA device \(torch.cuda.is_available\(\) is False"):
+            LLM(str(tiny), device=device)
+    assert LLM(str(tiny), block_size=4, num_gpu_blocks=8).device.type == "cpu"  # None picks the CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"device='cuda:3' but only 1 CUDA device\(s\) are visible: cuda:0..cuda:0"):
+        LLM(str(tiny), device="cuda:3")
+
+
 def test_bad_prompts_and_params(tiny):
     llm = LLM(str(tiny), device="cpu", block_size=4, num_gpu_blocks=16, max_model_len=32)
     cases = [
@@ -262,16 +302,71 @@ def test_triton_path_matches_torch_path(tiny, monkeypatch):
     assert min(calls.values()) > 0
 
 
+# Half-precision logits of the tiny model (|logits| ~ 1) differ from fp32 by <= 0.01 on CPU in bf16 (measured
+# 2026-11, 24 positions); 0.05 leaves room for another kernel's accumulation order and is still far below a
+# wrong mask or a wrong cache slot, which move logits by ~0.1-1.
+HALF_LOGIT_ATOL = 0.05
+
+
+def record_sampling_logits(llm: LLM) -> dict[tuple[int, int], torch.Tensor]:
+    """Wrap the runner's sampler: (request id, tokens generated so far) -> fp32 logits of the row it sampled from."""
+    record: dict[tuple[int, int], torch.Tensor] = {}
+    sample_fn = llm.runner.sample
+
+    def wrapped(scheduled, logits):
+        for row, part in enumerate(scheduled):
+            if part.samples:
+                record[part.seq.seq_id, part.seq.num_completion_tokens] = logits[row].float().cpu()
+        return sample_fn(scheduled, logits)
+
+    llm.runner.sample = wrapped
+    return record
+
+
+def assert_follows_fp32_greedy(half: LLM, fp32: LLM, prompts: list[list[int]], n: int) -> list[list[int]]:
+    """Greedy `half` (bf16/fp16, fresh engine) against fp32, with the tolerance a near-tie needs.
+
+    Comparing tokens alone is wrong both ways: two logits closer than the half-precision error may swap (then
+    every later token differs), and a bug can hide behind equal token counts. So fp32 is teacher-forced on
+    the tokens `half` chose: at every position the logits `half` sampled from (prefill or paged decode) must be
+    within HALF_LOGIT_ATOL of fp32's, and the chosen token must be fp32's argmax or within 2 * HALF_LOGIT_ATOL
+    of it. Where fp32's winner leads by more than that, the tokens are therefore identical.
+    """
+    seen = record_sampling_logits(half)
+    outs = [o.token_ids for o in half.generate(prompts, greedy(n))]
+    ref = record_sampling_logits(fp32)
+    for request_id, (prompt, tokens) in enumerate(zip(prompts, outs, strict=True)):
+        assert len(tokens) == n
+        for i, token in enumerate(tokens):
+            ref.clear()
+            fp32.generate([prompt + tokens[:i]], greedy(1))
+            (expected,) = ref.values()
+            got = seen[request_id, i]
+            torch.testing.assert_close(got, expected, atol=HALF_LOGIT_ATOL, rtol=0)
+            assert expected.max() - expected[token] <= 2 * HALF_LOGIT_ATOL, (request_id, i, token)
+    return outs
+
+
+def test_bf16_engine_follows_fp32_greedy(tiny):
+    prompts = [list(range(1, 30)), [40, 41, 42], list(range(50, 60))]
+    fp32 = LLM(str(tiny), device="cpu", block_size=16, num_gpu_blocks=16)
+    half = LLM(str(tiny), device="cpu", dtype="bfloat16", block_size=16, num_gpu_blocks=16)
+    assert half.dtype == torch.bfloat16 and fp32.dtype == torch.float32
+    assert_follows_fp32_greedy(half, fp32, prompts, 8)
+
+
 @requires_cuda
 def test_cuda_engine_matches_cpu_engine(tiny):
     prompts = [list(range(1, 30)), [40, 41, 42], list(range(50, 60))]
-    cpu = LLM(str(tiny), device="cpu", block_size=16, num_gpu_blocks=16).generate(prompts, greedy(4))
+    cpu_engine = LLM(str(tiny), device="cpu", block_size=16, num_gpu_blocks=16)
+    cpu = cpu_engine.generate(prompts, greedy(4))
     gpu = LLM(str(tiny), device="cuda", dtype="float32", block_size=16, num_gpu_blocks=16)
     assert gpu.backend == "triton"
     assert [o.token_ids for o in gpu.generate(prompts, greedy(4))] == [o.token_ids for o in cpu]
     auto = LLM(str(tiny), block_size=16)  # bf16, blocks sized from free CUDA memory
     assert auto.dtype == torch.bfloat16 and auto.num_gpu_blocks == 64 * 128 // 16  # capped by max_num_seqs
-    assert all(len(o.token_ids) == 4 for o in auto.generate(prompts, greedy(4)))
+    assert auto.backend == "triton"
+    assert_follows_fp32_greedy(auto, cpu_engine, prompts, 4)
 
 
 @pytest.mark.skipif(not (DEMO_DIR / "config.json").is_file(), reason="demo model not trained yet")

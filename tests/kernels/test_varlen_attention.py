@@ -199,6 +199,37 @@ def test_triton_backend_property(lens, group, causal):
     torch.testing.assert_close(out, varlen_attention_ref(q, k, v, cu_q, cu_k, causal=causal), **TOL[torch.float32])
 
 
+def tile_edge_cases(dtype: torch.dtype, group: int, head_dim: int = 16) -> list[tuple[int, int]]:
+    """(len_q, len_k) pairs whose causal offset len_k - len_q puts a key-tile edge at or next to a query tile's
+    first row, for the kernel's own tile sizes (kernels.varlen_attention.tile_config).
+
+    The kernel runs the keys every row of a query tile sees as whole, unmasked key tiles; an off-by-one in that
+    bound lets the tile's first query see one key too many only when the keys it sees, tile_start + len_k -
+    len_q + 1, are one short of a key-tile edge, which short random lengths never reach.
+    """
+    from kernels.varlen_attention import tile_config
+
+    rows, block_n, _, _ = tile_config(dtype, max(1 << (head_dim - 1).bit_length(), 16))
+    block_q = max(rows >> (group - 1).bit_length(), 1)  # rows // next_power_of_2(group), as the launcher does
+    first = [(2, 2 + diag) for diag in (block_n - 3, block_n - 2, block_n - 1, block_n, block_n + 1)]
+    # the second query tile (tile_start = block_q): its first row sees block_q + diag + 1 == m * block_n - 1 keys
+    edge = (-(block_q + 2)) % block_n
+    second = [(block_q + 2, block_q + 2 + diag) for diag in (edge, edge + 1)]
+    return first + second
+
+
+@requires_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_causal_tile_edges(dtype):
+    """len_k - len_q on and around the key-tile size: every query row sees exactly keys 0 .. i + len_k - len_q."""
+    lens = tile_edge_cases(dtype, group=2)
+    lens_q, lens_k = [a for a, _ in lens], [b for _, b in lens]
+    q, k, v, cu_q, cu_k = make(lens_q, lens_k, 4, 2, d=16, dtype=dtype)
+    out = run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal=True, backend="triton")
+    expected = varlen_attention_ref(q.float(), k.float(), v.float(), cu_q, cu_k, causal=True)
+    torch.testing.assert_close(out.float(), expected, **TOL[dtype])
+
+
 COMPILE_SCRIPT = """
 import torch, triton
 from triton.backends.compiler import GPUTarget

@@ -66,6 +66,20 @@ def test_bad_block_ids(block_id):
             op(block_id)
 
 
+@pytest.mark.parametrize("block_id", [True, False, 1.0, "1", None])
+def test_non_int_block_ids_name_the_value_and_change_nothing(block_id):
+    # True == 1 and indexes a list as 1: it must not free or incref block 1 behind the caller's back
+    alloc = BlockAllocator(3, 4, enable_prefix_caching=True)
+    alloc.allocate_blocks(3)
+    kind = type(block_id).__name__
+    for op, action in ((alloc.free, "free"), (alloc.incref, "incref"), (alloc.ref_count, "read the ref count of")):
+        with pytest.raises(ValueError, match=rf"cannot {action} block {block_id!r}: a {kind} is not a block id"):
+            op(block_id)
+    with pytest.raises(ValueError, match=rf"cannot cache block {block_id!r}: a {kind} is not a block id"):
+        alloc.cache_block(block_id, 123, toks(4))
+    assert list(alloc.ref_counts) == [1, 1, 1] and alloc.num_cached_blocks == 0
+
+
 def test_free_and_incref_of_unallocated_block():
     alloc = BlockAllocator(3, 4)
     b = alloc.allocate()

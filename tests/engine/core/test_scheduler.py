@@ -126,6 +126,43 @@ def test_preemption_evicts_the_newest_and_requeues_it_first():
     assert sched.block_manager.num_free_blocks == 4
 
 
+def test_preempted_request_goes_back_ahead_of_older_waiting_ones():
+    # max_num_seqs=2 keeps c waiting; when b is preempted it must be first in line again, before c.
+    sched = make(num_blocks=4, max_num_seqs=2, max_model_len=16)
+    a, b, c = seq(0, 7, max_tokens=6), seq(1, 7, max_tokens=6), seq(2, 3, max_tokens=2)
+    for s in (a, b, c):
+        sched.add(s)
+    out, _ = step(sched)
+    assert out.admitted == [0, 1] and list(sched.waiting) == [c]
+    step(sched)
+    out, _ = step(sched)  # a needs a third block: b is preempted
+    assert out.preempted == [1]
+    assert list(sched.waiting) == [b, c]  # the front of the queue, not behind c
+    admitted = []
+    while sched.has_unfinished:
+        out, _ = step(sched)
+        admitted += out.admitted
+    assert admitted == [1, 2]  # b is re-admitted before c, although c alone would have fit sooner
+
+
+def test_a_step_that_preempts_admits_nobody():
+    # A token budget of 2 leaves 1 token for an admission after a's decode, and b's first 1-token chunk needs
+    # only the 1 block b's preemption just freed: it fits, yet memory is tight, so it waits for the next step.
+    sched = make(num_blocks=4, budget=2, max_model_len=16)
+    a, b = seq(0, 7, max_tokens=6), seq(1, 7, max_tokens=6)
+    sched.add(a)
+    sched.add(b)
+    out = SchedulerOutput()
+    while not out.preempted:
+        assert sched.has_unfinished
+        out, _ = step(sched)
+    assert out.preempted == [1] and ids(out) == [0] and out.num_batched_tokens == 1
+    assert sched.block_manager.can_allocate(b, 1)  # the head of the queue would fit right now
+    assert out.admitted == [] and list(sched.waiting) == [b]
+    out, _ = step(sched)
+    assert out.admitted == [1]  # admitted one step later
+
+
 def test_preempting_itself_when_alone_cannot_happen_within_max_model_len():
     # A request that exactly fills the cache finishes at max_model_len instead of preempting itself.
     sched = make(num_blocks=2, max_model_len=8)
@@ -254,6 +291,9 @@ def test_random_workloads_finish_exactly_once(
         where = [s.seq_id for s in sched.waiting] + [s.seq_id for s in sched.running]
         assert len(where) == len(set(where))
         assert not set(where) & set(finished_ids)
+        if out.preempted:  # a preempting step admits nobody; the victims are first in line, oldest first
+            assert not out.admitted
+            assert [s.seq_id for s in sched.waiting][: len(out.preempted)] == out.preempted[::-1]
         finished_ids += [s.seq_id for s in sched.update(out, fake_tokens(out))]
     assert sorted(finished_ids) == list(range(len(seqs)))
     assert bm.num_free_blocks == num_blocks and not bm.sequences

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,8 +12,10 @@ from engine.memory.catalog import GPUS, MODELS, GiB, UnknownKeyError, get_gpu, g
 from engine.memory.footprint import (
     activation_bytes,
     kv_blocks_from_budget,
+    kv_budget_bytes,
     kv_bytes,
     kv_bytes_per_token,
+    kv_cache_bytes,
     serving_footprint,
     weight_bytes,
 )
@@ -218,6 +221,32 @@ def test_max_context_and_max_concurrency_agree(util, n, block):
     if ctx:
         assert fp.max_concurrency(ctx) >= n  # n sequences of that context really fit
     assert fp.max_concurrency(ctx + block) < n  # one block more each does not
+
+
+def test_token_counts_must_be_whole_and_not_negative():
+    per_token = kv_bytes_per_token("llama-3-8b")
+    assert kv_cache_bytes("llama-3-8b", 0) == 0 and kv_cache_bytes("llama-3-8b", 10) == 10 * per_token
+    assert kv_cache_bytes("llama-3-8b", np.int64(7)) == 7 * per_token  # numpy counts (dataframes, sliders) are fine
+    for bad in (-5, 2.5, True, None):
+        with pytest.raises(ValueError, match=rf"num_tokens={bad!r} must be a whole number of tokens >= 0"):
+            kv_cache_bytes("llama-3-8b", bad)
+    with pytest.raises(ValueError, match="num_batched_tokens=-1 must be a whole number of tokens >= 0"):
+        activation_bytes("llama-3.1-8b", -1)
+    with pytest.raises(ValueError, match="max_num_batched_tokens=0 must be a whole number of tokens >= 1"):
+        kv_budget_bytes("llama-3.1-8b", 24 * GiB, 16 * GiB, max_num_batched_tokens=0)
+    with pytest.raises(ValueError, match=r"max_num_batched_tokens=-3 must be .* >= 1 \(None picks vLLM's default\)"):
+        serving_footprint("llama-3-8b", "h100-sxm", max_num_batched_tokens=-3)
+
+
+def test_max_concurrency_of_none_is_max_model_len_and_zero_is_an_error():
+    fp = serving_footprint("llama-3-8b", "h100-sxm", max_model_len=4096)
+    assert fp.max_concurrency() == fp.max_concurrency(None) == fp.max_concurrency(4096) == fp.num_blocks // 256
+    assert fp.vllm_concurrency() == fp.vllm_concurrency(4096) == fp.kv_token_capacity / 4096
+    assert fp.max_concurrency(1) == fp.num_blocks  # one token still takes a whole block
+    for bad in (0, -16, 1.5, False):
+        for method in (fp.max_concurrency, fp.vllm_concurrency):
+            with pytest.raises(ValueError, match=rf"context_len={bad!r} must be .* >= 1 \(None means max_model_len\)"):
+                method(bad)
 
 
 def test_activation_bytes_per_token_matches_the_10517_slope():

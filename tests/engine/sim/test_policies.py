@@ -51,6 +51,47 @@ def test_static_terms_by_hand(reservation, internal):
     assert (rows[-1]["stored"], rows[-1]["reserved"]) == (20, 0)
 
 
+@pytest.mark.parametrize(
+    ("reservation", "capacity", "max_len", "lens", "max_num_seqs", "external", "free"),
+    [
+        # oracle: A [0,40) B [40,60); C (40 slots) waits for a seat; the free run [60,100) holds it: not external
+        ("oracle", 100, 64, [(0, 10, 30), (0, 10, 10), (0, 10, 30)], 2, 0, 40),
+        # max_model_len 40: A [0,40) B [40,80); C ends with 10 tokens but reserves 40, so the 20-slot gap is external
+        ("max_model_len", 100, 40, [(0, 10, 10), (0, 10, 10), (0, 5, 5)], 3, 20, 0),
+        # the same with 120 slots: C's 40 fit the 40-slot gap; it waits only for a seat
+        ("max_model_len", 120, 40, [(0, 10, 10), (0, 10, 10), (0, 5, 5)], 2, 0, 40),
+    ],
+)  # fmt: skip
+def test_static_external_counts_only_gaps_the_head_cannot_use(
+    reservation, capacity, max_len, lens, max_num_seqs, external, free
+):
+    cfg = SimConfig("static", capacity, max_model_len=max_len, max_num_seqs=max_num_seqs, reservation=reservation)
+    first = simulate(replay_trace(lens), cfg).to_rows()[0]
+    assert (first["running"], first["waiting"]) == (2, 1)  # A and B run, C is the head of the queue
+    assert (first["external"], first["free"]) == (external, free)
+
+
+def test_paged_admission_keeps_the_watermark_free():
+    # 10 blocks of 16, watermark 0.2 = 2 blocks. A takes 5 (nothing runs: no watermark), B 3 (2 stay free);
+    # C needs 1 of those 2 but would eat the watermark, so it waits. Without the watermark it is admitted at once.
+    trace = replay_trace([(0, 80, 8), (0, 48, 8), (0, 16, 8)])
+    for watermark, admitted in ((0.2, [0, 1]), (0.0, [0, 1, 2])):
+        res = simulate(trace, SimConfig("paged", 160, block_size=16, max_model_len=128, watermark=watermark))
+        assert sorted(e.request_id for e in res.events if e.kind == "admit" and e.step == 1) == admitted
+        assert res.to_rows()[0]["free"] == 16 * (10 - 5 - 3 - (len(admitted) == 3))
+        assert res.summary.num_finished == 3
+
+
+def test_paged_preempted_request_is_readmitted_first():
+    # The scheduler's test_preempted_request_goes_back_ahead_of_older_waiting_ones, in the simulator: 4 blocks of 4,
+    # two seats; B is preempted at step 3 and goes back ahead of C, although C (1 block) would fit first.
+    cfg = SimConfig("paged", 16, block_size=4, max_model_len=16, max_num_seqs=2, watermark=0.0)
+    res = simulate(replay_trace([(0, 7, 6), (0, 7, 6), (0, 3, 2)]), cfg)
+    assert [(e.step, e.request_id) for e in res.events if e.kind == "preempt"][0] == (3, 1)
+    assert [e.request_id for e in res.events if e.kind == "admit"][:4] == [0, 1, 1, 2]
+    assert res.summary.num_finished == 3
+
+
 def test_configs_pick_their_policy():
     assert isinstance(make_policy(SimConfig("paged", 256)), PagedBlocks)
     kinds = {r: type(make_policy(SimConfig("static", 256, reservation=r))) for r in ("max_model_len", "pow2", "oracle")}
