@@ -7,7 +7,8 @@ the paper's Fig. 11 means, see engine/sim/traces.py) and max_model_len 2048. The
 paper's Fig. 2 comparison systems: reserve max_model_len (Max), the next power of two of the final length
 (Pow2), or exactly the final length (Oracle). Waste, as docs/BENCHMARKS.md defines it: the step-average of
 (reserved + internal + external) / (those + stored) while requests run. Every policy gets the same KV bytes;
-the simulation time of each is timed interleaved (median of --repeats after --warmup).
+the simulation time of each is timed interleaved (median of --repeats after --warmup). The JSON's `trace`
+records the drawn trace's statistics beside the source lengths they were drawn from (`source`).
 
 Run: python -m bench.fragmentation --json
 """
@@ -22,7 +23,7 @@ from engine.sim.metrics import SimResult, SimSummary
 from engine.sim.simulate import simulate_model
 from engine.sim.traces import DATASETS, Request, generate_trace, trace_stats
 
-MODEL, GPU = "llama-2-13b", "a100-40gb"
+MODEL, GPU, DATASET = "llama-2-13b", "a100-40gb", "sharegpt"
 # name -> (simulate_model policy, reservation): the paper's three static systems and paged
 POLICIES = {
     "static_max": ("static", "max_model_len"),
@@ -72,6 +73,27 @@ def speed_80gb(request_rate: float, seed: int, repeats: int) -> dict[str, float]
     return {k: round(v, 4) for k, v in times.items()}
 
 
+def trace_record(trace: list[Request], args) -> dict:
+    """The trace's measured statistics, how it was drawn, and the source of the lengths it was drawn from."""
+    src = DATASETS[DATASET]
+    return {
+        **trace_stats(trace),
+        "dataset": DATASET,
+        "seed": args.seed,
+        "source": src.source,
+        "source_lengths": {
+            "prompt_mean": src.prompt_mean,
+            "prompt_std": src.prompt_std,
+            "output_mean": src.output_mean,
+            "output_std": src.output_std,
+        },
+        "generator": "engine.sim.traces.generate_trace: log-normal lengths, Poisson arrivals",
+        "request_rate": args.request_rate,
+        "max_len": args.max_model_len,
+        "length_filter": "requests with prompt + output > max_len are redrawn (lowers the drawn means)",
+    }
+
+
 def main() -> None:
     """Run every policy on one trace, sweep paged block sizes, print one JSON line."""
     p = parser(__doc__.splitlines()[0])
@@ -82,7 +104,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
-    trace = generate_trace("sharegpt", args.num_requests, args.request_rate, seed=args.seed, max_len=args.max_model_len)
+    trace = generate_trace(DATASET, args.num_requests, args.request_rate, seed=args.seed, max_len=args.max_model_len)
     fp = serving_footprint(MODEL, GPU, max_model_len=args.max_model_len, block_size=args.block_size)
     log(f"{MODEL} on {GPU}: {fp.kv_budget_bytes // fp.kv_bytes_per_token} KV slots; {len(trace)} requests")
     calls = run_policies(trace, MODEL, GPU, block_size=args.block_size, max_model_len=args.max_model_len)
@@ -113,15 +135,12 @@ def main() -> None:
             "max_model_len": args.max_model_len,
             "max_num_seqs": 256,
             "request_rate": args.request_rate,
-            "static_reservation": "max_model_len",
+            "static_reservations": {
+                name: reservation for name, (policy, reservation) in POLICIES.items() if policy == "static"
+            },
             "step_time": "roofline",
         },  # fmt: skip
-        "trace": {
-            **trace_stats(trace),
-            "dataset": "sharegpt",
-            "seed": args.seed,
-            "source": DATASETS["sharegpt"].source,
-        },
+        "trace": trace_record(trace, args),
         "env": env_info(),
         "targets": {"paged_waste": "<= 0.04", "static_waste": ">= 0.5", "waste": "all four policies reported"},
     }

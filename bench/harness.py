@@ -2,7 +2,8 @@
 
 Both sides of a comparison run in the same process, interleaved (A, B, A, B, ...), median of >= 5 repeats
 after a warm-up, so a noisy shared machine cannot fake a win. The timing loop is the lessons' own
-(`engine.memory.measure.time_interleaved`); this module adds the benchmarks' defaults.
+(`engine.memory.measure.time_interleaved`); this module adds the benchmarks' defaults, and
+`assert_same_rows`, the equal-outputs check a benchmark runs before it times two sides.
 """
 
 from __future__ import annotations
@@ -35,6 +36,21 @@ def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int = 7, war
     every function runs once, in order. CUDA work is synchronized around each call when a GPU is present.
     """
     return measure.time_interleaved(fns, repeats, warmup, device=measure.default_device())
+
+
+# Tolerances for "the same answer" per dtype: fused kernels reorder sums, so the last bits may differ.
+TOLERANCES = {
+    torch.float32: {"atol": 1e-5, "rtol": 1e-4},
+    torch.float16: {"atol": 1e-3, "rtol": 1e-3},
+    torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2},
+}
+
+
+def assert_same_rows(actual: torch.Tensor, expected: torch.Tensor, what: str) -> float:
+    """torch.testing.assert_close at the dtype's tolerance (AssertionError naming `what`); returns max |diff|."""
+    tol = TOLERANCES.get(expected.dtype, {})
+    torch.testing.assert_close(actual, expected, **tol, msg=lambda m: f"{what}: not the same work. {m}")
+    return (actual.float() - expected.float()).abs().max().item() if expected.numel() else 0.0
 
 
 def env_info() -> dict:
