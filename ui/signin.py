@@ -4,6 +4,10 @@ The app calls :func:`sidebar_signin` once per run (it fills ``st.session_state["
 :func:`persist` after a page changes progress. Both work with no database: progress then lives in the
 session only and the sidebar says so. The store (a SQLAlchemy engine, thread-safe) is the only shared
 object; each learner's progress and identity live in their own ``st.session_state``.
+
+Saving is synchronous: a signed-in learner's change is committed to the database inside the script run
+that makes it, before the sidebar draws the tick or score, so what a learner sees saved survives the loss
+of the server (replica) that showed it; signing in again on any replica loads it back.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ import streamlit as st
 
 from progress import (
     NullStore,
+    ProgressStore,
     ProgressStoreError,
     Store,
     database_url,
     empty_progress,
     merge_progress,
     normalize_progress,
-    open_store,
     validate_name,
 )
 
@@ -32,9 +36,12 @@ SAVED_KEY = "progress_saved_json"  # last JSON written, so unchanged reruns do n
 
 
 @st.cache_resource(show_spinner=False)
-def _shared_store(url: str) -> Store:
-    """One store per database URL for the whole server (engines pool connections and are thread-safe)."""
-    return open_store(url)
+def _shared_store(url: str) -> ProgressStore:
+    """One store per database URL for the whole server (engines pool connections and are thread-safe).
+
+    A database that cannot be opened raises, and Streamlit caches no exception: a replica that started
+    while PostgreSQL was still down saves again for the next session once it is up."""
+    return ProgressStore(url)
 
 
 def get_store() -> Store:
@@ -42,10 +49,12 @@ def get_store() -> Store:
     if st.session_state.get(FALLBACK_KEY):
         return NullStore(st.session_state[FALLBACK_KEY])
     try:
-        url = database_url()
+        return _shared_store(database_url())
     except OSError as exc:
         return NullStore(f"Cannot create the progress folder ({exc}); set KVLAB_DATA_DIR. Progress is not saved.")
-    return _shared_store(url)
+    except ProgressStoreError as exc:  # this session says why and stays session-only; the next one retries
+        _fail(exc)
+        return NullStore(st.session_state[FALLBACK_KEY])
 
 
 def _md(text: str) -> str:
@@ -64,6 +73,10 @@ def _sign_in(store: Store, class_code: str, learner: str) -> None:
     merged = merge_progress(saved, st.session_state.get(PROGRESS_KEY) or empty_progress())
     st.session_state[PROGRESS_KEY] = merged
     st.session_state[LEARNER_KEY] = (class_code, learner)
+    for qid, entry in merged["quiz"].items():  # radios already on screen show the loaded answers too
+        key = f"quiz_{qid}"  # ui/page.py lesson_check's radio key; off-screen radios read progress instead
+        if key in st.session_state and isinstance(entry, dict) and isinstance(entry.get("answer"), str):
+            st.session_state[key] = entry["answer"]
     st.session_state.pop(SAVED_KEY, None)
     persist(merged)
 

@@ -1,4 +1,7 @@
-"""Progress store: round trips, validation, injection safety, fallback on corrupt/locked files, reports."""
+"""Progress store: round trips, validation, injection safety, fallback on corrupt/locked files, reports.
+
+Tests taking the ``store`` fixture run twice, on SQLite and on a real PostgreSQL server (conftest.py).
+"""
 
 import csv
 import io
@@ -6,6 +9,7 @@ import sqlite3
 import threading
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,8 +24,10 @@ from progress.store import (
     merge_progress,
     normalize_progress,
     open_store,
+    progress_table,
     validate_name,
 )
+from tests.pg import require_postgres
 
 LESSONS = ["bandwidth", "gqa", "varlen", "fragmentation", "paged", "diagnosis", "rules", "playground"]
 SAMPLE = {
@@ -31,17 +37,10 @@ SAMPLE = {
 }
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = ProgressStore(f"sqlite:///{tmp_path / 'p.sqlite3'}")
-    yield s
-    s.close()
-
-
-def test_round_trip_and_reopen(tmp_path, store):
+def test_round_trip_and_reopen(store):
     store.save("Class-A", "Ana", SAMPLE)
     assert store.load("Class-A", "Ana") == normalize_progress(SAMPLE)
-    # A server restart is a new engine over the same file.
+    # A server restart (or another replica) is a new engine over the same database.
     again = ProgressStore(store.url)
     assert again.load("class-a", "ANA") == normalize_progress(SAMPLE)  # keys are case-insensitive
     again.close()
@@ -97,13 +96,38 @@ def test_validation_accepts_only_the_allowed_alphabet(text):
     assert 1 <= len(out) <= 40 and all(c.isalnum() or c in " -_." for c in out)
 
 
-def test_names_are_bound_not_interpolated(tmp_path, store):
+def test_names_are_bound_not_interpolated(store):
     # Quote characters are refused before SQL; a stored name with SQL-ish content must be data only.
     store.save("c1", "O.Brien -- x", SAMPLE)
     assert [r["learner"] for r in store.class_records("c1")] == ["O.Brien -- x"]
-    con = sqlite3.connect(tmp_path / "p.sqlite3")
-    assert con.execute("select count(*) from kvlab_progress").fetchone() == (1,)
-    con.close()
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(progress_table)).scalar_one() == 1
+
+
+def test_same_name_in_two_classes_never_mixes(store):
+    other = {"visited": ["paged"], "quiz": {"paged.q": {"answer": "x", "correct": False}}, "diagnosis": {}}
+    store.save("Class-A", "Sam", SAMPLE)
+    store.save("class-b", "sam", other)
+    store.save("CLASS-A", "SAM", {**SAMPLE, "visited": ["gqa"]})  # the same learner as the first save
+    assert store.load("class-a", "Sam")["visited"] == ["gqa"]
+    assert store.load("Class-A", "Sam")["quiz"] == normalize_progress(SAMPLE)["quiz"]
+    assert store.load("Class-B", "Sam") == normalize_progress(other)
+    assert [r["learner"] for r in store.class_records("class-a")] == ["SAM"]  # the name as last typed
+    assert [r["progress"] for r in store.class_records("class-b")] == [normalize_progress(other)]
+
+
+def test_a_second_replica_sees_every_committed_save(store):
+    # Two app replicas = two engines on one database: a save returns only once it is committed.
+    replica = ProgressStore(store.url)
+    try:
+        for i in range(5):
+            progress = {"visited": [f"p{j}" for j in range(i + 1)], "quiz": {}, "diagnosis": {}}
+            store.save("c", "Ana", progress)
+            assert replica.load("c", "Ana") == normalize_progress(progress)
+            replica.save("c", "Bob", progress)
+            assert store.load("c", "Bob") == normalize_progress(progress)
+    finally:
+        replica.close()
 
 
 def test_bad_progress_shapes():
@@ -134,7 +158,8 @@ def test_corrupt_file_falls_back_with_message(tmp_path):
     s.save("c", "Ana", SAMPLE)  # accepted and dropped, never raises
 
 
-def test_locked_file_gives_clear_error(tmp_path, store):
+def test_locked_file_gives_clear_error(tmp_path):
+    store = ProgressStore(f"sqlite:///{tmp_path / 'p.sqlite3'}")
     store.save("c", "Ana", SAMPLE)
     con = sqlite3.connect(tmp_path / "p.sqlite3", timeout=0)
     con.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
@@ -145,6 +170,7 @@ def test_locked_file_gives_clear_error(tmp_path, store):
         con.rollback()
         con.close()
     assert store.load("c", "Ana") == normalize_progress(SAMPLE)  # the failed write left nothing half-done
+    store.close()
 
 
 def test_bad_url_and_unwritable_dir(tmp_path):
@@ -203,23 +229,21 @@ def test_schema_and_statements_compile_for_postgresql():
     assert compiled.params["learner_key_1"] == "x'; drop"
 
 
-def test_round_trip_on_a_real_server_database(monkeypatch):
-    # Optional: set KVLAB_TEST_DATABASE_URL (e.g. a scratch PostgreSQL) to run the store against it.
-    import os
-
-    url = os.environ.get("KVLAB_TEST_DATABASE_URL")
-    if not url:
-        pytest.skip("KVLAB_TEST_DATABASE_URL not set (optional PostgreSQL check)")
-    store = ProgressStore(url)
+def test_postgresql_store_hides_the_password_and_refuses_a_wrong_one(postgres_url):
+    store = ProgressStore(postgres_url)
+    password = sa.make_url(postgres_url).password
     try:
-        code = f"ci-{os.getpid()}"
-        store.save(code, "Ana", SAMPLE)
-        store.save(code, "ana", {"visited": ["gqa"], "quiz": {}, "diagnosis": {}})
-        assert store.load(code, "ANA")["visited"] == ["gqa"]
-        assert [r["learner"] for r in store.class_records(code)] == ["ana"]
+        assert store.persistent and "postgresql" in store.message and password not in store.message
     finally:
-        with store.engine.begin() as conn:
-            from progress.store import progress_table
-
-            conn.execute(progress_table.delete().where(progress_table.c.class_code == f"ci-{os.getpid()}"))
         store.close()
+    wrong = sa.make_url(postgres_url).set(password="not-the-password").render_as_string(hide_password=False)
+    s = open_store(wrong)
+    assert isinstance(s, NullStore) and "password" in s.message and "not-the-password" not in s.message
+
+
+def test_unreachable_postgresql_fails_fast_with_a_message():
+    from bench.app_server import free_port
+
+    require_postgres()  # the driver is what answers here
+    s = open_store(f"postgresql+psycopg://kvlab:pw@127.0.0.1:{free_port()}/kvlab")  # nothing listens there
+    assert isinstance(s, NullStore) and "KVLAB_DATABASE_URL" in s.message and "pw@" not in s.message
