@@ -10,6 +10,10 @@ sends): the server's cost alone, as in a classroom where every learner has their
 their rendering shares the server's CPUs, so on 2 cores use a handful of sessions. `--think 0` is a
 stress test (everyone moves again at once).
 Reports p50/p95/max page-update latency and every error (timeouts, exception or st.error elements).
+A move's commit is checked, not assumed: it counts as lost (`lost_commits`, also an error) when no script
+run finishes after the key press, or when the run that finishes shows another slider value. Browser
+sessions see a run finish by its `script_finished` frame on the websocket (bench/st_client.py's
+RUNS_FINISHED_JS); stApp's script-state attribute misses runs whose messages React renders in one batch.
 docs/BENCHMARKS.md target on the 2-core CPU: 0 errors, p95 <= 2,000 ms for 20 sessions (not asserted).
 
 Bounded: at most 100 sessions and 20 moves each; a hard timeout cancels everything and still prints
@@ -37,7 +41,7 @@ from bench.app_server import (
     running_app,
 )
 from bench.harness import emit, env_info, log, parser, save
-from bench.st_client import StreamlitSession, slider_position
+from bench.st_client import RUNS_FINISHED_JS, StreamlitSession, slider_position
 
 MAX_SESSIONS, MAX_MOVES = 100, 20
 # Lesson path: (URL path, label prefix of the slider to move). Calculator pages only.
@@ -50,7 +54,7 @@ SLIDER_SEL = '[data-testid="stSlider"]:has-text("{label}") input[type="range"]'
 ERRORS_SEL = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 
-async def value_changed(thumb, old: str, wait_s: float = 1.5) -> bool:
+async def value_changed(thumb, old: str, wait_s: float = 5.0) -> bool:
     """Whether the slider's input shows a value other than ``old`` within ``wait_s``."""
     deadline = time.perf_counter() + wait_s
     while time.perf_counter() < deadline:
@@ -60,11 +64,35 @@ async def value_changed(thumb, old: str, wait_s: float = 1.5) -> bool:
     return False
 
 
+async def value_is(thumb, wanted: str, wait_s: float = 5.0) -> bool:
+    """Whether the slider's input shows ``wanted`` within ``wait_s`` (after the re-run that committed it)."""
+    deadline = time.perf_counter() + wait_s
+    while True:
+        if await thumb.evaluate("e => e.value") == wanted:
+            return True
+        if time.perf_counter() > deadline:
+            return False
+        await asyncio.sleep(0.03)
+
+
 async def think(out: dict, idx: int, step: int) -> None:
     """A learner reads the page before the next move: think_s ± 50 %, seeded per learner and step."""
     mean = out.get("think_s", 0.0)
     if mean > 0:
         await asyncio.sleep(mean * random.Random(1000 * idx + step).uniform(0.5, 1.5))
+
+
+def new_raw() -> dict:
+    """Empty raw measurements: latencies, errors, lost commits (also counted as errors), keys pressed again."""
+    return {
+        "loads_ms": [],
+        "updates_ms": [],
+        "errors": [],
+        "by_page": {},
+        "lost_commits": [],
+        "keys_resent": 0,
+        "runs_unseen_by_dom": 0,
+    }
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -76,11 +104,42 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[rank - 1]
 
 
+async def move_and_commit(page, thumb, key: str, out: dict, where: str, timeout_ms: float) -> None:
+    """Press ``key`` on the focused slider and wait until the re-run it commits has finished and shows the value.
+
+    A commit is lost when the slider moved on screen but no script run finished after the press, or when the
+    run that finished shows another value; each is recorded in ``out["lost_commits"]`` and raised.
+    """
+    before, dom_before = await page.evaluate("[window.__kvFinished, window.__kvRuns]")
+    old = await thumb.evaluate("e => e.value")
+    for _attempt in range(3):  # a key the page never saw (the value did not move in 5 s) is pressed again
+        await thumb.press(key)
+        if await value_changed(thumb, old):
+            break
+        out["keys_resent"] += 1
+    shown = await thumb.evaluate("e => e.value")
+    try:
+        await page.wait_for_function(f"window.__kvFinished > {before}", timeout=timeout_ms, polling=20)
+    except Exception:
+        out["lost_commits"].append(f"{where}: the slider shows {shown} but no run finished")
+        raise
+    await page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
+    if not await value_is(thumb, shown):
+        now = await thumb.evaluate("e => e.value")
+        out["lost_commits"].append(f"{where}: the slider showed {shown}, the re-run shows {now}")
+        raise RuntimeError(f"commit of {shown} lost: the page shows {now} after its re-run")
+    try:  # the old detector (stApp's script-state attribute) for comparison: did it see this run at all?
+        await page.wait_for_function(f"window.__kvRuns > {dom_before}", timeout=500, polling=20)
+    except Exception:  # noqa: BLE001 - a run the attribute never showed
+        out["runs_unseen_by_dom"] += 1
+
+
 async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: float, out: dict, delay_s=0.0) -> None:
     """One learner: after `delay_s`, for each page on the path, load it, then move its slider `moves` times."""
     await asyncio.sleep(delay_s)
     context = await browser.new_context(viewport={"width": 1200, "height": 800})
-    await context.add_init_script(f"({RUN_COUNTER_JS})()")
+    await context.add_init_script(f"({RUNS_FINISHED_JS})()")
+    await context.add_init_script(f"({RUN_COUNTER_JS})()")  # only to count the runs it misses
     page = await context.new_page()
     where = "start"
     try:
@@ -88,6 +147,7 @@ async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: flo
             where = route
             start = time.perf_counter()
             await page.goto(f"{url}/{route}", timeout=timeout_ms)
+            await page.wait_for_function("window.__kvFinished > 0", timeout=timeout_ms, polling=20)
             await page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
             out["loads_ms"].append(1000 * (time.perf_counter() - start))
             thumb = page.locator(SLIDER_SEL.format(label=label)).first
@@ -95,21 +155,13 @@ async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: flo
             direction = 1 if idx % 2 == 0 else -1  # half the class moves each way: fewer shared cache hits
             for move in range(moves):
                 await think(out, idx, move)
-                before = await page.evaluate("window.__kvRuns")
-                attrs = await thumb.evaluate("e => [e.value, e.min, e.max]")
-                value, low, high = (float(a or 0) for a in attrs)
+                value, low, high = (float(a or 0) for a in await thumb.evaluate("e => [e.value, e.min, e.max]"))
                 # Turn at either end of the scale: a key that changes nothing triggers no re-run.
                 direction = -1 if value >= high else 1 if value <= low else direction
                 where = f"{route} move {move} from {value:g} in [{low:g}, {high:g}] by {direction:+d}"
                 start = time.perf_counter()
-                key = "ArrowRight" if direction > 0 else "ArrowLeft"
-                for _attempt in range(3):  # a key sent while React re-mounts the slider can be lost: resend it
-                    await thumb.press(key)
-                    if await value_changed(thumb, attrs[0]):
-                        break
-                    where += " (key resent)"
-                await page.wait_for_function(f"window.__kvRuns > {before}", timeout=timeout_ms, polling=20)
-                await page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
+                await move_and_commit(page, thumb, "ArrowRight" if direction > 0 else "ArrowLeft", out, where,
+                                      timeout_ms)  # fmt: skip
                 out["updates_ms"].append(1000 * (time.perf_counter() - start))
                 out["by_page"].setdefault(route, []).append(out["updates_ms"][-1])
             errors = await page.locator(ERRORS_SEL).all_inner_texts()
@@ -120,7 +172,7 @@ async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: flo
             state = await page.evaluate(
                 "() => [document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state'),"
                 " document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-connection-state'),"
-                " window.__kvRuns]"
+                " window.__kvFinished]"
             )
         except Exception:  # noqa: BLE001 - the page itself may be gone
             state = None
@@ -150,6 +202,15 @@ async def protocol_learner(url: str, idx: int, path, moves: int, timeout_ms: flo
                     pos += direction * step
                     session.set_slider(slider, pos)
                     res = await session.run(route)
+                    shown = next((s for text, s in res.sliders.items() if text.startswith(label)), None)
+                    # The server sends a slider's value only when it overrides the client's (set_value);
+                    # an override to another value, or no slider at all, loses the learner's move.
+                    if shown is None or (shown.set_value and slider_position(shown)[0] != pos):
+                        lost = f"session {idx} {route} move {move}: set {pos:g}, the re-run " + (
+                            "has no slider" if shown is None else f"forced {slider_position(shown)[0]:g}"
+                        )
+                        out["lost_commits"].append(lost)
+                        out["errors"].append(lost)
                     out["updates_ms"].append(1000 * res.seconds)
                     out["by_page"].setdefault(route, []).append(1000 * res.seconds)
                     out["errors"].extend(f"session {idx} {route}: {e}" for e in res.errors)
@@ -172,9 +233,9 @@ async def run_classroom(
     """All learners at once (joining over `ramp_s`) after an untimed warm-up visit."""
     from playwright.async_api import async_playwright
 
-    out = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}} if out is None else out  # survives a timeout
+    out = new_raw() if out is None else out  # survives a timeout
     out["think_s"] = think_s
-    warm: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
+    warm = new_raw()
     gap, ms = ramp_s / max(1, sessions - 1), step_timeout_s * 1000
     # Warm-up (untimed): the first visit imports the engine and fills the shared caches; a class
     # measures the server after the teacher has opened it once.
@@ -229,7 +290,7 @@ def _arguments():
 
 def _serve(args, chromium: str) -> tuple[dict, bool]:
     """Start the server, run the class against it within the hard timeout: (raw measurements, timed out)."""
-    raw: dict = {"loads_ms": [], "updates_ms": [], "errors": [], "by_page": {}}
+    raw = new_raw()
     with tempfile.TemporaryDirectory() as data_dir:
         log(f"classroom: starting server; {args.sessions} sessions × {len(PATH)} pages × {args.moves} moves")
         try:
@@ -256,6 +317,13 @@ def _summary(args, raw: dict, wall_s: float) -> dict:
         "updates_expected": args.sessions * len(PATH) * args.moves,
         "errors": len(raw["errors"]),
         "error_samples": raw["errors"][:10],
+        # A move whose re-run never finished, or finished showing another value (also counted in errors).
+        "lost_commits": len(raw["lost_commits"]),
+        "lost_commit_samples": raw["lost_commits"][:5],
+        "keys_resent": raw["keys_resent"],
+        # Committed moves whose run stApp's script-state attribute never showed: what the earlier client
+        # (which waited on that attribute) reported as lost commits.
+        "runs_unseen_by_dom": raw["runs_unseen_by_dom"],
         "warmup_errors": raw.get("warmup_errors", []),
         "update_p50_ms": round(statistics.median(updates), 1) if updates else None,
         "update_p95_ms": round(percentile(updates, 95), 1) if updates else None,
@@ -287,7 +355,7 @@ def main() -> None:
     raw, result["timed_out"] = _serve(args, chromium)
     result.update(_summary(args, raw, time.perf_counter() - start))
     log(f"classroom: {result['updates']}/{result['updates_expected']} updates, {result['errors']} errors, "
-        f"p95 {result['update_p95_ms']} ms")  # fmt: skip
+        f"{result['lost_commits']} lost commits, p95 {result['update_p95_ms']} ms")  # fmt: skip
     if args.save:
         log(f"saved {save('classroom' if args.client == 'protocol' else 'classroom-browser', result)}")
     emit(result)

@@ -6,7 +6,17 @@ from engine.memory.catalog import GPUS, MODELS
 from engine.memory.measure import measure_demo_decode, measure_machine
 from lessons.labs import bandwidth as lab
 from ui import charts, charts_bandwidth
-from ui.page import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
+from ui.page import (
+    lesson_check,
+    linked_view,
+    page_header,
+    prose,
+    run_or_stop,
+    show_chart,
+    show_error,
+    show_table,
+    sources,
+)
 
 PAGE = "bandwidth"
 MEASURE_KEY = "bw_measurements"  # this learner's live measurements (session state, never shared)
@@ -24,23 +34,22 @@ def _sweep(model: str, gpu: str, context: int) -> list[dict]:
 
 
 page_header(PAGE)
+view = linked_view(PAGE)  # the settings below come from the URL (defaults in ui/links.py) and are written back
 
 c1, c2, c3 = st.columns(3)
-model = c1.selectbox("Model", list(MODELS), index=list(MODELS).index("llama-3-8b"), key="bw_model")
-gpu = c2.selectbox(
-    "GPU", list(GPUS), format_func=lambda k: GPUS[k].name, index=list(GPUS).index("h100-sxm"), key="bw_gpu"
-)
-dtype = c3.selectbox("Weight precision", lab.WEIGHT_DTYPES, key="bw_dtype")
+model = c1.selectbox("Model", list(MODELS), key=view.keys["model"])
+gpu = c2.selectbox("GPU", list(GPUS), format_func=lambda k: GPUS[k].name, key=view.keys["gpu"])
+dtype = c3.selectbox("Weight precision", lab.WEIGHT_DTYPES, key=view.keys["dtype"])
 c4, c5 = st.columns(2)
-batch = c4.slider("Sequences decoding together (batch)", 1, 256, 1, key="bw_batch")
+batch = c4.slider("Sequences decoding together (batch)", 1, 256, key=view.keys["batch"])
 context = c5.number_input(
     "Context length (tokens in the KV cache per sequence)",
     min_value=1,
     max_value=1_000_000,
-    value=4096,
     step=512,
-    key="bw_context",
+    key=view.keys["context"],
 )
+view.publish()
 spec = MODELS[model]
 if context > spec.max_context:
     show_error(

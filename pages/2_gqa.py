@@ -5,7 +5,17 @@ import streamlit as st
 from engine.memory.catalog import MODELS
 from lessons.labs import gqa as lab
 from ui import charts_attention
-from ui.page import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from ui.page import (
+    backend_info,
+    lesson_check,
+    linked_view,
+    page_header,
+    prose,
+    run_or_stop,
+    show_chart,
+    show_table,
+    sources,
+)
 
 PAGE = "gqa"
 GiB, KiB = 1024**3, 1024
@@ -17,22 +27,22 @@ def _run(num_heads: int, groups: int, head_dim: int, seq_len: int) -> lab.GqaRun
 
 
 page_header(PAGE)
+view = linked_view(PAGE)  # the settings come from the URL (defaults in ui/links.py) and are written back
 
 c1, c2 = st.columns([2, 1])
-model = c1.selectbox("Model shape", list(MODELS), index=list(MODELS).index("llama-3-8b"), key="gqa_model")
+model = c1.selectbox("Model shape", list(MODELS), key=view.keys["model"])
 spec = MODELS[model]
-kv_dtype = c2.selectbox("KV cache precision", lab.KV_DTYPES, key="gqa_dtype")
+kv_dtype = c2.selectbox("KV cache precision", lab.KV_DTYPES, key=view.keys["kv_dtype"])
 options = lab.group_options(spec.num_heads)
 # One slider per model: the valid group counts (divisors of the query heads) differ between models.
 groups = st.select_slider(
     f"KV groups G (KV heads) — divisors of {spec.num_heads} query heads; {spec.name} ships with {spec.num_kv_heads}",
     options=options,
-    value=spec.num_kv_heads,
-    key=f"gqa_groups_{model}",
+    key=view.keys["groups"],  # gqa_groups_<model>; starts at the model's real KV-head count
 )
 c3, c4 = st.columns(2)
-context = c3.number_input("Context length per user (tokens)", 1, 10_000_000, 8192, step=1024, key="gqa_context")
-users = c4.number_input("Concurrent users", 1, 100_000, 16, step=1, key="gqa_users")
+context = c3.number_input("Context length per user (tokens)", 1, 10_000_000, step=1024, key=view.keys["context"])
+users = c4.number_input("Concurrent users", 1, 100_000, step=1, key=view.keys["users"])
 
 fp = run_or_stop(lab.footprint, model, groups, kv_dtype, int(context), int(users), hint="use whole numbers >= 1")
 kind = lab.attention_kind(spec.num_heads, groups)
@@ -83,7 +93,8 @@ show_chart(
 
 st.subheader("The 5-D layout, run for real")
 prose(PAGE, "The 5-D layout")
-seq_len = st.slider("Tokens in the live run (M = N)", 16, 256, 64, step=16, key="gqa_seq")
+seq_len = st.slider("Tokens in the live run (M = N)", 16, 256, step=16, key=view.keys["seq_len"])
+view.publish()
 shapes = lab.layout_shapes(spec.num_heads, groups, spec.head_dim, seq_len)
 show_table([{"tensor": k, "shape": v} for k, v in shapes.items()], f"gqa-layout-{model}", "gqa_layout", "shapes")
 with st.spinner("Running memory_efficient_attention in [B, M, G, H, K] and MHA with repeated heads …"):

@@ -4,7 +4,17 @@ import streamlit as st
 
 from lessons.labs import packing as lab
 from ui import charts_attention
-from ui.page import backend_info, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from ui.page import (
+    backend_info,
+    lesson_check,
+    linked_view,
+    page_header,
+    prose,
+    run_or_stop,
+    show_chart,
+    show_table,
+    sources,
+)
 
 PAGE = "packing"
 
@@ -20,17 +30,18 @@ def _run(lengths: tuple[int, ...], causal: bool) -> lab.PackingRun:
 
 
 page_header(PAGE)
+view = linked_view(PAGE)  # lengths and causal come from the URL (defaults in ui/links.py) and are written back
 
 text = st.text_input(
     "Request lengths in tokens (comma-separated)",
-    "5, 12, 3, 20",
-    key="pack_lengths",
+    key=view.keys["lengths"],
     help=f"Whole numbers from 1 to {lab.MAX_LENGTH}, at most {lab.MAX_REQUESTS} requests and {lab.MAX_TOTAL} in total.",
 )
-causal = st.toggle("Causal attention (each token sees only earlier tokens of its request)", True, key="pack_causal")
+causal = st.toggle("Causal attention (each token sees only earlier tokens of its request)", key=view.keys["causal"])
 lengths = run_or_stop(
     lab.parse_lengths, text, hint="type whole numbers separated by commas, for example `5, 12, 3, 20`."
 )
+view.publish()
 stats = lab.padding_stats(lengths, causal)
 
 m1, m2, m3, m4 = st.columns(4)

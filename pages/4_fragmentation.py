@@ -8,7 +8,7 @@ from engine.memory.catalog import GPUS, MODELS
 from engine.sim.traces import DATASETS
 from lessons.labs import fragmentation as lab
 from ui import charts
-from ui.page import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from ui.page import lesson_check, linked_view, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "fragmentation"
 
@@ -32,18 +32,20 @@ def _area_fig(model: str, gpu: str, max_len: int, dataset: str, num_requests: in
 
 
 page_header(PAGE)
+view = linked_view(PAGE)  # the settings come from the URL (defaults in ui/links.py) and are written back
 
 c1, c2, c3 = st.columns(3)
-model = c1.selectbox("Model", [m for m in MODELS if m != "demo"], index=1, key="frag_model",
+model = c1.selectbox("Model", [m for m in MODELS if m != "demo"], key=view.keys["model"],
                      format_func=lambda k: MODELS[k].name)  # fmt: skip
-gpu = c2.selectbox("GPU", list(GPUS), index=0, key="frag_gpu", format_func=lambda k: GPUS[k].name)
-max_len = c3.select_slider("max_model_len (tokens reserved per request)", options=lab.MAX_MODEL_LENS, value=2048,
-                           key="frag_max_len")  # fmt: skip
+gpu = c2.selectbox("GPU", list(GPUS), key=view.keys["gpu"], format_func=lambda k: GPUS[k].name)
+max_len = c3.select_slider("max_model_len (tokens reserved per request)", options=lab.MAX_MODEL_LENS,
+                           key=view.keys["max_model_len"])  # fmt: skip
 c4, c5, c6 = st.columns(3)
 sources_help = "Prompt / output lengths: " + "; ".join(f"{k}: {v.source}" for k, v in DATASETS.items())
-dataset = c4.selectbox("Traffic", list(DATASETS), key="frag_dataset", help=sources_help)
-rate = c5.slider("Requests per second", 0.5, lab.MAX_RATE, 8.0, step=0.5, key="frag_rate")
-num_requests = c6.slider("Requests in the trace", 20, lab.MAX_REQUESTS, 200, step=20, key="frag_requests")
+dataset = c4.selectbox("Traffic", list(DATASETS), key=view.keys["dataset"], help=sources_help)
+rate = c5.slider("Requests per second", 0.5, lab.MAX_RATE, step=0.5, key=view.keys["rate"])
+num_requests = c6.slider("Requests in the trace", 20, lab.MAX_REQUESTS, step=20, key=view.keys["requests"])
+view.publish()
 
 with st.spinner("Replaying the trace through a static and a paged server …"):
     rep = run_or_stop(

@@ -6,7 +6,7 @@ import streamlit as st
 
 from lessons.labs import paged as lab
 from ui import charts_memory
-from ui.page import lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from ui.page import lesson_check, linked_view, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "paged"
 
@@ -57,16 +57,18 @@ def _pool(picture: lab.PoolPicture, stage: int | None, title: str, name: str, ke
 
 
 page_header(PAGE)
+view = linked_view(PAGE)  # block_size and max_context come from the URL; the widgets write them back
 
 c1, c2 = st.columns(2)
 block_size = c1.select_slider(
-    "Block size (tokens per KV block)", options=lab.BLOCK_SIZES, value=16, key="paged_block",
+    "Block size (tokens per KV block)", options=lab.BLOCK_SIZES, key=view.keys["block_size"],
     help="vLLM's default is 16. Use the arrow keys to move the slider.",
 )  # fmt: skip
 max_context = c2.select_slider(
-    "Max context (max_model_len)", options=lab.MAX_CONTEXTS, value=2048, key="paged_context",
+    "Max context (max_model_len)", options=lab.MAX_CONTEXTS, key=view.keys["max_context"],
     help="The longest sequence the server accepts: it sets the block-table width and the trace's lengths.",
 )  # fmt: skip
+view.publish()
 
 with st.spinner("Replaying the trace once per block size on the real allocator …"):
     rows = run_or_stop(_sweep, max_context, hint="pick a max context from the slider")

@@ -7,7 +7,17 @@ import streamlit as st
 from engine.memory.catalog import GPUS, MODELS
 from lessons.diagnosis import get_scenario, lab, scenario_ids, symptoms, vllm_command
 from ui import charts_memory
-from ui.page import download_rows, lesson_check, page_header, prose, run_or_stop, show_chart, show_table, sources
+from ui.page import (
+    download_rows,
+    lesson_check,
+    linked_view,
+    page_header,
+    prose,
+    run_or_stop,
+    show_chart,
+    show_table,
+    sources,
+)
 from ui.progress import record_diagnosis
 
 PAGE = "diagnosis"
@@ -41,13 +51,16 @@ def _grade(scenario_id: str, variant: int, diagnoses: tuple[str, ...], fixes: tu
 
 
 page_header(PAGE)
+view = linked_view(PAGE)  # incident and variant come from the URL (defaults in ui/links.py) and are written back
 
 c1, c2 = st.columns([3, 1])
-sid = c1.selectbox("Incident", scenario_ids(), format_func=lambda i: get_scenario(i).title, key="diag_scenario")
+sid = c1.selectbox("Incident", scenario_ids(), format_func=lambda i: get_scenario(i).title,
+                   key=view.keys["incident"])  # fmt: skip
 variant = c2.number_input(
-    "Variant (0 = original)", 0, lab.MAX_VARIANT, 0, step=1, key="diag_variant",
+    "Variant (0 = original)", 0, lab.MAX_VARIANT, step=1, key=view.keys["variant"],
     help="Each variant changes the traffic and sizes a little, so classmates do not share one answer.",
 )  # fmt: skip
+view.publish()
 scenario = run_or_stop(lab.scenario_for, sid, int(variant), hint="pick a whole number from 0 to 999")
 st.markdown(f"### {scenario.title}\n\n{scenario.story}")
 

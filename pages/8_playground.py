@@ -8,7 +8,17 @@ from engine.memory.measure import default_device
 from lessons.labs import playground as lab
 from lessons.labs.paged import BLOCK_SIZES
 from ui import charts, charts_memory
-from ui.page import lesson_check, page_header, prose, run_or_stop, show_chart, show_error, show_table, sources
+from ui.page import (
+    lesson_check,
+    linked_view,
+    page_header,
+    prose,
+    run_or_stop,
+    show_chart,
+    show_error,
+    show_table,
+    sources,
+)
 
 PAGE = "playground"
 RUN_KEY, ENGINE_KEY = "pg_run", "pg_engine"  # per-learner state: the last run and the learner's own LLM
@@ -31,6 +41,7 @@ def _engine(model: str, settings: lab.EngineSettings) -> Any:
 
 
 page_header(PAGE)
+view = linked_view(PAGE)  # sampling and cache settings come from the URL (defaults in ui/links.py)
 
 c1, c2 = st.columns([1, 2])
 source = c1.radio("Model", ["demo", "folder"], key="pg_source", horizontal=True,
@@ -42,18 +53,20 @@ text = st.text_area("Prompts, one per line", lab.DEFAULT_PROMPTS, key="pg_prompt
 
 st.markdown("**Sampling**")
 s1, s2, s3, s4, s5 = st.columns(5)
-max_tokens = s1.slider("Max new tokens", 1, lab.MAX_NEW_TOKENS, 12, key="pg_max_tokens")
-temperature = s2.slider("Temperature (0 = greedy)", 0.0, 2.0, 0.6, step=0.1, key="pg_temperature",
+max_tokens = s1.slider("Max new tokens", 1, lab.MAX_NEW_TOKENS, key=view.keys["max_tokens"])
+temperature = s2.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.1, key=view.keys["temperature"],
                         help="The tiny demo model loops when greedy; 0.6 with top-k 40 reads better.")  # fmt: skip
-top_p = s3.slider("Top-p", 0.05, 1.0, 1.0, step=0.05, key="pg_top_p")
-top_k = s4.number_input("Top-k (0 = off)", 0, 1024, 40, key="pg_top_k")
-seed = s5.number_input("Seed", 0, 2**31 - 1, 0, key="pg_seed")
+top_p = s3.slider("Top-p", 0.05, 1.0, step=0.05, key=view.keys["top_p"])
+top_k = s4.number_input("Top-k (0 = off)", 0, 1024, key=view.keys["top_k"])
+seed = s5.number_input("Seed", 0, 2**31 - 1, key=view.keys["seed"])
 
 st.markdown("**Paged KV cache** — few blocks make the scheduler queue and preempt requests")
 e1, e2, e3 = st.columns(3)
-block_size = e1.select_slider("Block size (tokens)", options=BLOCK_SIZES, value=8, key="pg_block")
-num_blocks = e2.slider("KV blocks in the pool", 1, lab.MAX_BLOCKS, 12, key="pg_blocks")
-prefix = e3.toggle("Prefix caching", False, key="pg_prefix", help="Reuse full blocks of identical prompt prefixes.")
+block_size = e1.select_slider("Block size (tokens)", options=BLOCK_SIZES, key=view.keys["block_size"])
+num_blocks = e2.slider("KV blocks in the pool", 1, lab.MAX_BLOCKS, key=view.keys["num_blocks"])
+prefix = e3.toggle("Prefix caching", key=view.keys["prefix_caching"],
+                   help="Reuse full blocks of identical prompt prefixes.")  # fmt: skip
+view.publish()
 st.caption(f"The pool holds {block_size * num_blocks:,} tokens; that is also the longest sequence it accepts.")
 
 if st.button("Generate", key="pg_generate", type="primary"):

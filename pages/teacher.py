@@ -14,8 +14,10 @@ import streamlit as st
 
 from progress import REPORT_COLUMNS, ProgressStoreError, class_report, report_csv, validate_name
 from ui.course import LESSON_IDS
+from ui.page import through_the_router
 from ui.signin import get_store
 
+through_the_router()  # a bookmarked /teacher after a server start still gets the app's sidebar
 st.title("Teacher view")
 st.write(
     "Enter a class code to see who has signed in with it, how many lessons each learner has opened, "

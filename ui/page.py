@@ -17,9 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
 
 from kernels.backend import describe
 from lessons import content, quizzes
+from ui import links
 from ui.export import rows_to_csv, to_json
 from ui.progress import ensure_progress, mark_visited, record_quiz
 
@@ -35,8 +37,23 @@ def backend_info() -> dict:
 # --- page furniture ----------------------------------------------------------------------------------
 
 
+def through_the_router() -> None:
+    """Make sure this page runs inside app.py (its sidebar, sign-in and progress), also on a deep link.
+
+    Streamlit 1.67 treats an app with a `pages/` folder as a v1 multipage app until some run has executed
+    `st.navigation` (app.py's): until then a request for a page's URL runs that page script alone, and the
+    first learners to open `/paged_attention?...` after a server start (an embedded lesson, say) got the
+    page without the app around it. Streamlit's own flag for that mode is switched off here and the run
+    restarted; the re-run goes through app.py's navigation to the same page with the same query.
+    """
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False  # what st.navigation itself does on its first call
+        st.rerun()
+
+
 def page_header(page_id: str) -> None:
     """Title and intro prose from lessons/<page_id>.md; marks the page visited."""
+    through_the_router()
     lesson = content.load(page_id)
     st.title(lesson.title)
     intro = lesson.sections.get(content.INTRO, "")
@@ -119,7 +136,9 @@ def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple
     st.subheader(title)
     progress = ensure_progress()
     for q in questions:
-        choice = st.radio(q.prompt, q.options, index=None, key=f"quiz_{q.id}")
+        saved = progress["quiz"].get(q.id, {}).get("answer")  # shown again after navigating or signing in
+        index = q.options.index(saved) if saved in q.options else None
+        choice = st.radio(q.prompt, q.options, index=index, key=f"quiz_{q.id}")
         if choice is None:
             continue
         result = quizzes.grade(q.id, choice)
@@ -132,3 +151,63 @@ def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple
     correct, total = quizzes.score(progress["quiz"], page_id)
     st.caption(f"Score on this page: {correct} / {total}")
     return correct, total
+
+
+# --- deep links: a page's main settings in the URL (ui/links.py parses and checks them) ---------------
+
+
+class LinkedView:
+    """A page's deep-linked settings for this run (from `linked_view`); `publish()` after the last widget."""
+
+    def __init__(self, spec: links.LinkSpec) -> None:
+        self.spec = spec
+        self._top = st.container()  # notes and the link control sit under the page's intro
+        query = {name: st.query_params[name] for name in spec.names if name in st.query_params}
+        wanted, notes = links.resolve(spec, query)
+        self.keys: dict[str, str] = {}
+        current: dict[str, Any] = {}  # each setting's value this run: the widget's own, else the link's
+        shown = []
+        for p in spec.params:
+            key = p.key_for(current)
+            self.keys[p.name] = key
+            if key not in st.session_state:
+                # A widget the page has not drawn yet in this session (the page was just opened, or a widget
+                # that depends on a changed setting): it starts from the link when the settings it depends
+                # on are the link's, else from its default. A widget already on screen keeps its value,
+                # so a re-run that races a stale URL can never undo a learner's move.
+                same = all(current[e] == wanted[e] for e in current)
+                st.session_state[key] = wanted[p.name] if same else p.default_for(current)
+                shown += [notes[p.name]] if p.name in notes else []
+            current[p.name] = st.session_state[key]
+        for note in shown:
+            self._top.warning(note, icon=":material/link_off:")
+
+    def values(self) -> dict[str, Any]:
+        """Each linked setting's current value (the widgets' values once they are drawn)."""
+        return {name: st.session_state.get(key) for name, key in self.keys.items()}
+
+    def publish(self) -> str:
+        """Write the view into the address bar (only what changed) and show the link; returns the link."""
+        query = links.query_for(self.spec, self.values())
+        others = links.other_pages_params(self.spec)  # left over from a lesson opened before this one
+        if any(st.query_params.get(k) != v for k, v in query.items()) or any(k in others for k in st.query_params):
+            kept = {k: v for k, v in st.query_params.to_dict().items() if k not in others and k not in query}
+            st.query_params.from_dict({**kept, **query})  # one address-bar update; embed=true is kept
+        link = links.link(self.spec, self.values())
+        with self._top.expander("Copy link to this view", icon=":material/link:"):
+            st.caption("Add this to the app's address (for example `https://kvlab.example.org/`):")
+            st.code(link, language=None)
+            st.caption("To embed this view in a course page (`embed=true`: no Streamlit toolbar or footer):")
+            embed = links.link(self.spec, self.values(), embed="true")
+            st.code(f'<iframe src="https://kvlab.example.org/{embed}" width="100%" height="900" '
+                    'style="border:0" title="KV Lab"></iframe>', language="html")  # fmt: skip
+        return link
+
+
+def linked_view(page_id: str) -> LinkedView:
+    """The page's settings from the URL (bad values: a warning and the default), seeded into widget state.
+
+    Call it after `page_header` and before the page's widgets, which then take `key=view.keys[name]` and no
+    default of their own (ui/links.py holds the defaults); call `view.publish()` after the last of them.
+    """
+    return LinkedView(links.SPECS[page_id])

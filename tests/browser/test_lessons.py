@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from bench.app_server import error_texts, metric_value, press_and_wait, slider_input, wait_for_app
+from bench.app_server import error_texts, metric_value, slider_input, wait_for_app
+from tests.browser.helpers import press_and_wait
 
 pytestmark = pytest.mark.browser
 

@@ -1,0 +1,264 @@
+"""Deep links: each lesson's main settings as URL query parameters, parsed and checked without Streamlit.
+
+`SPECS` holds one `LinkSpec` per page: its URL path (the name st.navigation derives from the script file,
+`pages/5_paged_attention.py` -> `paged_attention`) and, per setting, the query parameter, the widget key
+that holds it in session state, its default and what it accepts. A parameter may depend on the ones before
+it (the valid KV-group counts depend on the model), so values resolve in order. `resolve(spec, query)` turns
+a query mapping into values plus one note per bad parameter (each falls back to its default);
+`query_for(spec, values)` is the same view as strings; `link(spec, values)` the relative link
+`paged_attention?block_size=64&max_context=4096`; `markdown_table()` the README's parameter table.
+ui/page.py's `linked_view` ties this to `st.query_params` and `st.session_state`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlencode
+
+from engine.memory.catalog import GPUS, MODELS
+from engine.sim.traces import DATASETS
+from lessons.diagnosis import scenario_ids
+from lessons.diagnosis.lab import MAX_VARIANT
+from lessons.labs import bandwidth, fragmentation, gqa, packing, paged, playground
+
+Earlier = Mapping[str, Any]  # the values of the parameters before this one
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One setting in the URL. Callables receive the values of the parameters listed before it."""
+
+    name: str  # query parameter
+    key: str  # widget key; "{model}" style placeholders are filled from earlier values
+    label: str  # what it sets, in words (README table)
+    kind: type  # int, float, bool or str: the type the widget holds
+    default: Any  # a value, or a callable of the earlier values
+    choices: Sequence[Any] | Callable[[Earlier], Sequence[Any]] | None = None
+    low: float | None = None
+    high: float | Callable[[Earlier], float] | None = None
+    step: float | None = None  # values lie on low + k * step
+    check: Callable[[str], Any] | None = None  # str parameters: raises ValueError on a bad value
+    accepts: str | None = None  # README wording where the accepted values depend on earlier ones
+
+    def key_for(self, earlier: Earlier) -> str:
+        return self.key.format(**earlier)
+
+    def default_for(self, earlier: Earlier) -> Any:
+        return self.default(earlier) if callable(self.default) else self.default
+
+    def choices_for(self, earlier: Earlier) -> list[Any] | None:
+        found = self.choices(earlier) if callable(self.choices) else self.choices
+        return None if found is None else list(found)
+
+    def high_for(self, earlier: Earlier) -> float | None:
+        return self.high(earlier) if callable(self.high) else self.high
+
+    def accepted(self, earlier: Earlier) -> str:
+        """The accepted values in words, for the note on a bad value."""
+        choices = self.choices_for(earlier)
+        if choices is not None:
+            return "one of " + ", ".join(encode(c) for c in choices)
+        if self.kind is bool:
+            return "true or false"
+        if self.check is not None:
+            return self.accepts or "see the page's help"
+        span = f"{encode(self.low)} … {encode(self.high_for(earlier))}"
+        return f"{span} in steps of {encode(self.step)}" if self.step else span
+
+    def parse(self, raw: str, earlier: Earlier) -> Any:
+        """The value ``raw`` stands for; ValueError when it is not one the setting accepts."""
+        text = raw.strip()
+        if self.kind is bool:
+            if text.lower() not in _TRUE + _FALSE:
+                raise ValueError(raw)
+            return text.lower() in _TRUE
+        if self.kind is str:
+            choices = self.choices_for(earlier)
+            if choices is not None:
+                match = [c for c in choices if c.lower() == text.lower()]
+                if not match:
+                    raise ValueError(raw)
+                return match[0]
+            return ", ".join(str(n) for n in self.check(text)) if self.check else text
+        value = _number(text, self.kind)
+        choices = self.choices_for(earlier)
+        if choices is not None:
+            if value not in choices:
+                raise ValueError(raw)
+            return value
+        return self._in_range(value, earlier, raw)
+
+    def _in_range(self, value: float, earlier: Earlier, raw: str) -> Any:
+        high = self.high_for(earlier)
+        if (self.low is not None and value < self.low) or (high is not None and value > high):
+            raise ValueError(raw)
+        if self.step:
+            k = round((value - (self.low or 0)) / self.step)
+            snapped = (self.low or 0) + k * self.step
+            if not math.isclose(value, snapped, rel_tol=0, abs_tol=1e-9 * max(1.0, abs(value))):
+                raise ValueError(raw)
+            value = round(snapped, 9)
+        return self.kind(value)
+
+
+def _number(text: str, kind: type) -> float:
+    """An int ("64") or a finite float ("0.5") from ``text``; ValueError otherwise."""
+    if kind is int:
+        if not re.fullmatch(r"[+-]?\d+", text):
+            raise ValueError(text)
+        return int(text)
+    value = float(text)  # ValueError for text that is not a number
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+def encode(value: Any) -> str:
+    """How a value is written in the URL: true/false, 8 rather than 8.0, text as is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A page's deep-linkable settings, in the order they resolve."""
+
+    page_id: str
+    url_path: str
+    params: tuple[Param, ...]
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise ValueError(f"{self.page_id} has no parameter {name!r}; use one of {', '.join(self.names)}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+
+def resolve(spec: LinkSpec, query: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(values, notes), both by parameter name: each absent parameter takes its default, each bad one its
+    default plus a note naming the parameter, the bad value and what it accepts. Never raises for a bad value."""
+    values: dict[str, Any] = {}
+    notes: dict[str, str] = {}
+    for p in spec.params:
+        default = p.default_for(values)
+        raw = query.get(p.name)
+        if raw is None:
+            values[p.name] = default
+            continue
+        try:
+            values[p.name] = p.parse(raw, values)
+        except ValueError as exc:
+            values[p.name] = default
+            accepted = f"{exc}; it takes {p.accepts}" if p.check is not None else f"it takes {p.accepted(values)}"
+            shown = f"`{encode(default)}`"
+            notes[p.name] = f"Link parameter `{p.name}={raw}` is not valid ({accepted}); showing the default, {shown}."
+    return values, notes
+
+
+def query_for(spec: LinkSpec, values: Mapping[str, Any]) -> dict[str, str]:
+    """The page's query parameters for ``values``, in spec order."""
+    return {p.name: encode(values[p.name]) for p in spec.params if p.name in values}
+
+
+def link(spec: LinkSpec, values: Mapping[str, Any], **extra: str) -> str:
+    """The relative link to this view, e.g. ``paged_attention?block_size=64&max_context=4096``."""
+    return f"{spec.url_path}?{urlencode({**query_for(spec, values), **extra}, safe=',')}"
+
+
+def other_pages_params(spec: LinkSpec) -> frozenset[str]:
+    """Query parameters only other pages use: a link from another lesson's view carries them over."""
+    return frozenset(n for s in SPECS.values() for n in s.names) - frozenset(spec.names)
+
+
+def _model_max(earlier: Earlier) -> int:
+    return min(1_000_000, MODELS[earlier["model"]].max_context)
+
+
+def _groups(earlier: Earlier) -> list[int]:
+    return gqa.group_options(MODELS[earlier["model"]].num_heads)
+
+
+SPECS: Mapping[str, LinkSpec] = MappingProxyType({
+    s.page_id: s
+    for s in (
+        LinkSpec("bandwidth", "bandwidth", (
+            Param("model", "bw_model", "model", str, "llama-3-8b", tuple(MODELS)),
+            Param("gpu", "bw_gpu", "GPU", str, "h100-sxm", tuple(GPUS)),
+            Param("dtype", "bw_dtype", "weight precision", str, bandwidth.WEIGHT_DTYPES[0], bandwidth.WEIGHT_DTYPES),
+            Param("batch", "bw_batch", "sequences decoding together", int, 1, low=1, high=256),
+            Param("context", "bw_context", "context length (tokens)", int, lambda e: min(4096, _model_max(e)),
+                  low=1, high=_model_max, accepts="1 … the model's context length"),
+        )),
+        LinkSpec("gqa", "gqa", (
+            Param("model", "gqa_model", "model shape", str, "llama-3-8b", tuple(MODELS)),
+            Param("kv_dtype", "gqa_dtype", "KV cache precision", str, gqa.KV_DTYPES[0], gqa.KV_DTYPES),
+            Param("groups", "gqa_groups_{model}", "KV groups G", int, lambda e: MODELS[e["model"]].num_kv_heads,
+                  _groups, accepts="a divisor of the model's query heads (default: its real KV heads)"),
+            Param("context", "gqa_context", "context length per user", int, 8192, low=1, high=10_000_000),
+            Param("users", "gqa_users", "concurrent users", int, 16, low=1, high=100_000),
+            Param("seq_len", "gqa_seq", "tokens in the live run", int, 64, low=16, high=256, step=16),
+        )),
+        LinkSpec("packing", "packing", (
+            Param("lengths", "pack_lengths", "request lengths", str, "5, 12, 3, 20", check=packing.parse_lengths,
+                  accepts=f"up to {packing.MAX_REQUESTS} whole numbers 1 … {packing.MAX_LENGTH}, comma-separated, "
+                  f"at most {packing.MAX_TOTAL} in total"),
+            Param("causal", "pack_causal", "causal attention", bool, True),
+        )),
+        LinkSpec("fragmentation", "fragmentation", (
+            Param("model", "frag_model", "model", str, "llama-2-13b", tuple(m for m in MODELS if m != "demo")),
+            Param("gpu", "frag_gpu", "GPU", str, next(iter(GPUS)), tuple(GPUS)),
+            Param("max_model_len", "frag_max_len", "max_model_len", int, 2048, fragmentation.MAX_MODEL_LENS),
+            Param("dataset", "frag_dataset", "traffic", str, next(iter(DATASETS)), tuple(DATASETS)),
+            Param("rate", "frag_rate", "requests per second", float, 8.0, low=0.5, high=fragmentation.MAX_RATE,
+                  step=0.5),
+            Param("requests", "frag_requests", "requests in the trace", int, 200, low=20,
+                  high=fragmentation.MAX_REQUESTS, step=20),
+        )),
+        LinkSpec("paged", "paged_attention", (
+            Param("block_size", "paged_block", "tokens per KV block", int, 16, paged.BLOCK_SIZES),
+            Param("max_context", "paged_context", "max context (max_model_len)", int, 2048, paged.MAX_CONTEXTS),
+        )),
+        LinkSpec("diagnosis", "diagnosis", (
+            Param("incident", "diag_scenario", "incident", str, scenario_ids()[0], tuple(scenario_ids())),
+            Param("variant", "diag_variant", "variant (0 = original)", int, 0, low=0, high=MAX_VARIANT),
+        )),
+        LinkSpec("playground", "playground", (
+            Param("max_tokens", "pg_max_tokens", "max new tokens", int, 12, low=1, high=playground.MAX_NEW_TOKENS),
+            Param("temperature", "pg_temperature", "temperature", float, 0.6, low=0.0, high=2.0, step=0.1),
+            Param("top_p", "pg_top_p", "top-p", float, 1.0, low=0.05, high=1.0, step=0.05),
+            Param("top_k", "pg_top_k", "top-k (0 = off)", int, 40, low=0, high=1024),
+            Param("seed", "pg_seed", "seed", int, 0, low=0, high=2**31 - 1),
+            Param("block_size", "pg_block", "KV block size", int, 8, paged.BLOCK_SIZES),
+            Param("num_blocks", "pg_blocks", "KV blocks in the pool", int, 12, low=1, high=playground.MAX_BLOCKS),
+            Param("prefix_caching", "pg_prefix", "prefix caching", bool, False),
+        )),
+    )
+})  # fmt: skip
+
+
+def markdown_table() -> str:
+    """README's table of every page's parameters: page path, parameter, what it sets, accepted values, default."""
+    lines = ["| Page | Parameter | Sets | Accepts | Default |", "| --- | --- | --- | --- | --- |"]
+    for spec in SPECS.values():
+        values, _ = resolve(spec, {})
+        for p in spec.params:
+            accepts = p.accepts or p.accepted(values)
+            lines.append(f"| `/{spec.url_path}` | `{p.name}` | {p.label} | {accepts} | `{encode(values[p.name])}` |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # `python -m ui.links` prints README's parameter table
+    print(markdown_table())
