@@ -404,14 +404,6 @@ RUN_COUNTER_JS = """
 """
 
 
-def press_and_wait(page: Any, target: Any, key: str, timeout_ms: float = 60_000) -> None:
-    """Press ``key`` on ``target`` and wait for the re-run it triggers to finish (needs RUN_COUNTER_JS)."""
-    before = page.evaluate("window.__kvRuns")
-    target.press(key)
-    page.wait_for_function(f"window.__kvRuns > {before}", timeout=timeout_ms, polling=20)
-    page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
-
-
 def slider_input(page: Any, label_prefix: str) -> Any:
     """The keyboard-focusable range input of the slider whose label starts with ``label_prefix``."""
     return page.locator(f'[data-testid="stSlider"]:has-text("{label_prefix}") input[type="range"]').first
