@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -56,7 +57,10 @@ def test_the_loss_detector_counts_what_the_database_lacks(tmp_path):
 def test_a_replica_failure_loses_no_saved_progress():
     require_postgres()
     require_nginx()
-    r = run_scale(replicas=2, learners=8, think_s=0.3, kill_at=0.4, ramp_s=2.0, timeout_s=240)
+    # In a thread of its own: the browser tests' sync Playwright may leave an event loop on this one.
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(run_scale, replicas=2, learners=8, think_s=0.3, kill_at=0.4, ramp_s=2.0, timeout_s=240)
+        r = run.result()
     assert not r["timed_out"] and r["database"] == "postgresql+psycopg" and r["replicas"] == 2
     assert r["lost_progress"] == 0, r["lost_samples"]
     assert r["errors_on_survivors"] == 0, r["error_samples"]
