@@ -8,10 +8,13 @@ K/V values stored two ways, same backend on both sides, interleaved repeats.
   batch with a key-padding mask, the GQA group's query heads acting as query rows (no repeated K/V). On
   CUDA it is the same Triton kernel as the paged side, reading the contiguous store as one block per
   sequence (block_size = Lmax, identity table), so the ratio isolates the cost of scattered blocks.
-- paged: kernels.ops.paged_attention over blocks of `--block-size` tokens under a shuffled block table.
+- paged: kernels.ops.paged_attention over blocks of `--block-size` tokens under a shuffled block table, its
+  index built in the call (on CPU in fp32 the torch backend reads the blocks in place with sparse ops).
 
-`overhead` = paged_s / contiguous_s. On CUDA also: K/V bytes read / paged_s and its fraction of the
-device's HBM peak (from engine.memory.catalog; null for an unknown device).
+`overhead` = paged_s / contiguous_s with both sides at one torch thread (the headline: at two threads the
+sides split their work differently, so a busy neighbour core moved the ratio from 1.2 to 2.5);
+`overhead_all_threads` beside it at torch's thread count (or `--threads`). On CUDA also: K/V bytes read /
+paged_s and its fraction of the device's HBM peak (from engine.memory.catalog; null for an unknown device).
 
     python -m bench.paged_decode --json
 """
@@ -118,7 +121,7 @@ def main() -> None:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: float32 on CPU, float16 on CUDA")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=None, help="threads of the all-threads run (default: torch's choice)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -148,13 +151,22 @@ def main() -> None:
     if cuda:
         fns["sdpa_contiguous"] = lambda: sdpa_contiguous(w)
     load_before = os.getloadavg()[0]
+    all_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the headline: one thread on both sides
     times = time_interleaved(fns, repeats=args.repeats, warmup=args.warmup)
+    torch.set_num_threads(all_threads)
+    times_all = time_interleaved(fns, repeats=args.repeats, warmup=args.warmup)
     kv_bytes = 2 * sum(w["lens"]) * args.kv_heads * args.head_dim * w["k_cache"].element_size()
     result = {
         "benchmark": "paged_decode",
         "contiguous_s": times["contiguous"],
         "paged_s": times["paged"],
         "overhead": times["paged"] / times["contiguous"],
+        "threads": 1,
+        "contiguous_s_all_threads": times_all["contiguous"],
+        "paged_s_all_threads": times_all["paged"],
+        "overhead_all_threads": times_all["paged"] / times_all["contiguous"],
+        "all_threads": all_threads,
         "backend": backend,
         "contiguous_side": "sdpa_key_padding_mask" if backend == "torch" else "same_kernel_identity_table",
         "max_abs_diff": err,
@@ -184,8 +196,8 @@ def main() -> None:
         result["peak_bytes_per_s"] = peak
         result["fraction_of_peak"] = achieved / peak if peak else None
     log(
-        f"contiguous {times['contiguous'] * 1e3:.2f} ms, paged {times['paged'] * 1e3:.2f} ms, "
-        f"overhead {result['overhead']:.3f}"
+        f"1 thread: contiguous {times['contiguous'] * 1e3:.2f} ms, paged {times['paged'] * 1e3:.2f} ms, "
+        f"overhead {result['overhead']:.3f}; {all_threads} threads: overhead {result['overhead_all_threads']:.3f}"
     )
     if args.save:
         log(f"saved {save('paged_decode', result)}")

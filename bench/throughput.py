@@ -111,7 +111,7 @@ def engine_steps(llm, prompts: list[list[int]], params: list) -> dict:
     return counts
 
 
-def decode_step_costs(llm_like, hf, batches=(1, 8, 16), context=240, new_tokens=48, repeats=3) -> dict:
+def decode_step_costs(llm_like, hf, batches=(1, 8, 16), context=240, new_tokens=48, repeats=5) -> dict:
     """Milliseconds per decode step on both sides at the same batch size and context length.
 
     B equal prompts of `context` random tokens: generating 1 token (the prefill) and 1 + new_tokens, the
@@ -126,7 +126,9 @@ def decode_step_costs(llm_like, hf, batches=(1, 8, 16), context=240, new_tokens=
         block_size=BLOCK_SIZE, num_gpu_blocks=-(-slots // BLOCK_SIZE) + max(batches), device="cpu",
         max_model_len=llm_like.max_model_len, preloaded=(llm_like.model, llm_like.config, llm_like.tokenizer),
     )  # fmt: skip
-    costs: dict = {"context": context, "new_tokens": new_tokens, "engine_ms": {}, "hf_static_ms": {}}
+    costs: dict = {
+        "context": context, "new_tokens": new_tokens, "repeats": repeats, "engine_ms": {}, "hf_static_ms": {},
+    }  # fmt: skip
     for b in batches:
         prompts = torch.randint(3, MODEL["vocab_size"], (b, context), generator=g)
         as_lists = prompts.tolist()

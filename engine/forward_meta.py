@@ -80,11 +80,15 @@ class ForwardMeta:
     backend: str = "auto"
     _paged_index: TokenSlots | None = field(default=None, init=False, repr=False, compare=False)
 
-    def paged_index(self, block_size: int) -> TokenSlots:
-        """The decode gather index of this step (kernels/paged_attention_torch.py), built once, shared by layers."""
+    def paged_index(self, block_size: int, heads: tuple[int, int] | None = None) -> TokenSlots:
+        """The decode index of this step (kernels/paged_attention_torch.py), built once, shared by layers.
+
+        heads: the layers' (Hq, Hkv), for the index of the CPU sparse path (`use_sparse`) as well.
+        """
         index = self._paged_index
-        if index is None or index.block_size != block_size:
-            index = token_slots(self.block_tables, self.seq_lens, block_size)
+        built_for = None if index is None else (index.block_size, index.sparse[:2] if index.sparse else None)
+        if built_for != (block_size, heads):
+            index = token_slots(self.block_tables, self.seq_lens, block_size, heads)
             self._paged_index = index
         return index
 

@@ -1,34 +1,64 @@
 """Paged decode attention in plain torch: the CPU production path (and a fallback on any device).
 
-Same contract as kernels/paged_attention.py (PagedAttention, Kwon et al., SOSP 2023). Torch has no op that
-attends through a block table, so keys and values are gathered into a contiguous buffer first. Gathering a
-whole batch at once then reading it back in SDPA costs two extra passes over memory; instead the tokens are
-gathered chunk by chunk, each chunk attended while it is still in cache, and the chunks merged by their
-log-sum-exp (the split-K of flash-decoding, Dao et al., 2023). A sequence takes part only in the chunks
-that hold its tokens. Grouped-query attention (Ainslie et al., 2023) never repeats K/V: a group's query
-heads act as that group's query rows.
+Same contract as kernels/paged_attention.py (PagedAttention, Kwon et al., SOSP 2023). Torch has no attention op
+that reads through a block table. In fp32 on CPU two sparse ops read the cache rows in place instead, nothing
+gathered: the scores are `torch.sparse.sampled_addmm` (one dot product per query row and token, at the
+token's cache row) and the values' weighted sum is `F.embedding_bag` (mode "sum", the softmax weights as
+per-sample weights). K/V are never repeated for grouped-query attention (Ainslie et al., 2023): query head
+j of a KV group reads that group's rows. Other dtypes and devices gather K/V first, chunk by chunk when the
+batch is large, each chunk attended while still in cache and merged by its log-sum-exp (the split-K of
+flash-decoding, Dao et al., 2023).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-# Target bytes of gathered K (and of V) per chunk: big enough to amortize per-op costs, small enough that the
-# gathered copy is still in cache when SDPA reads it. On a quiet 2-core Xeon (2 MiB L2 per core, large
-# shared L3), at 8 sequences x 1024 tokens x 8 KV heads x 128 fp32 and 2 threads, paged/contiguous SDPA time
-# was 1.36-1.40 with 4 MiB chunks, 1.20-1.24 with 8 MiB, 1.45 with 16 MiB (fewer chunks pad more: a chunk
-# spans every sequence still running at its start) and 3.7 with 32 MiB (bench/paged_decode.py).
-# Measured on the same box and not kept (no gain beyond the +-3% noise): gathering whole blocks instead of
-# token rows (the copy is bandwidth-bound either way), chunk cuts placed at sequence ends to skip padding
-# (each extra chunk costs more than the padding it saves), and sorting sequences so live rows are a prefix.
+# torch warns once per process, at its first sparse CSR tensor, that CSR support is in beta: spend it here.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.sparse_csr_tensor(torch.tensor([0]), torch.tensor([0])[:0], torch.zeros(0), (0, 0), check_invariants=False)
+
+# The gather path's target bytes of gathered K (and of V) per chunk: big enough to amortize per-op costs, small
+# enough that the copy is still in cache when SDPA reads it (at 8 x 1024 tokens x 8 KV heads x 128 fp32 on a
+# 2-core Xeon, paged/contiguous was 1.36-1.40 with 4 MiB, 1.20-1.24 with 8 MiB, 1.45 with 16 MiB). Not kept
+# there, no gain: gathering whole blocks, chunk cuts at sequence ends, sorting sequences by length.
 TORCH_CHUNK_BYTES = 8 << 20
 
 # Returns (output, logsumexp); the log-sum-exp lets chunk results merge exactly. A private op, so the torch
 # path falls back to one whole gather when a torch build lacks it.
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+# Up to this share of padding in the [S, max_len] batch, the sparse path scores the padding too (a padding
+# position re-reads its row's first token, already in cache) and masks it; above it, only the real tokens are
+# scored and then padded, which costs more index ops per step. With the demo model's shape (4 layers, 4 / 2
+# heads of 64) and 4-16 sequences of 20-380 tokens, scoring the padding was faster up to 0.7 padding and
+# even at 0.89; the cut still bounds the waste of one long context among many short ones.
+SPARSE_MAX_PADDING = 0.75
+
+
+class SparseIndex(NamedTuple):
+    """The sparse path's index for one head layout (R = S * Hq query rows; row s * Hq + j is query head j of
+    sequence s and reads cache row slot * Hkv + j // G of the cache's flat [num_slots * Hkv, D] view).
+
+    crow int64 [R + 1], cols int64 [nnz], zeros float32 [nnz]: the CSR pattern, the padded rows or (with pad)
+    the real tokens only; rows int64 [R * max_len], offsets int64 [R]: the padded rows (padding repeats the
+    row's first token); pad int64 [R * max_len]: padded position -> real score, or None; bias float32
+    [S, 1, max_len]: 0 at real tokens, -inf at padding, or None when there is none."""
+
+    num_heads: int
+    num_kv_heads: int
+    crow: torch.Tensor
+    cols: torch.Tensor
+    zeros: torch.Tensor
+    rows: torch.Tensor
+    offsets: torch.Tensor
+    pad: torch.Tensor | None
+    bias: torch.Tensor | None
 
 
 class TokenSlots(NamedTuple):
@@ -40,8 +70,7 @@ class TokenSlots(NamedTuple):
     max_len int                       max(seq_lens), the padded context length
     any_empty bool                    some sequence has seq_len 0 (its output must be zeroed)
     block_size int                    the cache's block size the slots were computed for
-    groups    ((rows, slots, bias), ...)  empty, or the batch cut in two by length: `rows` int64 sequence
-                                      indices, `slots`/`bias` trimmed to that group's longest sequence
+    sparse    SparseIndex | None      the sparse path's index, when built for a head layout (`heads`)
     """
 
     slots: torch.Tensor
@@ -50,55 +79,65 @@ class TokenSlots(NamedTuple):
     max_len: int
     any_empty: bool
     block_size: int
-    groups: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...] = ()
+    sparse: SparseIndex | None = None
 
 
-# Cut a decode batch into a short and a long group when that removes at least this share of the padded
-# [num_seqs, max_len] gather (two gathers and SDPA calls instead of one cost a few tens of microseconds).
-SPLIT_MIN_SAVING = 0.2
-
-
-def token_slots(block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int) -> TokenSlots:
-    """The gather index of a decode batch (one device read of seq_lens); reusable by every layer."""
+def token_slots(
+    block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int, heads: tuple[int, int] | None = None
+) -> TokenSlots:
+    """The gather index of a decode batch (one device read of seq_lens); reusable by every layer. heads: the
+    (Hq, Hkv) of the layers that will use it, to build the sparse path's index as well."""
     lens = seq_lens.tolist()
-    max_len = max(max(lens, default=0), 0)
-    pos = torch.arange(max_len, device=block_tables.device)  # [max_len]
-    blocks = block_tables.long()[:, pos // block_size]  # [num_seqs, max_len] physical block of each position
-    slots = blocks * block_size + pos % block_size
-    valid = pos[None, :] < seq_lens.long()[:, None]  # [num_seqs, max_len]
-    if max_len:
+    max_len, device = max(max(lens, default=0), 0), block_tables.device
+    blocks = block_tables[:, : -(-max_len // block_size)].long() * block_size  # [S, blocks] first slot of each
+    slots = (blocks[:, :, None] + torch.arange(block_size, device=device)).flatten(1)[:, :max_len]  # [S, max_len]
+    valid = torch.arange(max_len, device=device) < seq_lens.long()[:, None]  # [num_seqs, max_len]
+    if min(lens, default=0) < max_len:
         # Positions past seq_len re-read the sequence's first token: a finite value that the mask then hides
         # (a NaN under a -inf mask would still poison the softmax). Empty sequences read slot 0; the caller
         # zeroes their output.
-        first = torch.where(seq_lens > 0, slots[:, 0], 0)  # [num_seqs]
-        slots = torch.where(valid, slots, first[:, None])
+        first = slots[:, :1] if min(lens) > 0 else torch.where(seq_lens[:, None] > 0, slots[:, :1], 0)  # [S, 1]
+        slots = torch.where(valid, slots, first)
     # The additive mask SDPA would otherwise build from `valid` in every call (i.e. in every layer).
-    bias = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device).masked_fill_(~valid, float("-inf"))
-    bias = bias[:, None, None, :]  # [S, 1, 1, max_len]
-    return TokenSlots(slots, valid, bias, max_len, min(lens, default=0) <= 0, block_size, _groups(lens, slots, bias))
+    bias = torch.where(valid, 0.0, float("-inf"))[:, None, None, :]  # [S, 1, 1, max_len] float32
+    sparse = _sparse_index(slots, valid, bias, seq_lens, lens, heads) if heads is not None and max_len else None
+    return TokenSlots(slots, valid, bias, max_len, min(lens, default=0) <= 0, block_size, sparse)
 
 
-def _groups(
-    lens: list[int], slots: torch.Tensor, bias: torch.Tensor
-) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]:
-    """Split sequences by length into two groups when it cuts the padded gather enough; () otherwise.
-
-    Sequences sorted by length, the cut c minimizes c * len[c-1] + (n - c) * max_len: the tokens gathered.
-    """
-    n = len(lens)
-    if n < 4 or min(lens) <= 0:
-        return ()
-    order = sorted(range(n), key=lens.__getitem__)
-    longest = lens[order[-1]]
-    cost, cut = min((c * lens[order[c - 1]] + (n - c) * longest, c) for c in range(1, n))
-    if cost > (1 - SPLIT_MIN_SAVING) * n * longest:
-        return ()
-    groups = []
-    for rows in (order[:cut], order[cut:]):
-        length = max(lens[i] for i in rows)
-        index = torch.tensor(rows, device=slots.device)
-        groups.append((index, slots[index, :length], bias[index, ..., :length]))
-    return tuple(groups)
+def _sparse_index(
+    slots: torch.Tensor,
+    valid: torch.Tensor,
+    bias: torch.Tensor,
+    seq_lens: torch.Tensor,
+    lens: list[int],
+    heads: tuple[int, int],
+) -> SparseIndex:
+    """The SparseIndex of token_slots' padded slots [S, max_len] for (Hq, Hkv) heads."""
+    num_heads, num_kv_heads = heads
+    num_seqs, max_len = slots.shape
+    num_rows, device = num_seqs * num_heads, slots.device
+    kv_head = (torch.arange(num_heads, device=device) // (num_heads // num_kv_heads))[:, None]  # [Hq, 1]
+    rows = (slots * num_kv_heads)[:, None, :] + kv_head  # [S, Hq, max_len]: row (s, j), padded
+    padding = 1 - sum(lens) / (num_seqs * max_len)
+    if padding <= SPARSE_MAX_PADDING:  # the padded rows are the pattern; padding scores are masked
+        crow = torch.arange(0, num_rows * max_len + 1, max_len, device=device)
+        offsets, cols, pad = crow[:-1], rows.view(-1), None
+        row_bias = bias.view(num_seqs, 1, max_len) if padding else None
+    else:
+        offsets = torch.arange(0, num_rows * max_len, max_len, device=device)
+        # One slice per sequence: as fast as any mask op here, and its cost follows the tokens, not the padding.
+        cols = torch.cat([rows[i, :, :n].reshape(-1) for i, n in enumerate(lens)])  # [nnz], row by row
+        seq_lens = seq_lens.long()
+        base = num_heads * (seq_lens.cumsum(0) - seq_lens)  # [S]: the first score of each sequence's rows
+        row_start = base[:, None] + torch.arange(num_heads, device=device) * seq_lens[:, None]  # [S, Hq]
+        crow = torch.cat([row_start.view(-1), torch.tensor([len(cols)], device=device)])
+        # Padded position (s, j, l) -> score row_start[s, j] + min(l, len_s - 1); an empty sequence's -> 0.
+        last = torch.minimum(torch.arange(max_len, device=device), seq_lens[:, None] - 1).clamp_(min=0)
+        first = torch.where(seq_lens[:, None] > 0, row_start, 0)  # [S, Hq]
+        pad = (first[:, :, None] + last[:, None, :]).view(-1)  # [R * max_len]
+        row_bias = bias.view(num_seqs, 1, max_len)
+    zeros = torch.zeros(cols.numel(), device=device)
+    return SparseIndex(num_heads, num_kv_heads, crow, cols, zeros, rows.view(-1), offsets, pad, row_bias)
 
 
 def paged_attention_torch(
@@ -118,8 +157,10 @@ def paged_attention_torch(
     num_seqs, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     head_dim_v = v_cache.shape[-1]
+    sparse = use_sparse(q, k_cache, v_cache)
+    heads = (num_q_heads, num_kv_heads) if sparse else None
     if index is None:
-        index = token_slots(block_tables, seq_lens, block_size)
+        index = token_slots(block_tables, seq_lens, block_size, heads)
     elif (
         index.block_size != block_size
         or index.slots.shape != (num_seqs, index.max_len)
@@ -130,30 +171,73 @@ def paged_attention_torch(
             f"sequences in blocks of {block_size}; build it with token_slots(block_tables, seq_lens, block_size) "
             "of this batch"
         )
+    elif sparse and index.max_len and (index.sparse is None or index.sparse[:2] != heads):
+        index = token_slots(block_tables, seq_lens, block_size, heads)  # built without (these) heads
     max_len = index.max_len
     if num_seqs == 0 or max_len == 0:
         return torch.zeros(num_seqs, num_q_heads, head_dim_v, dtype=q.dtype, device=q.device)
+    if sparse:
+        out = _attend_sparse(q, k_cache, v_cache, index.sparse, scale)  # [S, Hq, Dv]
+    else:
+        out = _attend_by_gather(q, k_cache, v_cache, index, seq_lens, scale)
+    if not index.any_empty:
+        return out
+    # Empty sequences attended to nothing (and may have read a NaN slot): their output is zeros.
+    return torch.where(seq_lens[:, None, None] > 0, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def _attend_by_gather(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, index: TokenSlots, seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:  # fmt: skip
+    """The gather path: K/V copied out of the blocks, then SDPA (in chunks merged by LSE when large)."""
+    num_seqs, num_q_heads, head_dim = q.shape
+    num_kv_heads, head_dim_v = k_cache.shape[2], v_cache.shape[-1]
     slots, bias = index.slots, index.bias if index.bias.dtype == q.dtype else index.bias.to(q.dtype)
     flat_k = k_cache.reshape(-1, num_kv_heads, head_dim)  # [num_slots, Hkv, D]
     flat_v = v_cache.reshape(-1, num_kv_heads, head_dim_v)  # [num_slots, Hkv, Dv]
     # GQA without repeating K/V: the query heads of one KV group become that group's query rows.
     qg = q.reshape(num_seqs, num_kv_heads, num_q_heads // num_kv_heads, head_dim)  # [S, Hkv, G, D]
     chunk = max(64, TORCH_CHUNK_BYTES // (num_seqs * num_kv_heads * head_dim * k_cache.element_size()))
-    if index.groups and max_len <= chunk:
-        # Short and long sequences gathered separately: less padding to copy and to attend over.
-        out = qg.new_empty(*qg.shape[:3], head_dim_v)  # [S, Hkv, G, Dv]; every row is written below
-        for rows, group_slots, group_bias in index.groups:
-            group_bias = group_bias if group_bias.dtype == q.dtype else group_bias.to(q.dtype)
-            out[rows] = _attend_gathered(qg[rows], flat_k, flat_v, group_slots, group_bias, scale)
-    elif _FLASH_CPU is None or q.device.type != "cpu" or max_len <= chunk:
+    if _FLASH_CPU is None or q.device.type != "cpu" or index.max_len <= chunk:
         out = _attend_gathered(qg, flat_k, flat_v, slots, bias, scale)  # [S, Hkv, G, Dv]
     else:
         out = _attend_chunked(qg, flat_k, flat_v, slots, bias, seq_lens, scale, chunk)
-    out = out.reshape(num_seqs, num_q_heads, head_dim_v)
-    if not index.any_empty:
-        return out
-    # Empty sequences attended to nothing (and may have read a NaN slot): their output is zeros.
-    return torch.where(seq_lens[:, None, None] > 0, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return out.reshape(num_seqs, num_q_heads, head_dim_v)
+
+
+def use_sparse(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether paged_attention_torch takes the sparse path: fp32 on CPU (the dtype sampled_addmm and the
+    embedding_bag fast path cover) over caches with a flat [num_slots * Hkv, D] view."""
+    return (
+        q.device.type == "cpu"
+        and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+        and k_cache.is_contiguous()
+        and v_cache.is_contiguous()
+    )
+
+
+def _attend_sparse(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, index: SparseIndex, scale: float
+) -> torch.Tensor:
+    """Scores at each real token's cache row, softmax over each sequence's tokens, values summed in place."""
+    num_seqs, num_heads, head_dim = q.shape
+    flat_k = k_cache.view(-1, head_dim)  # [num_slots * Hkv, D]: row slot * Hkv + h
+    flat_v = v_cache.view(-1, v_cache.shape[-1])
+    # Columns are neither sorted nor distinct within a row (shuffled blocks, repeated padding) as CSR's
+    # invariants ask: sampled_addmm's CPU kernel computes every entry on its own (the kernel tests cover both).
+    size = (num_seqs * num_heads, len(flat_k))
+    pattern = torch.sparse_csr_tensor(index.crow, index.cols, index.zeros, size=size, check_invariants=False)
+    scores = torch.sparse.sampled_addmm(pattern, q.reshape(-1, head_dim), flat_k.t(), beta=0.0, alpha=scale)
+    scores = scores.values()  # [nnz]: q_r . k at every real token of row r
+    if index.pad is not None:
+        scores = scores.index_select(0, index.pad)  # [R * max_len]: padding repeats a real score
+    scores = scores.view(num_seqs, num_heads, -1)
+    if index.bias is not None:
+        scores = scores.add_(index.bias)  # -inf at padding
+    probs = torch.softmax(scores, dim=-1)  # padding weighs exactly 0
+    out = F.embedding_bag(index.rows, flat_v, index.offsets, mode="sum", per_sample_weights=probs.view(-1))
+    return out.view(num_seqs, num_heads, -1)
 
 
 def _gather(flat: torch.Tensor, slots: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:

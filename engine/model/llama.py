@@ -29,6 +29,7 @@ from engine.forward_meta import ForwardMeta
 from engine.model.config import ModelConfig
 from engine.model.rope import apply_rope, rope_inv_freq, rope_tables
 from kernels import ops
+from kernels.paged_attention_torch import use_sparse
 
 KVCaches = Sequence[tuple[torch.Tensor, torch.Tensor]]  # per layer: k_cache, v_cache [blocks, block_size, Hkv, D]
 Rope = tuple[torch.Tensor, torch.Tensor]  # one step's `rope_tables`: cos, signed sin [T, 1, D]
@@ -109,7 +110,10 @@ def attend(
     backend = meta.backend
     if not meta.is_prefill:
         # Decode: one query per sequence reads its whole context through the block table.
-        index = meta.paged_index(k_cache.shape[1]) if backend == "torch" else None  # built once, shared by layers
+        index = None  # the torch backend's index: built once per step, shared by the layers
+        if backend == "torch":
+            heads = (q.shape[1], k_cache.shape[2]) if use_sparse(q, k_cache, v_cache) else None
+            index = meta.paged_index(k_cache.shape[1], heads)
         return ops.paged_attention(
             q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale=scale, backend=backend, index=index,
             check=check,

@@ -347,6 +347,35 @@ def assert_follows_fp32_greedy(half: LLM, fp32: LLM, prompts: list[list[int]], n
     return outs
 
 
+def test_cpu_sparse_decode_builds_one_index_per_step_and_matches_the_gather_path(tiny, monkeypatch):
+    """fp32 decode on CPU reads the cache in place (kernels/paged_attention_torch.py's sparse path) through one
+    index per step shared by every layer; the greedy tokens equal those of the gather path."""
+    import engine.forward_meta
+    import engine.model.llama
+    import kernels.paged_attention_torch as paged_torch
+
+    built = []
+    token_slots = engine.forward_meta.token_slots
+
+    def spy(block_tables, seq_lens, block_size, heads=None):
+        built.append(heads)
+        return token_slots(block_tables, seq_lens, block_size, heads)
+
+    monkeypatch.setattr(engine.forward_meta, "token_slots", spy)
+    prompts = [list(range(1, 8)), [40, 41, 42], list(range(50, 70))]  # ragged: padding scored and masked
+    kw = dict(device="cpu", dtype="float32", block_size=4, num_gpu_blocks=32, backend="torch")
+    llm = LLM(str(tiny), **kw)
+    sparse = [o.token_ids for o in llm.generate(prompts, greedy(6))]
+    cfg = llm.runner.model.config
+    assert built and set(built) == {(cfg.num_attention_heads, cfg.num_key_value_heads)}
+    assert len(built) == llm.num_steps - 1  # every step but the first (all prefill) decodes, one index each
+    monkeypatch.setattr(paged_torch, "use_sparse", lambda *tensors: False)
+    monkeypatch.setattr(engine.model.llama, "use_sparse", lambda *tensors: False)
+    built.clear()
+    gathered = [o.token_ids for o in LLM(str(tiny), **kw).generate(prompts, greedy(6))]
+    assert set(built) == {None} and gathered == sparse
+
+
 def test_bf16_engine_follows_fp32_greedy(tiny):
     prompts = [list(range(1, 30)), [40, 41, 42], list(range(50, 60))]
     fp32 = LLM(str(tiny), device="cpu", block_size=16, num_gpu_blocks=16)

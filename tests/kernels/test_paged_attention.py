@@ -124,7 +124,8 @@ def test_triton_split_k_merges_exactly(num_splits, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_torch_chunked_split_k_matches_single_gather(monkeypatch, dtype):
-    """The CPU path attends to chunks and merges them by log-sum-exp; force many uneven chunks."""
+    """The gather path attends to chunks and merges them by log-sum-exp; force many uneven chunks."""
+    monkeypatch.setattr(paged_torch, "use_sparse", lambda *tensors: False)  # fp32 would take the sparse path
     q, kc, vc, bt, sl, ks, vs = make_paged([200, 1, 64, 65, 0, 130], 8, 2, 16, 16, dtype=dtype)
     whole = paged_torch.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
     monkeypatch.setattr(paged_torch, "TORCH_CHUNK_BYTES", 1)  # -> the 64-token minimum chunk
@@ -135,6 +136,40 @@ def test_torch_chunked_split_k_matches_single_gather(monkeypatch, dtype):
     torch.testing.assert_close(whole.float(), expected, atol=atol, rtol=rtol)
     torch.testing.assert_close(chunked.float(), expected, atol=atol, rtol=rtol)
     assert (chunked[4] == 0).all()
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+@pytest.mark.parametrize("lens", [[37, 37, 37], [40, 38, 39], [1, 16, 0, 70, 33], [70, 1, 0, 2, 3], [100, 1, 0, 0, 0]])
+def test_sparse_and_gather_paths_agree_with_reference(monkeypatch, sparse, lens):
+    """fp32 on CPU reads the cache in place (sampled_addmm + embedding_bag); the gather path is the fallback.
+
+    Equal lengths (no padding); padding scored and masked, with an empty sequence; so much padding that only
+    the real tokens are scored, then padded, also with empty last sequences (their padding would index past
+    the real scores). Unused slots hold NaN in every case."""
+    if not sparse:
+        monkeypatch.setattr(paged_torch, "use_sparse", lambda *tensors: False)
+    q, kc, vc, bt, sl, ks, vs = make_paged(lens, 8, 2, 16, 16)
+    assert paged_torch.use_sparse(q, kc, vc) == (sparse and DEVICE == "cpu")
+    index = paged_torch.token_slots(bt, sl, 16, (8, 2)).sparse
+    padding = 1 - sum(lens) / (len(lens) * max(lens))
+    assert (index.pad is None) == (padding <= paged_torch.SPARSE_MAX_PADDING) == (lens[0] != 100 and lens[0] != 70)
+    out = paged_torch.paged_attention_torch(q, kc, vc, bt, sl, 0.25)
+    assert torch.isfinite(out).all(), "NaN from an unused slot leaked into the output"
+    ref = paged_attention_ref(q.cpu(), kc.cpu(), vc.cpu(), bt.cpu(), sl.cpu(), 0.25)
+    torch.testing.assert_close(out.cpu(), ref, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(out, sdpa_contiguous(q, ks, vs, 0.25), atol=2e-5, rtol=2e-5)
+    assert all((out[i] == 0).all() for i, n in enumerate(lens) if n == 0)
+
+
+def test_sparse_index_built_for_other_heads_is_rebuilt():
+    """An index built for another head layout (or none) is rebuilt for this call's heads, not misread."""
+    q, kc, vc, bt, sl, ks, vs = make_paged([37, 5, 70], 8, 2, 16, 16)
+    expected = sdpa_contiguous(q, ks, vs, 0.25)
+    for heads in [None, (8, 2), (4, 4), (8, 1)]:
+        index = paged_torch.token_slots(bt, sl, 16, heads)
+        assert (index.sparse is None) == (heads is None)
+        out = paged_torch.paged_attention_torch(q, kc, vc, bt, sl, 0.25, index=index)
+        torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
