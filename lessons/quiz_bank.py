@@ -18,8 +18,9 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
             "PCIe transfers from the CPU",
         ],
         1,
-        "a decode step does about 2 FLOPs per weight byte pair it reads — far below the GPU's ridge point — "
-        "so the step takes roughly (bytes moved) / (HBM bandwidth).",
+        "each bf16 weight (2 bytes) read in a decode step is used for one multiply-add (2 FLOPs): about 1 FLOP "
+        "per byte, far below the GPU's ridge point (≈ 295 FLOP/byte on an H100 SXM), so the step takes roughly "
+        "(bytes moved) / (HBM bandwidth).",
     ),
     (
         "bandwidth.batch",
@@ -31,8 +32,9 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
             "It removes the softmax",
         ],
         0,
-        "weights are read once per step whatever the batch size, so FLOPs per byte grow with the batch — "
-        "until the KV cache of all those sequences no longer fits.",
+        "weights are read once per step whatever the batch size, so their FLOPs per byte grow with the batch. "
+        "Each sequence's KV is still read for it alone, so throughput levels off as the KV reads grow, and the "
+        "batch stops growing where the KV cache of all those sequences no longer fits.",
     ),
     (
         "bandwidth.prefill",
@@ -44,8 +46,9 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
             "Off the chart: prefill does not read weights",
         ],
         1,
-        "prefill multiplies every weight by thousands of token vectors at once, so its arithmetic intensity "
-        "is in the hundreds or thousands of FLOP/byte.",
+        "prefill multiplies every weight by all 2,000 token vectors at once, about 2,000 FLOPs per bf16 weight "
+        "byte, well past an H100's ridge point of ≈ 295 FLOP/byte. A prompt shorter than the ridge point "
+        "(a few hundred tokens) would still be bandwidth-bound.",
     ),
     # --- 2. gqa ---------------------------------------------------------------------------------------
     (
@@ -59,7 +62,7 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
         ],
         1,
         "K and V (the 2) are stored per layer for each KV head only; using query heads over-counts by the "
-        "group factor — 4× for Llama-3-8B (32 query heads, 8 KV heads).",
+        "group factor — 4× for Llama-3-8B (32 query heads, 8 KV heads), 8× for Llama-3-70B (64 and 8).",
     ),
     (
         "gqa.mqa",
@@ -71,16 +74,17 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
     ),
     (
         "gqa.read_once",
-        "In a GQA kernel, how often is each KV head read from memory per step?",
+        "A GQA group has 4 query heads sharing one KV head. In one decode step, how many times does a good "
+        "GQA kernel load that KV head's K/V tiles from memory (per layer)?",
         [
-            "Once per query head that uses it",
-            "Once per group: the query heads of the group share the tile",
-            "Never: it is recomputed",
-            "Once per layer for all heads together",
+            "4 times: once for each query head of the group",
+            "Once: the group's 4 query heads share each loaded tile",
+            "Never: K and V are recomputed from the hidden state",
+            "Only at the first decode step; later steps reuse that read",
         ],
         1,
-        "the saving is in bandwidth too, not only capacity: a program handles all query heads of one group "
-        "and loads each K/V tile once.",
+        "the saving is in bandwidth too, not only capacity: one program handles all query heads of a group "
+        "and loads each K/V tile once, instead of once per query head as repeated-KV MHA would.",
     ),
     # --- 3. packing -----------------------------------------------------------------------------------
     (
@@ -108,8 +112,8 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
     # --- 4. fragmentation -----------------------------------------------------------------------------
     (
         "fragmentation.internal",
-        "A server reserves 2,048 KV slots per request; a request finishes after 300 tokens. "
-        "What are the 1,748 slots it never used called (vLLM's terms)?",
+        "A server reserves 2,048 KV slots per request; a request finishes with 300 tokens in all (prompt and "
+        "output). What are the 1,748 slots it never used called (vLLM's terms)?",
         ["Internal fragmentation", "External fragmentation", "Prefix cache", "Swap space"],
         0,
         "they sat inside the request's own reservation but were never filled; slots not filled yet while "
@@ -117,11 +121,12 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
     ),
     (
         "fragmentation.share",
-        "In the vLLM paper's measurements, what share of KV memory held actual token states in systems "
-        "that reserve the maximum length?",
-        ["20.4%–38.2%", "About 96%", "About 75%", "Under 4%"],
+        "In the vLLM paper's Fig. 2, what share of KV memory held actual token states in Orca (Max), the "
+        "re-implementation that reserves the maximum length for every request?",
+        ["About 20%", "About 96%", "About 60%", "About 4%"],
         0,
-        "Kwon et al. (SOSP 2023, §1 and Fig. 2) found only 20.4%–38.2% used; with paging vLLM's waste is under 4%.",
+        "Kwon et al. (SOSP 2023, Fig. 2): Orca (Max) 20.4%, Orca (Pow2) 26.8%, and 38.2% even for Orca (Oracle), "
+        "which knows each final length in advance; vLLM's paged cache 96.3%.",
     ),
     # --- 5. paged -------------------------------------------------------------------------------------
     (
@@ -147,20 +152,23 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
             "Model accuracy",
         ],
         0,
-        "the vLLM paper (§7.2) found block sizes 16–128 best on ShareGPT and picked 16 as the default.",
+        "small blocks waste less of the last block but need more table entries and use the GPU's parallelism "
+        "less well when reading KV; the vLLM paper (§7.2) found block sizes 16–128 best on ShareGPT and 16–32 "
+        "on Alpaca, and uses 16 by default.",
     ),
     (
         "paged.sharing",
         "Two requests start with the same system prompt. What does a paged cache let them do?",
         [
-            "Point their block tables at the same physical blocks (prefix sharing, copy-on-write)",
+            "Point their block tables at the same physical blocks for the prefix (prefix caching)",
             "Nothing: each request needs its own copy",
             "Share the sampled tokens",
             "Skip the decode phase",
         ],
         0,
-        "reference counts on physical blocks let tables share a prefix; a block is copied only when one "
-        "request writes into a shared, partly filled block.",
+        "the prefix's full blocks are stored once and reference-counted (vLLM V1 caches prefixes by default). "
+        "Copy-on-write is the other use of shared blocks: for sequences forked from one request (parallel "
+        "sampling, beam search), a shared, partly filled block is copied when one of them writes into it.",
     ),
     # --- 6. diagnosis ---------------------------------------------------------------------------------
     (
@@ -174,8 +182,9 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
             "Too few CPU cores",
         ],
         0,
-        "the KV cache grows with context length and batch; a max length larger than the KV pool can hold "
-        "is exactly vLLM's 'max seq len is larger than the maximum number of tokens' error.",
+        "the KV cache grows with context length and batch. If even one request of max_model_len does not fit "
+        "the KV memory left after profiling, vLLM V1 refuses to start: '... GiB KV cache is needed, which is "
+        "larger than the available KV cache memory ... the estimated maximum model length is ...'.",
     ),
     (
         "diagnosis.fix",
@@ -187,8 +196,8 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
             "Lowering the number of concurrent sequences",
         ],
         0,
-        "a longer maximum context needs more KV per sequence (and raises the profiled activation peak); the "
-        "other three each shrink the KV footprint.",
+        "a longer maximum context lets each sequence hold more KV tokens; a GQA model (fewer KV heads), fp8 KV "
+        "(1 byte instead of 2) and fewer concurrent sequences each shrink the KV footprint.",
     ),
     # --- 8. playground --------------------------------------------------------------------------------
     (
@@ -215,7 +224,7 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
     ),
     (
         "golden_rules.static",
-        "Rule 2: should a server reserve max_model_len KV slots for every request up front?",
+        "Rule 3: should a server reserve max_model_len KV slots for every request up front?",
         [
             "No — allocate KV in blocks as tokens arrive",
             "Yes — it avoids fragmentation",
@@ -223,12 +232,12 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
             "Only on GPUs with more than 80 GB",
         ],
         0,
-        "static reservation strands reserved, internal and external waste; the vLLM paper measured only "
-        "20.4%–38.2% of such memory holding real tokens.",
+        "static reservation strands reserved, internal and external waste; in the vLLM paper's Orca baselines "
+        "only 20.4% (Max) to 38.2% (Oracle) of KV memory held token states (Fig. 2).",
     ),
     (
         "golden_rules.gqa",
-        "Rule 3: all else equal, which model is cheaper to serve at long context?",
+        "Rule 4: all else equal, which model is cheaper to serve at long context?",
         [
             "One with grouped-query attention (fewer KV heads)",
             "One with more KV heads than query heads",
@@ -241,7 +250,7 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
     ),
     (
         "golden_rules.engine",
-        "Rule 4: what should serve an LLM in production?",
+        "Rule 5: what should serve an LLM in production?",
         [
             "A paged, continuously batching engine such as vLLM",
             "A loop calling model.generate() per request",
@@ -261,11 +270,13 @@ QUESTIONS: list[tuple[str, str, list[str], int, str]] = [
     ),
     (
         "golden_rules.budget",
-        "The weights take 15 GB of a 24 GB GPU at gpu_memory_utilization=0.9. About how much is left for KV?",
-        ["About 6.6 GB, minus activations", "24 GB", "9 GB exactly", "Nothing"],
+        "The weights take 15 GiB of a 24 GiB GPU at gpu_memory_utilization=0.9. About how much can vLLM give "
+        "the KV cache?",
+        ["Under 6.6 GiB: 0.9 × 24 − 15, minus activations and non-torch memory", "24 GiB", "9 GiB", "Nothing"],
         0,
-        "0.9 × 24 = 21.6 GB usable, minus 15 GB of weights, minus the activation peak; vLLM issue 10517 "
-        "reports 3.81 GiB of KV for Llama-3.1-8B on a 24 GB RTX 3090.",
+        "vLLM may use 0.9 × total and subtracts the profiled peak (weights and activations) and non-torch "
+        "memory. vLLM issue 10517 (Llama-3.1-8B, RTX 3090, total 23.58 GiB): 0.9 × 23.58 − 17.06 GiB peak − "
+        "0.35 GiB non-torch = 3.81 GiB of KV.",
     ),
     (
         "golden_rules.padding",

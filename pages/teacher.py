@@ -1,4 +1,4 @@
-"""Teacher view: a class code in, its learners' completion out (table + CSV export).
+"""Teacher view: a class code in, its learners' completion (table + CSV export) and predictions out.
 
 Reads the same progress store as the sidebar sign-in (ui/signin.py). When the server sets
 KVLAB_TEACHER_KEY, the page asks for that key first, so learners who know the class code cannot list
@@ -12,7 +12,15 @@ import os
 
 import streamlit as st
 
-from progress import REPORT_COLUMNS, ProgressStoreError, class_report, report_csv, validate_name
+from progress import (
+    PREDICTION_COLUMNS,
+    REPORT_COLUMNS,
+    ProgressStoreError,
+    class_report,
+    prediction_rows,
+    report_csv,
+    validate_name,
+)
 from ui.course import LESSON_IDS
 from ui.page import through_the_router
 from ui.signin import get_store
@@ -21,7 +29,7 @@ through_the_router()  # a bookmarked /teacher after a server start still gets th
 st.title("Teacher view")
 st.write(
     "Enter a class code to see who has signed in with it, how many lessons each learner has opened, "
-    "their check answers and their diagnosis grades. Learners sign in from the sidebar."
+    "their check answers, their predictions and their diagnosis grades. Learners sign in from the sidebar."
 )
 
 store = get_store()
@@ -40,7 +48,8 @@ if not raw_code.strip():
     st.stop()
 try:
     code = validate_name(raw_code, "class code")
-    rows = class_report(store.class_records(code), LESSON_IDS)
+    records = store.class_records(code)
+    rows = class_report(records, LESSON_IDS)
 except ValueError as exc:
     st.error(f"{exc}.")
     st.stop()
@@ -71,3 +80,19 @@ st.download_button(
     mime="text/csv",
     key="teacher_csv",
 )
+
+st.subheader("Predictions")
+predicted = prediction_rows(records)
+if predicted:
+    st.dataframe(
+        [{k: r[k] for k in PREDICTION_COLUMNS} for r in predicted],
+        hide_index=True,
+        key="teacher_predictions",
+        column_config={"off_by_pct": st.column_config.NumberColumn("off by", format="%+.1f%%")},
+    )
+    st.caption(
+        "Each learner's last checked prediction per lesson: their value, the engine's answer, how far off "
+        "(negative: too low) and whether it was within the exercise's tolerance."
+    )
+else:
+    st.caption("No learner in this class has checked a prediction yet.")

@@ -4,10 +4,11 @@ Public API (no Streamlit here; the sign-in UI is ui/signin.py and the teacher vi
 - progress dicts: `empty_progress`, `normalize_progress`, `merge_progress`, `validate_name` (learner / class names);
 - stores: `open_store(url)` -> `ProgressStore` or, when the database cannot be used, `NullStore` (same `Store`
   protocol), `ProgressStoreError`, `database_url()` (KVLAB_DATABASE_URL or the default SQLite file);
-- reports: `class_report(records, lesson_ids)`, `report_csv(rows)`, `REPORT_COLUMNS`.
+- reports: `class_report(records, lesson_ids)`, `report_csv(rows)`, `REPORT_COLUMNS`; `prediction_rows(records)`
+  (each learner's predict-then-observe answers), `PREDICTION_COLUMNS`.
 """
 
-from progress.report import REPORT_COLUMNS, class_report, report_csv
+from progress.report import PREDICTION_COLUMNS, REPORT_COLUMNS, class_report, prediction_rows, report_csv
 from progress.store import (
     NullStore,
     ProgressStore,
@@ -22,6 +23,7 @@ from progress.store import (
 )
 
 __all__ = [
+    "PREDICTION_COLUMNS",
     "REPORT_COLUMNS",
     "NullStore",
     "ProgressStore",
@@ -33,6 +35,7 @@ __all__ = [
     "merge_progress",
     "normalize_progress",
     "open_store",
+    "prediction_rows",
     "report_csv",
     "validate_name",
 ]

@@ -1,4 +1,4 @@
-"""Teacher reports over saved progress: per-learner completion and a CSV export (no Streamlit here)."""
+"""Teacher reports over saved progress: per-learner completion, their predictions, a CSV export (no Streamlit here)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ REPORT_COLUMNS = (
     "quiz_correct",
     "diagnoses",
     "diagnoses_resolved",
+    "predictions",
+    "predictions_close",
     "updated_at",
 )
+PREDICTION_COLUMNS = ("learner", "page", "prediction", "answer", "off_by_pct", "close")
 
 
 def _is_resolved(result: object) -> bool:
@@ -34,6 +37,7 @@ def completion_row(learner: str, progress: Mapping[str, Any], lesson_ids: Sequen
     visited = set(progress.get("visited", [])) & set(lesson_ids)
     quiz = progress.get("quiz", {}) or {}
     diagnosis = progress.get("diagnosis", {}) or {}
+    predict = [p for p in (progress.get("predict", {}) or {}).values() if isinstance(p, Mapping)]
     return {
         "learner": learner,
         "lessons_visited": len(visited),
@@ -43,6 +47,8 @@ def completion_row(learner: str, progress: Mapping[str, Any], lesson_ids: Sequen
         "quiz_correct": sum(1 for a in quiz.values() if isinstance(a, Mapping) and a.get("correct") is True),
         "diagnoses": len(diagnosis),
         "diagnoses_resolved": sum(1 for r in diagnosis.values() if _is_resolved(r)),
+        "predictions": len(predict),
+        "predictions_close": sum(1 for p in predict if p.get("close") is True),
         "updated_at": updated_at.isoformat(timespec="seconds") if hasattr(updated_at, "isoformat") else updated_at,
     }
 
@@ -50,6 +56,21 @@ def completion_row(learner: str, progress: Mapping[str, Any], lesson_ids: Sequen
 def class_report(records: Iterable[Mapping[str, Any]], lesson_ids: Sequence[str]) -> list[dict[str, Any]]:
     """Rows for every record returned by ``store.class_records(code)``."""
     return [completion_row(r["learner"], r["progress"], lesson_ids, r.get("updated_at")) for r in records]
+
+
+def prediction_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every learner's saved predictions, one row per (learner, page): the value, the answer, how far off."""
+    rows = []
+    for r in records:
+        for page, entry in sorted((r["progress"].get("predict", {}) or {}).items()):
+            if not isinstance(entry, Mapping):
+                continue
+            value, answer = entry.get("value"), entry.get("answer")
+            numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (value, answer))
+            off = round(100.0 * (value - answer) / answer, 1) if numeric and answer else None
+            row = {"learner": r["learner"], "page": page, "prediction": value, "answer": answer}
+            rows.append({**row, "off_by_pct": off, "close": entry.get("close") is True})
+    return rows
 
 
 def _cell(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Learner progress that lasts: lessons visited, quiz answers and diagnosis results, per class and learner.
+"""Learner progress that lasts: lessons visited, quiz answers, predictions and diagnoses, per class and learner.
 
 SQLite is the embedded default (a file under the user's data directory, created on first use); a shared
 deployment points ``KVLAB_DATABASE_URL`` at PostgreSQL (any SQLAlchemy URL works). Everything goes through
@@ -28,6 +28,7 @@ NAME_MAX_LEN = 40
 NAME_EXTRA_CHARS = " -_."
 MAX_PROGRESS_BYTES = 64_000  # one learner's JSON; far above a full course, small enough to refuse abuse
 SQLITE_FILENAME = "progress.sqlite3"
+ID_PARTS = ("quiz", "diagnosis", "predict")  # progress parts keyed by question / scenario / page id
 SQLITE_BUSY_TIMEOUT_S = 2.0  # a locked file fails fast with a clear message instead of hanging the page
 
 _metadata = sa.MetaData()
@@ -61,8 +62,8 @@ def validate_name(value: object, what: str = "learner name") -> str:
 
 
 def empty_progress() -> dict[str, Any]:
-    """A fresh progress dict: nothing visited, no answers."""
-    return {"visited": [], "quiz": {}, "diagnosis": {}}
+    """A fresh progress dict: nothing visited, no answers (quiz, diagnosis, predict: keyed by id)."""
+    return {"visited": [], "quiz": {}, "diagnosis": {}, "predict": {}}
 
 
 def normalize_progress(progress: object) -> dict[str, Any]:
@@ -74,7 +75,7 @@ def normalize_progress(progress: object) -> dict[str, Any]:
         raise ValueError("progress['visited'] must be a list of page ids (strings)")
     out = empty_progress()
     out["visited"] = list(dict.fromkeys(visited))  # unique, first-visit order
-    for part in ("quiz", "diagnosis"):
+    for part in ID_PARTS:
         entries = progress.get(part, {})
         if not isinstance(entries, Mapping) or not all(isinstance(k, str) for k in entries):
             raise ValueError(f"progress[{part!r}] must be a dict keyed by id strings")
@@ -93,8 +94,7 @@ def merge_progress(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict
     a, b = normalize_progress(saved), normalize_progress(current)
     return {
         "visited": list(dict.fromkeys(a["visited"] + b["visited"])),
-        "quiz": {**a["quiz"], **b["quiz"]},
-        "diagnosis": {**a["diagnosis"], **b["diagnosis"]},
+        **{part: {**a[part], **b[part]} for part in ID_PARTS},
     }
 
 

@@ -1,9 +1,10 @@
 """Shared Streamlit helpers for KV Lab's pages: lesson prose, charts with their data, downloads, errors, checks.
 
 Every page is a thin script: `page_header(page_id)`, widgets with explicit keys, figures from the `ui.charts*`
-builders shown with `show_chart(...)`, then `lesson_check(page_id)`. Calculations live in engine/ and lessons/;
-this module only wires them to Streamlit. Progress helpers (`record_diagnosis`, `clear_quiz`, ...) are in
-ui/progress.py.
+builders shown with `show_chart(...)`, then `lesson_check(page_id)` (the quiz, then the predict-then-observe
+exercise of ui/predict.py). `page_header` shows the lesson's `## Objective` above its intro. Calculations
+live in engine/ and lessons/; this module only wires them to Streamlit. Progress helpers (`record_diagnosis`,
+`clear_quiz`, ...) are in ui/progress.py.
 
 State rules (Streamlit runs each learner's session in its own thread):
 - per-learner state lives only in `st.session_state`;
@@ -23,6 +24,7 @@ from kernels.backend import describe
 from lessons import content, quizzes
 from ui import links
 from ui.export import rows_to_csv, to_json
+from ui.predict import prediction_exercise, prediction_teaser
 from ui.progress import ensure_progress, mark_visited, record_quiz
 
 T = TypeVar("T")
@@ -51,14 +53,21 @@ def through_the_router() -> None:
         st.rerun()
 
 
+OBJECTIVE = "Objective"  # the `## Objective` section: what the learner will be able to do after the lesson
+
+
 def page_header(page_id: str) -> None:
-    """Title and intro prose from lessons/<page_id>.md; marks the page visited."""
+    """Title, the lesson's objective and intro prose from lessons/<page_id>.md; marks the page visited."""
     through_the_router()
     lesson = content.load(page_id)
     st.title(lesson.title)
+    objective = lesson.sections.get(OBJECTIVE)
+    if objective:
+        st.info(f"**Objective:** {objective}", icon=":material/flag:")
     intro = lesson.sections.get(content.INTRO, "")
     if intro:
         st.markdown(intro)
+    prediction_teaser(page_id)
     mark_visited(page_id)
 
 
@@ -128,9 +137,12 @@ def show_chart(fig: Any, caption: str, rows: Sequence[Mapping[str, Any]], name: 
 
 
 def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple[int, int]:
-    """The page's 1–3 questions as radios with immediate explained feedback; returns (correct, total)."""
+    """The page's 1–3 questions as radios with explained feedback, then its prediction exercise (lessons 1–6).
+
+    Returns the quiz's (correct, total)."""
     questions = quizzes.for_page(page_id)
     if not questions:
+        prediction_exercise(page_id)
         return 0, 0
     st.divider()
     st.subheader(title)
@@ -150,6 +162,7 @@ def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple
             st.warning(result.feedback, icon="✖️")
     correct, total = quizzes.score(progress["quiz"], page_id)
     st.caption(f"Score on this page: {correct} / {total}")
+    prediction_exercise(page_id)
     return correct, total
 
 

@@ -5,6 +5,7 @@ Contract (Streamlit runs each learner's session in its own thread; progress live
         "visited": list[str],                                   # course page ids (ui/course.py), first-visit order
         "quiz": {question_id: {"answer": str, "correct": bool}},  # ids like "gqa.kv_formula"
         "diagnosis": {scenario_id: dict},                       # lessons.diagnosis.lab.record(...)
+        "predict": {page_id: {"value": float, "answer": float, "close": bool}},  # lessons.predictions
     }
 `ui.signin.sidebar_signin()` may replace the dict with a stored one of the same shape; `ensure_progress`
 repairs whatever it finds to this shape (the empty shape is `progress.empty_progress()`).
@@ -67,6 +68,14 @@ def clear_quiz(question_ids: Sequence[str]) -> None:
     _persist(progress)
 
 
+def record_prediction(page_id: str, entry: Mapping[str, Any]) -> None:
+    """Record the learner's latest checked prediction on one lesson (`PredictionResult.record()`)."""
+    progress = ensure_progress()
+    if progress["predict"].get(page_id) != dict(entry):
+        progress["predict"][page_id] = dict(entry)
+        _persist(progress)
+
+
 def record_diagnosis(scenario_id: str, result: Mapping[str, Any]) -> None:
     """Record the learner's latest graded diagnosis of one incident scenario."""
     progress = ensure_progress()
@@ -75,15 +84,18 @@ def record_diagnosis(scenario_id: str, result: Mapping[str, Any]) -> None:
 
 
 def progress_rows(progress: Mapping[str, Any]) -> list[dict]:
-    """One row per lesson: visited flag and check score, for the sidebar table and its download."""
+    """One row per lesson: visited flag, check score and prediction verdict, for the sidebar table."""
     rows = []
     for page_id in LESSON_IDS:
         correct, total = quizzes.score(progress.get("quiz", {}), page_id)
+        predicted = (progress.get("predict") or {}).get(page_id)
+        verdict = "—" if not isinstance(predicted, Mapping) else "close" if predicted.get("close") else "off"
         rows.append(
             {
                 "lesson": content.load(page_id).title,
                 "visited": page_id in progress.get("visited", []),
                 "check": f"{correct}/{total}" if total else "—",
+                "prediction": verdict,
             }
         )
     return rows

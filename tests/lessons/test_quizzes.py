@@ -1,12 +1,14 @@
 """Quiz bank integrity, grading and scoring (lessons/quizzes.py) and the lesson prose loader (lessons/content.py)."""
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lessons import content, quizzes
 from lessons.quiz_bank import QUESTIONS
-from ui.course import COURSE
+from ui.course import COURSE, LESSON_IDS
 
 # Pages ending with a short check: all but the welcome page, the golden-rules quiz and the teacher view.
 CHECKED_PAGES = [p.id for p in COURSE if p.id not in ("welcome", "golden_rules", "teacher")]
@@ -85,3 +87,22 @@ def test_parse_splits_sections_and_load_refuses_unknown_pages():
     for bad in ("no_such_page", "../README", "GQA"):
         with pytest.raises(ValueError, match="no lesson prose for page id"):
             content.load(bad)
+
+
+def test_golden_rules_questions_cite_the_rule_they_test():
+    # "Rule N:" in a question must be rule N of lessons/golden_rules.md (the quiz once said 2/3/4 for rules 3/4/5).
+    rules = content.load("golden_rules").sections["The rules"]
+    numbered = dict(re.findall(r"^(\d)\. \*\*(.+?)\*\*", rules, flags=re.M))
+    topic = {"decode": "bandwidth-bound", "static": "never reserve the maximum", "gqa": "GQA", "engine": "paged"}
+    cited = {q.id: q.prompt.split(":", 1)[0] for q in quizzes.for_page("golden_rules") if q.prompt.startswith("Rule")}
+    assert set(cited) == {f"golden_rules.{name}" for name in topic}
+    for qid, label in cited.items():
+        assert topic[qid.split(".")[1]] in numbered[label.removeprefix("Rule ")], (qid, label)
+
+
+def test_every_lesson_states_its_objective_after_the_intro():
+    for page in LESSON_IDS:
+        lesson = content.load(page)
+        objective = lesson.sections.get("Objective", "")
+        assert 40 < len(objective) < 400 and objective.endswith("."), page  # one or two sentences
+        assert list(lesson.sections)[:2] == [content.INTRO, "Objective"], page

@@ -1,5 +1,6 @@
 """A learner's progress after their server (replica) is lost: signing in on another one restores the sidebar's
-lesson ticks and scores and the check answers on the page, on SQLite and on PostgreSQL (AppTest).
+lesson ticks and scores, the check answers and the checked prediction on the page, on SQLite and on PostgreSQL
+(AppTest).
 
 Each AppTest is a new Streamlit session; clearing Streamlit's resource cache between them gives the second
 session a new database engine, as a fresh replica process has. The app is app.py's composition around a
@@ -12,7 +13,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from lessons import quizzes
+from lessons import predictions, quizzes
 from progress.store import ProgressStore
 from ui.course import LESSON_IDS
 
@@ -60,7 +61,9 @@ def test_sign_in_on_another_replica_restores_ticks_scores_and_answers(store_url,
     a = _sign_in(_replica(store_url, monkeypatch), "Sam", "Room-1")
     a.radio(key=f"quiz_{first.id}").set_value(first.correct_option).run()
     a.radio(key=f"quiz_{second.id}").set_value(wrong).run()
-    assert not a.exception
+    a.number_input(key="predict_gqa").set_value(512).run()
+    a.button(key="predict_gqa_check").click().run()
+    assert not a.exception and not a.error
     shown = _sidebar_counts(a)
     assert shown == (f"Lessons visited: 1 / {len(LESSON_IDS)}", f"Quiz answers correct: 1 / {len(quizzes.BANK)}")
     # What the page showed is already committed: an independent engine reads it back now.
@@ -70,6 +73,8 @@ def test_sign_in_on_another_replica_restores_ticks_scores_and_answers(store_url,
     assert saved["visited"] == ["gqa"]
     assert saved["quiz"] == {first.id: {"answer": first.correct_option, "correct": True},
                              second.id: {"answer": wrong, "correct": False}}  # fmt: skip
+    answer = predictions.for_page("gqa").answer
+    assert saved["predict"] == {"gqa": {"value": 512.0, "answer": answer, "close": False}}
 
     # The replica is gone; the learner opens the course again elsewhere and signs in.
     b = _replica(store_url, monkeypatch)
@@ -78,6 +83,8 @@ def test_sign_in_on_another_replica_restores_ticks_scores_and_answers(store_url,
     assert _sidebar_counts(b) == shown
     assert b.radio(key=f"quiz_{first.id}").value == first.correct_option  # the radios on screen show them
     assert b.radio(key=f"quiz_{second.id}").value == wrong
+    assert b.number_input(key="predict_gqa").value == 512  # the prediction and its verdict come back too
+    assert any(w.value.startswith("Off — you predicted 512 KiB") for w in b.warning)
     b.run()  # and keep showing them on later runs (no answer is re-recorded differently)
     assert b.radio(key=f"quiz_{second.id}").value == wrong and _sidebar_counts(b) == shown
 
@@ -90,6 +97,7 @@ def test_sign_in_on_another_replica_restores_ticks_scores_and_answers(store_url,
     assert c.radio(key=f"quiz_{first.id}").value is None
     direct = ProgressStore(store_url)
     assert direct.load("Room-2", "Sam")["quiz"] == {} and direct.load("Room-1", "Sam")["quiz"] == saved["quiz"]
+    assert direct.load("Room-2", "Sam")["predict"] == {} and c.number_input(key="predict_gqa").value is None
     direct.close()
 
 
@@ -102,3 +110,14 @@ def test_an_answer_shows_again_after_navigating_away_and_back(tmp_path, monkeypa
     fresh.session_state["progress"] = at.session_state["progress"]  # same progress, radio never mounted
     fresh.run()
     assert fresh.radio(key=f"quiz_{q.id}").value == q.options[0]
+
+
+def test_a_checked_prediction_shows_again_after_navigating_away_and_back(tmp_path, monkeypatch):
+    at = _replica(f"sqlite:///{tmp_path / 'p.sqlite3'}", monkeypatch)
+    at.number_input(key="predict_gqa").set_value(128).run()
+    at.button(key="predict_gqa_check").click().run()
+    fresh = AppTest.from_function(_lesson_app, default_timeout=60)
+    fresh.session_state["progress"] = at.session_state["progress"]  # same progress, input never mounted
+    fresh.run()
+    assert fresh.number_input(key="predict_gqa").value == 128
+    assert any(s.value.startswith("Close — you predicted 128 KiB") for s in fresh.success)

@@ -5,6 +5,7 @@ Tests taking the ``store`` fixture run twice, on SQLite and on a real PostgreSQL
 
 import csv
 import io
+import json
 import sqlite3
 import threading
 
@@ -13,7 +14,7 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from progress.report import class_report, report_csv
+from progress.report import PREDICTION_COLUMNS, class_report, prediction_rows, report_csv
 from progress.store import (
     NullStore,
     ProgressStore,
@@ -34,6 +35,10 @@ SAMPLE = {
     "visited": ["bandwidth", "gqa"],
     "quiz": {"gqa-1": {"answer": "8", "correct": True}, "rules-2": {"answer": 1, "correct": False}},
     "diagnosis": {"rtx3090": {"grade": "resolved", "fixes": ["max_model_len"]}},
+    "predict": {
+        "gqa": {"value": 512.0, "answer": 128.0, "close": False},
+        "paged": {"value": 63, "answer": 63.0, "close": True},
+    },  # fmt: skip
 }
 
 
@@ -135,6 +140,8 @@ def test_bad_progress_shapes():
         normalize_progress({"visited": "gqa"})
     with pytest.raises(ValueError, match="quiz"):
         normalize_progress({"quiz": [1]})
+    with pytest.raises(ValueError, match="predict"):
+        normalize_progress({"predict": [128]})
     with pytest.raises(ValueError, match="JSON"):
         normalize_progress({"quiz": {"q": {1, 2}}})
     with pytest.raises(ValueError, match="limit"):
@@ -142,10 +149,26 @@ def test_bad_progress_shapes():
 
 
 def test_merge_prefers_current_session():
-    saved = {"visited": ["a", "b"], "quiz": {"q1": {"correct": False}}, "diagnosis": {}}
-    cur = {"visited": ["c", "a"], "quiz": {"q1": {"correct": True}}, "diagnosis": {"s": {"grade": "x"}}}
+    saved = {"visited": ["a", "b"], "quiz": {"q1": {"correct": False}}, "predict": {"gqa": {"value": 1}}}
+    cur = {"visited": ["c", "a"], "quiz": {"q1": {"correct": True}}, "diagnosis": {"s": {"grade": "x"}},
+           "predict": {"paged": {"value": 63}}}  # fmt: skip
     m = merge_progress(saved, cur)
     assert m["visited"] == ["a", "b", "c"] and m["quiz"]["q1"]["correct"] is True and "s" in m["diagnosis"]
+    assert m["predict"] == {"gqa": {"value": 1}, "paged": {"value": 63}}
+    newer = merge_progress(saved, {"predict": {"gqa": {"value": 2}}})
+    assert newer["predict"]["gqa"] == {"value": 2}
+
+
+def test_progress_saved_before_predictions_existed_loads_with_none(store):
+    old = {"visited": ["gqa"], "quiz": {}, "diagnosis": {}}  # the shape of rows written before this version
+    with store.engine.begin() as conn:
+        conn.execute(
+            progress_table.insert().values(
+                class_code="c", learner_key="old", learner="Old", data=json.dumps(old), updated_at=sa.func.now()
+            )
+        )
+    assert store.load("c", "old") == {**old, "predict": {}}
+    assert class_report(store.class_records("c"), LESSONS)[0]["predictions"] == 0
 
 
 def test_corrupt_file_falls_back_with_message(tmp_path):
@@ -206,6 +229,12 @@ def test_report_and_csv(store):
     assert (ana["lessons_visited"], ana["completion_pct"], ana["quiz_answered"], ana["quiz_correct"]) == (2, 25.0, 2, 1)
     assert (ana["diagnoses"], ana["diagnoses_resolved"]) == (1, 1)
     assert (bob["completion_pct"], bob["diagnoses_resolved"]) == (100.0, 0)
+    assert (ana["predictions"], ana["predictions_close"], bob["predictions"]) == (2, 1, 0)
+    predicted = prediction_rows(store.class_records("c"))
+    assert [tuple(r[k] for k in PREDICTION_COLUMNS) for r in predicted] == [
+        ("Ana", "gqa", 512.0, 128.0, 300.0, False),  # 4x the answer: +300 %
+        ("Ana", "paged", 63, 63.0, 0.0, True),
+    ]
     parsed = list(csv.DictReader(io.StringIO(report_csv(rows))))
     assert {p["learner"] for p in parsed} == {"Ana", "'-Bob"}  # formula-like cell neutralised
     assert parsed[0]["lessons_total"] == "8"

@@ -1,0 +1,296 @@
+"""Predict-then-observe exercises: one numeric question per lesson (1–6), answered from the engine's own numbers.
+
+Each lesson asks the learner to commit to a number before the page shows it: KV bytes per token, blocks per
+request, the padding share of a batch... `for_page(page_id)` builds the page's `Prediction` (question, the
+answer computed by engine/memory/footprint.py, the catalog, the attention offsets and the real BlockManager,
+a tolerance, the worked arithmetic and known wrong turns); `check(page_id, value)` validates the learner's
+input and says how far off it was and why. A bad input (empty, not a number, negative, absurdly large) is a
+ValueError naming the value and the fix. No Streamlit here: ui/predict.py draws the exercise.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from numbers import Real
+
+from engine.attention.attn_bias import SeqLenInfo
+from engine.core.block_manager import BlockManager
+from engine.core.sequence import Sequence
+from engine.memory.catalog import GPUS, MODELS, GiB, KiB
+from engine.memory.footprint import kv_bytes_per_token, kv_cache_bytes, weight_bytes
+
+PAGES: tuple[str, ...] = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One lesson's question, its answer from the engine, the tolerance and the explanation."""
+
+    page_id: str
+    prompt: str
+    unit: str  # what the number is counted in ("KiB", "blocks", "%", ...)
+    answer: float
+    rel_tol: float  # a prediction within answer * rel_tol counts as close
+    working: str  # the worked arithmetic, with the engine's numbers
+    why: str  # what the number teaches
+    max_value: float  # anything above is not a prediction but a typo (wrong unit, extra digits)
+    traps: tuple[tuple[float, str], ...] = ()  # (value a common mistake gives, what that mistake is)
+
+
+@dataclass(frozen=True)
+class PredictionResult:
+    """The learner's checked prediction."""
+
+    page_id: str
+    value: float
+    answer: float
+    close: bool
+    feedback: str
+
+    @property
+    def error(self) -> float:
+        """Prediction minus answer (negative: too low)."""
+        return self.value - self.answer
+
+    def record(self) -> dict[str, float | bool]:
+        """What the progress store keeps for this exercise (JSON values only)."""
+        return {"value": self.value, "answer": self.answer, "close": self.close}
+
+
+def _num(x: float, digits: int = 3) -> str:
+    """A number for prose: thousands separators, at most `digits` significant decimals, no trailing zeros."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:,.{digits}f}".rstrip("0").rstrip(".")
+
+
+def _amount(x: float, unit: str, digits: int = 3) -> str:
+    """'128 KiB', '4.79 ms'; a share is '53.1%' and a difference of shares 'percentage points'."""
+    return f"{_num(x, 1)}%" if unit == "%" else f"{_num(x, digits)} {unit}"
+
+
+def _bandwidth() -> Prediction:
+    model, gpu = MODELS["llama-3-8b"], GPUS["h100-sxm"]
+    weights = weight_bytes(model, "bf16")
+    bw = gpu.bandwidth_bytes_per_s
+    ms = weights / bw * 1e3
+    compute_ms = 2 * model.num_params / gpu.bf16_flops * 1e3
+    kv_4k = kv_bytes_per_token(model, "bf16") * 4096
+    return Prediction(
+        "bandwidth",
+        f"At batch 1, counting only the weight reads, how many **milliseconds** does one decode step of "
+        f"{model.name} (bf16 weights) take on an {gpu.name} ({bw / 1e12:.2f} TB/s)?",
+        "ms",
+        ms,
+        0.15,
+        f"{model.num_params / 1e9:.2f} B parameters × 2 bytes = {weights / 1e9:.2f} GB read per step; "
+        f"{weights / 1e9:.2f} GB ÷ {bw / 1e12:.2f} TB/s = **{ms:.2f} ms** per token (≈ {1e3 / ms:.0f} tokens/s). "
+        f"The arithmetic, 2 × {model.num_params / 1e9:.2f} G FLOPs at {gpu.bf16_flops / 1e12:.0f} TFLOP/s, "
+        f"would take only {compute_ms:.3f} ms. A 4,096-token context adds {kv_4k / 1e9:.2f} GB of KV reads, "
+        f"another {kv_4k / bw * 1e3:.2f} ms.",
+        "decode is bandwidth-bound: the step time is bytes moved ÷ bandwidth, not FLOPs ÷ peak.",
+        60_000.0,
+        ((compute_ms, "that is the time of the arithmetic; the step waits for the bytes, not the FLOPs"),),
+    )
+
+
+def _gqa() -> Prediction:
+    m = MODELS["llama-3-8b"]
+    kib = kv_bytes_per_token(m, "bf16") / KiB
+    mha = m.kv_bytes_per_token_mha(2) / KiB
+    return Prediction(
+        "gqa",
+        f"How many **KiB** of KV cache does one token of {m.name} need in bf16 (all {m.num_layers} layers, "
+        f"keys and values)?",
+        "KiB",
+        kib,
+        0.02,
+        f"2 (K and V) × {m.num_layers} layers × {m.num_kv_heads} KV heads × {m.head_dim} head dim × 2 bytes "
+        f"= {kib * KiB:,.0f} bytes = **{_num(kib)} KiB**.",
+        f"only the {m.num_kv_heads} KV heads are cached; the {m.num_heads} query heads share them "
+        f"({m.num_queries_per_kv} per group), so counting query heads over-states KV by {m.num_queries_per_kv}×.",
+        1e7,
+        (
+            (mha, f"you counted the {m.num_heads} query heads: the {m.num_queries_per_kv}× calculator error"),
+            (kib / 2, "you counted K or V, not both: the formula starts with 2"),
+            (kib / m.num_layers, "that is one layer; every layer caches its own K and V"),
+        ),
+    )
+
+
+PACK_LENGTHS = (8, 16, 4, 32)
+
+
+def _packing() -> Prediction:
+    info = SeqLenInfo.from_seqlens(list(PACK_LENGTHS))  # the offsets the packed kernels receive
+    real = info.seqstart_py[-1]
+    padded = len(PACK_LENGTHS) * info.max_seqlen
+    share = 100 * (padded - real) / padded
+    padded_pairs = len(PACK_LENGTHS) * info.max_seqlen**2
+    packed_pairs = sum(n * n for n in info.seqlens)
+    lengths = ", ".join(str(n) for n in PACK_LENGTHS)
+    return Prediction(
+        "packing",
+        f"Requests of {lengths} tokens are padded to the longest one in a single batch. What **percentage** of "
+        f"the padded batch's token slots is padding?",
+        "%",
+        share,
+        0.05,
+        f"padded: {len(PACK_LENGTHS)} requests × {info.max_seqlen} = {padded} slots; real tokens: {lengths} → "
+        f"{real}; padding = ({padded} − {real}) ÷ {padded} = **{share:.1f}%**. Attention wastes more: the padded "
+        f"score matrices hold {len(PACK_LENGTHS)} × {info.max_seqlen}² = {padded_pairs:,} cells, the packed "
+        f"block diagonal {packed_pairs:,} ({100 * (1 - packed_pairs / padded_pairs):.0f}% fewer).",
+        "padding costs memory linearly and attention quadratically; packing with cu_seqlens costs neither.",
+        100.0,
+        ((100 - share, "that is the share of real tokens; the question asks for the padding"),),
+    )
+
+
+FRAG_MAX_LEN, FRAG_PROMPT, FRAG_OUTPUT = 2048, 200, 300
+
+
+def _fragmentation() -> Prediction:
+    m = MODELS["llama-2-13b"]
+    per_token = kv_bytes_per_token(m, "bf16")
+    final = FRAG_PROMPT + FRAG_OUTPUT
+    internal = FRAG_MAX_LEN - final
+    return Prediction(
+        "fragmentation",
+        f"A server reserves `max_model_len` = {FRAG_MAX_LEN:,} KV slots for every request when it arrives. A request "
+        f"has a {FRAG_PROMPT}-token prompt and finishes after {FRAG_OUTPUT} generated tokens. How many of its "
+        f"reserved **slots** are internal fragmentation (never used)?",
+        "slots",
+        internal,
+        0.0,
+        f"the request ends at {FRAG_PROMPT} + {FRAG_OUTPUT} = {final} tokens, so {FRAG_MAX_LEN:,} − {final} = "
+        f"**{internal:,} slots** are never filled. At {m.name}'s {per_token // KiB:,} KiB per token (bf16) that is "
+        f"{internal * per_token / GiB:.2f} GiB held for nothing; while it still runs, the slots for its "
+        f"not-yet-generated tokens are *reserved* waste, and only {100 * final / FRAG_MAX_LEN:.0f}% of its "
+        f"reservation ever holds a token.",
+        "reserving the maximum length strands the gap between the real and the maximum length for the "
+        "request's whole life.",
+        1e6,
+        (
+            (FRAG_MAX_LEN - FRAG_PROMPT, "you left out the generated tokens, which also fill the reservation"),
+            (FRAG_MAX_LEN - FRAG_OUTPUT, "the prompt's tokens sit in the same reservation as the output's"),
+        ),
+    )
+
+
+PAGED_TOKENS, PAGED_BLOCK = 1000, 16
+
+
+def _paged() -> Prediction:
+    bm = BlockManager(num_blocks=PAGED_TOKENS, block_size=PAGED_BLOCK)  # the engine's allocator
+    seq = Sequence(0, [1] * PAGED_TOKENS, block_size=PAGED_BLOCK)
+    bm.allocate_sequence(seq)
+    blocks = len(seq.block_table)
+    slack = blocks * PAGED_BLOCK - PAGED_TOKENS
+    return Prediction(
+        "paged",
+        f"How many KV **blocks** does the allocator give a {PAGED_TOKENS:,}-token sequence at block size "
+        f"{PAGED_BLOCK}?",
+        "blocks",
+        blocks,
+        0.0,
+        f"{PAGED_TOKENS:,} ÷ {PAGED_BLOCK} = {PAGED_TOKENS / PAGED_BLOCK:g}, rounded **up**: the engine's "
+        f"BlockManager hands out **{blocks} blocks** ({blocks * PAGED_BLOCK:,} slots), and the last one holds "
+        f"{PAGED_BLOCK - slack} tokens, leaving {slack} slots empty — the only waste paging has.",
+        "a sequence takes ceil(tokens ÷ block size) blocks; at most block size − 1 slots are ever idle.",
+        1e6,
+        ((PAGED_TOKENS // PAGED_BLOCK, "rounded down: the last, partial block still takes a whole block"),),
+    )
+
+
+DIAG_USERS, DIAG_CONTEXT = 16, 8192
+
+
+def _diagnosis() -> Prediction:
+    m = MODELS["llama-3-8b"]
+    per_token = kv_bytes_per_token(m, "bf16")
+    gib = kv_cache_bytes(m, DIAG_USERS * DIAG_CONTEXT, "bf16") / GiB
+    weights = weight_bytes(m, "bf16") / GiB
+    return Prediction(
+        "diagnosis",
+        f"A chat service runs {m.name} in bf16 for **{DIAG_USERS} concurrent users** at **{DIAG_CONTEXT:,} tokens** "
+        f"of context each. How many **GiB** of KV cache does that take?",
+        "GiB",
+        gib,
+        0.05,
+        f"{DIAG_USERS} × {DIAG_CONTEXT:,} = {DIAG_USERS * DIAG_CONTEXT:,} tokens × {per_token // KiB} KiB per token "
+        f"= **{_num(gib, 2)} GiB** — on top of {weights:.1f} GiB of weights, the activation peak and CUDA graphs: "
+        f"the weights fit a 24 GB card, the service does not.",
+        "KV memory = users × context × KV bytes per token; it, not the weights, decides how many users fit.",
+        1e6,
+        (
+            (m.kv_bytes_per_token_mha(2) * DIAG_USERS * DIAG_CONTEXT / GiB, "you counted query heads, not KV heads"),
+            (weights, "that is the weights; the question is the KV cache"),
+        ),
+    )
+
+
+_BUILDERS = dict(zip(PAGES, (_bandwidth, _gqa, _packing, _fragmentation, _paged, _diagnosis), strict=True))
+
+
+@functools.cache
+def for_page(page_id: str) -> Prediction:
+    """The prediction exercise of a lesson page (computed once per process; a Prediction is immutable)."""
+    if page_id not in _BUILDERS:
+        raise ValueError(f"no prediction exercise for page {page_id!r}; pages with one: {', '.join(PAGES)}")
+    return _BUILDERS[page_id]()
+
+
+def validate(pred: Prediction, value: object) -> float:
+    """The learner's input as a float, or a ValueError saying what is wrong with it and what to type."""
+    unit = "percent" if pred.unit == "%" else pred.unit
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ValueError(f"no prediction yet: type a number of {unit} in the box, then press Check")
+    if isinstance(value, str):
+        try:
+            value = float(value.replace(",", ""))
+        except ValueError:
+            raise ValueError(f"prediction {value!r} is not a number; type digits only, e.g. 42") from None
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
+        raise ValueError(f"prediction {value!r} is not a finite number; type a number of {unit}")
+    number = float(value)
+    if number < 0:
+        raise ValueError(f"prediction {_num(number)} is negative; the answer in {unit} is 0 or more, type that")
+    if number > pred.max_value:
+        raise ValueError(
+            f"prediction {_amount(number, pred.unit)} is beyond any plausible answer (at most {_num(pred.max_value)}); "
+            f"check the unit: the question asks for {unit}"
+        )
+    return number
+
+
+def _distance(value: float, answer: float, unit: str) -> str:
+    """'12 KiB (9%) too low' / 'exactly right' / '4× too high'."""
+    diff = value - answer
+    if diff == 0:
+        return "exactly right"
+    direction = "too high" if diff > 0 else "too low"
+    amount = f"{_num(abs(diff), 1)} percentage points" if unit == "%" else _amount(abs(diff), unit)
+    if answer and value and max(value / answer, answer / value) >= 2:
+        return f"{amount} {direction} ({max(value / answer, answer / value):.1f}× off)"
+    pct = f" ({100 * abs(diff) / answer:.0f}%)" if answer else ""
+    return f"{amount}{pct} {direction}"
+
+
+def check(page_id: str, value: object) -> PredictionResult:
+    """Grade a prediction: how far off it is, the worked arithmetic, and the mistake it looks like (if any)."""
+    pred = for_page(page_id)
+    number = validate(pred, value)
+    close = abs(number - pred.answer) <= abs(pred.answer) * pred.rel_tol + 1e-9
+    answer, said = _amount(pred.answer, pred.unit, 2), _amount(number, pred.unit)
+    off = _distance(number, pred.answer, pred.unit)
+    if close:
+        head = f"Close — you predicted {said}; the engine says {answer}"
+        head += "." if number == pred.answer else f": {off}, within tolerance."
+    else:
+        head = f"Off — you predicted {said}, {off}; the engine says {answer}."
+    trap = next(
+        (text for trap_value, text in pred.traps if not close and abs(number - trap_value) <= 0.02 * trap_value + 1e-9),
+        None,
+    )
+    parts = [head, f"Likely slip: {trap}." if trap else "", f"Working: {pred.working}", f"Why it matters: {pred.why}"]
+    return PredictionResult(page_id, number, pred.answer, close, "\n\n".join(p for p in parts if p))
