@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from engine.memory.catalog import GPUS, MODELS
+from engine.memory.catalog import GPUS, MODELS, GiB
 from engine.memory.measure import measure_demo_decode, measure_machine
 from lessons.labs import bandwidth as lab
 from ui import charts, charts_bandwidth
@@ -29,8 +29,14 @@ def _lesson(model: str, gpu: str, batch: int, context: int, dtype: str) -> lab.B
 
 
 @st.cache_data(show_spinner=False)
-def _sweep(model: str, gpu: str, context: int) -> list[dict]:
-    return lab.batch_sweep(model, gpu, context)
+def _sweep(model: str, gpu: str, context: int, dtype: str) -> list[dict]:
+    return lab.batch_sweep(model, gpu, context, dtype)
+
+
+@st.cache_data(show_spinner=False)
+def _fit(model: str, gpu: str, context: int, dtype: str) -> lab.BatchFit | None:
+    """Which batches fit; None for a context the model cannot read (the page explains that below)."""
+    return lab.batch_fit(model, gpu, context, dtype) if context <= MODELS[model].max_context else None
 
 
 page_header(PAGE)
@@ -41,7 +47,6 @@ model = c1.selectbox("Model", list(MODELS), key=view.keys["model"])
 gpu = c2.selectbox("GPU", list(GPUS), format_func=lambda k: GPUS[k].name, key=view.keys["gpu"])
 dtype = c3.selectbox("Weight precision", lab.WEIGHT_DTYPES, key=view.keys["dtype"])
 c4, c5 = st.columns(2)
-batch = c4.slider("Sequences decoding together (batch)", 1, 256, key=view.keys["batch"])
 context = c5.number_input(
     "Context length (tokens in the KV cache per sequence)",
     min_value=1,
@@ -49,6 +54,13 @@ context = c5.number_input(
     step=512,
     key=view.keys["context"],
 )
+fit = _fit(model, gpu, int(context), dtype)
+batch = c4.slider(
+    "Sequences decoding together (batch)", 1, lab.MAX_BATCH, key=view.keys["batch"],
+    help=f"At this context, at most {fit.max_batch:,} sequences fit in the {GPUS[gpu].name}'s KV budget "
+    f"(gpu_memory_utilization {lab.GPU_MEMORY_UTILIZATION}); larger batches are shown as not fitting."
+    if fit else None,
+)  # fmt: skip
 view.publish()
 spec = MODELS[model]
 if context > spec.max_context:
@@ -58,12 +70,25 @@ if context > spec.max_context:
     )
     st.stop()
 result = run_or_stop(_lesson, model, gpu, int(batch), int(context), dtype, hint="pick a supported setting")
+if fit is None:  # unreachable: the context was checked above; keeps the type narrow without an assert
+    st.stop()
+if not fit.fits(int(batch)):
+    st.warning(fit.why(int(batch)) + " The numbers below are what the roofline would give if it did.",
+               icon=":material/block:")  # fmt: skip
 
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Bytes moved per generated token", f"{result.bytes_per_token / 1e9:,.2f} GB")
 m2.metric("Decode step (roofline bound)", f"{result.ms_per_token:,.2f} ms")
 m3.metric("Decode tokens/s (whole batch)", f"{result.decode_tokens_per_s:,.0f}")
 m4.metric("Decode is limited by", "bandwidth" if result.decode.bound == "memory" else "compute")
+m5, m6, m7, _ = st.columns(4)
+m5.metric("KV cache of this batch", f"{fit.kv_bytes(int(batch)) / GiB:,.1f} GiB")
+m6.metric(
+    "KV budget on this GPU",
+    f"{max(fit.kv_budget_bytes, 0) / GiB:,.1f} GiB",
+    help=f"{GPUS[gpu].name} memory × {lab.GPU_MEMORY_UTILIZATION} − weights − activations − overhead",
+)
+m7.metric("Largest batch that fits", f"{fit.max_batch:,}", help=fit.why(int(batch)))
 st.markdown(result.verdict())
 
 g = GPUS[gpu]
@@ -90,18 +115,18 @@ show_chart(
     "bw_bytes",
 )
 prose(PAGE, "Batching")
-sweep = _sweep(model, gpu, int(context))
+sweep = _sweep(model, gpu, int(context), dtype)
+group = MODELS[model].num_heads // MODELS[model].num_kv_heads
+big = sweep[-1]
 show_chart(
-    charts.lines(
-        [r["batch"] for r in sweep],
-        {"decode tokens/s": [r["tokens per s"] for r in sweep]},
-        "Decode throughput as the batch grows",
-        "batch",
-        "tokens/s",
-        log_x=True,
-        log_y=True,
+    charts_bandwidth.batch_sweep(
+        sweep, fit.max_batch, f"Decode throughput as the batch grows ({int(context):,} tokens)"
     ),
-    "Throughput grows with the batch while decode stays bandwidth-bound, until the KV cache fills memory.",
+    f"Throughput rises while the batch shares the weight reads, then levels off: attention reads every sequence's "
+    f"KV cache each step, and its intensity stays at {sweep[0]['attention FLOP per byte']:,.1f} FLOP/byte "
+    f"(the group size, {group} query heads per KV head) whatever the batch — at batch {big['batch']:,} KV is "
+    f"{big['KV share of bytes %']:,.0f}% of the bytes moved. Grey crosses: batches whose KV does not fit next to "
+    f"the weights in {GPUS[gpu].name} memory (largest that fits: {fit.max_batch:,}).",
     sweep,
     f"batch-sweep-{model}-{gpu}",
     "bw_sweep",
@@ -132,6 +157,8 @@ else:
 if st.button("Time the demo model's real decode step", key="bw_measure_demo"):
     with st.status("Loading the demo model and timing decode steps …", expanded=False) as status:
         try:
+            if not st.session_state.get(MEASURE_KEY):  # MBU needs this machine's bandwidth too
+                st.session_state[MEASURE_KEY] = [m.row() for m in measure_machine()]
             st.session_state[DEMO_KEY] = measure_demo_decode().row()
             status.update(label="Measured", state="complete")
         except (FileNotFoundError, OSError, ValueError) as exc:
@@ -140,12 +167,17 @@ if st.button("Time the demo model's real decode step", key="bw_measure_demo"):
             show_error(f"The demo model could not be loaded ({exc}).", "train or install it, see README.")
 demo = st.session_state.get(DEMO_KEY)
 if demo:
-    d1, d2 = st.columns(2)
+    mbu = lab.model_bandwidth_utilization(demo, st.session_state[MEASURE_KEY])
+    d1, d2, d3 = st.columns(3)
     d1.metric("Demo model: time per generated token", f"{demo['seconds'] * 1e3:,.2f} ms")
-    d2.metric("Demo model: weight bytes streamed per second", f"{demo['GB_per_s']:,.2f} GB/s")
+    d2.metric("Demo model: bytes moved per second", f"{demo['GB_per_s']:,.2f} GB/s", help="weights + KV read per step")
+    d3.metric("Model bandwidth utilization (MBU)", f"{100 * mbu:,.1f}%",
+              help="the decode step's bytes per second over this machine's measured (GEMV) bandwidth")  # fmt: skip
     st.caption(
-        f"{demo['bytes_moved'] / 1e6:,.1f} MB of weights per decode step ({demo['shape']}, {demo['dtype']}). "
-        "A tiny model fits in CPU caches and pays per-step Python overhead, so it sits below the GEMV's bandwidth."
+        f"{demo['bytes_moved'] / 1e6:,.2f} MB per decode step ({demo['shape']}, {demo['dtype']}) in "
+        f"{demo['seconds'] * 1e3:,.2f} ms is {demo['GB_per_s']:,.2f} GB/s, {100 * mbu:,.1f}% of the "
+        f"{max(r['GB_per_s'] for r in st.session_state[MEASURE_KEY]):,.1f} GB/s this machine streamed in the GEMV. "
+        "A tiny model pays a fixed cost per step (Python, kernel launches, sampling) that its few bytes cannot hide."
     )
     show_table([demo], "demo-decode-measurement", "bw_demo_table", "measurement")
 

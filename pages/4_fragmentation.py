@@ -1,4 +1,4 @@
-"""Lesson 4 — Fragmentation: static max-length reservation over a simulated trace, in vLLM's waste terms."""
+"""Lesson 4 — Fragmentation: static Max / Pow2 / Oracle reservation vs paged KV over one trace, in vLLM's terms."""
 
 from typing import Any
 
@@ -7,7 +7,7 @@ import streamlit as st
 from engine.memory.catalog import GPUS, MODELS
 from engine.sim.traces import DATASETS
 from lessons.labs import fragmentation as lab
-from ui import charts
+from ui import charts, charts_memory
 from ui.page import lesson_check, linked_view, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "fragmentation"
@@ -47,7 +47,7 @@ rate = c5.slider("Requests per second", 0.5, lab.MAX_RATE, step=0.5, key=view.ke
 num_requests = c6.slider("Requests in the trace", 20, lab.MAX_REQUESTS, step=20, key=view.keys["requests"])
 view.publish()
 
-with st.spinner("Replaying the trace through a static and a paged server …"):
+with st.spinner("Replaying the trace through three static servers and a paged one …"):
     rep = run_or_stop(
         _report, model, gpu, int(max_len), dataset, int(num_requests), float(rate),
         hint="pick a larger GPU, a smaller model, a longer max_model_len for long-prompt traffic, or fewer requests.",
@@ -59,18 +59,27 @@ if max_len > MODELS[model].max_context:
 st.info(rep.callout(), icon=":material/calculate:")
 s = rep.static
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("KV holding live tokens", f"{100 * rep.stored_fraction:.1f}%", help="step-average share of held KV")
+m1.metric(
+    "KV holding live tokens, static Max", f"{100 * rep.stored_fraction:.1f}%", help="step-average share of held KV"
+)
 m2.metric("Unused slots at the peak", f"{int(rep.peak['unused']):,}", f"{rep.unused_gib_at_peak:,.1f} GiB",
           delta_color="off", delta_arrow="off")  # fmt: skip
-m3.metric("Running at once, static", f"{s.peak_concurrency}")
-gain = f"{rep.paged.peak_concurrency / max(s.peak_concurrency, 1):.1f}× static"
+m3.metric("Running at once, static Max", f"{s.peak_concurrency}")
+gain = f"{rep.paged.peak_concurrency / max(s.peak_concurrency, 1):.1f}× static Max"
 m4.metric("Running at once, paged", f"{rep.paged.peak_concurrency}", gain, delta_color="off", delta_arrow="off")
+p = rep.policies
 st.markdown(
     f"The KV pool holds **{rep.capacity_tokens:,} tokens** ({rep.kv_bytes_per_token // 1024:,} KiB each). At the "
-    f"busiest moment {int(rep.peak['running'])} reservations held {int(rep.peak['held']):,} slots and only "
-    f"{int(rep.peak['stored']):,} of them stored a token. Kwon et al. measured 20.4%–38.2% of KV memory holding "
-    f"tokens in real systems; this run: **{100 * rep.stored_fraction:.1f}%**."
-)
+    f"busiest moment {int(rep.peak['running'])} max-length reservations held {int(rep.peak['held']):,} slots and "
+    f"only {int(rep.peak['stored']):,} of them stored a token. On this trace the share of held KV memory storing "
+    f"tokens is **{100 * (1 - p['Max'].avg_waste):.1f}%** reserving max_model_len, "
+    f"**{100 * (1 - p['Pow2'].avg_waste):.1f}%** reserving a power of two, "
+    f"**{100 * (1 - p['Oracle'].avg_waste):.1f}%** reserving the exact final length and "
+    f"**{100 * (1 - p['paged'].avg_waste):.1f}%** paged. Kwon et al. (Fig. 2) measured "
+    + ", ".join(f"{name} {lab.PAPER_STORED_PCT[key]}%" for key, name in
+                (("Max", "Orca (Max)"), ("Pow2", "Orca (Pow2)"), ("Oracle", "Orca (Oracle)"), ("paged", "vLLM")))
+    + " on their own traces."
+)  # fmt: skip
 
 prose(PAGE, "The trace")
 show_chart(
@@ -84,7 +93,17 @@ show_chart(
 )
 
 prose(PAGE, "What it costs")
-show_table(rep.waste_rows(), f"static-vs-paged-{model}-{gpu}-{max_len}", "frag_waste", "comparison")
+waste_rows = rep.waste_rows()
+show_chart(
+    charts_memory.waste_by_policy(waste_rows, "Where held KV memory goes: three static policies vs paged"),
+    "One bar per server, the same trace and the same KV bytes: stored tokens (solid), reserved slots for tokens "
+    "still to come (/), internal fragmentation (x) and external fragmentation (.), as step-averaged shares of the "
+    "slots held while requests run. The table adds the paper's Fig. 2 share for each policy.",
+    waste_rows,
+    f"waste-by-policy-{model}-{gpu}-{max_len}",
+    "frag_policies",
+)
+show_table(waste_rows, f"static-vs-paged-{model}-{gpu}-{max_len}", "frag_waste", "comparison")
 st.caption(
     f"Same trace ({rep.trace['num_requests']} {dataset} requests: mean prompt {rep.trace['prompt_mean']}, mean "
     f"output {rep.trace['output_mean']} tokens), same KV bytes. Step time from the roofline of {GPUS[gpu].name}; "

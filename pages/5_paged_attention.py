@@ -12,8 +12,15 @@ PAGE = "paged"
 
 
 @st.cache_data(show_spinner=False)
-def _sweep(max_context: int) -> list[dict[str, float]]:
-    return lab.sweep(max_context)
+def _kernel() -> list[dict[str, float | str]]:
+    """The paged kernel timed once per block size on this machine (shared by every learner of this server)."""
+    return lab.kernel_costs()
+
+
+@st.cache_data(show_spinner=False)
+def _sweep(max_context: int) -> list[dict[str, float | str]]:
+    factors = {int(r["block size"]): float(r["kernel cost vs best"]) for r in _kernel()}
+    return lab.sweep(max_context, kernel=factors)
 
 
 @st.cache_data(show_spinner=False)
@@ -31,6 +38,11 @@ def _sharing(block_size: int) -> list[lab.SharingStage]:
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _sweep_fig(max_context: int, block_size: int) -> Any:
     return charts_memory.block_size_sweep(_sweep(max_context), block_size)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _throughput_fig(max_context: int, block_size: int) -> Any:
+    return charts_memory.block_size_throughput(_sweep(max_context), block_size)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
@@ -62,7 +74,8 @@ view = linked_view(PAGE)  # block_size and max_context come from the URL; the wi
 c1, c2 = st.columns(2)
 block_size = c1.select_slider(
     "Block size (tokens per KV block)", options=lab.BLOCK_SIZES, key=view.keys["block_size"],
-    help="vLLM's default is 16. Use the arrow keys to move the slider.",
+    help="vLLM's default is 16; its --block-size takes 1, 8, 16, 32, 64, 128 (and 256 in recent releases), and "
+    "its FlashAttention backend needs a multiple of 16. Use the arrow keys to move the slider.",
 )  # fmt: skip
 max_context = c2.select_slider(
     "Max context (max_model_len)", options=lab.MAX_CONTEXTS, key=view.keys["max_context"],
@@ -70,14 +83,27 @@ max_context = c2.select_slider(
 )  # fmt: skip
 view.publish()
 
-with st.spinner("Replaying the trace once per block size on the real allocator …"):
+with st.spinner("Timing the paged kernel per block size, then replaying the trace once per block size …"):
     rows = run_or_stop(_sweep, max_context, hint="pick a max context from the slider")
 row = run_or_stop(lab.sweep_row, rows, block_size, hint="pick a block size from the slider")
+best = lab.peak_row(rows)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Internal waste", f"{row['internal waste %']:.2f}%", help="allocated slots holding no token, step-averaged")
 m2.metric("Block-table entries", f"{row['entries per sequence']:.1f}", help="per sequence at its end, mean")
 m3.metric("Table width (max entries)", f"{int(row['table width (max entries)']):,}")
 m4.metric("KV utilization", f"{row['utilization %']:.1f}%")
+m5, m6, m7, m8 = st.columns(4)
+m5.metric("Kernel time vs best block size", f"{float(row['kernel cost vs best']):.2f}×",
+          help="the paged decode kernel timed on this machine at this block size / at its fastest one")  # fmt: skip
+m6.metric("Tokens/s (kernel cost charged)", f"{float(row['tokens/s']):,.0f}")
+m7.metric("Best block size here", f"{best['block size']}")
+m8.metric("vLLM accepts this block size", str(row["vLLM accepts"]))
+if row["vLLM accepts"] != "yes":
+    st.warning(
+        f"vLLM would not run {block_size}-token blocks on a GPU: "
+        + ("its `--block-size` takes only 1, 8, 16, 32, 64, 128 (256 in recent releases)."
+           if row["vLLM accepts"] == "no" else "its FlashAttention backend needs a multiple of 16.")
+    )  # fmt: skip
 st.markdown(
     f"With **{block_size}-token blocks**, only the last block of a sequence can be partly empty: at most "
     f"{block_size - 1} idle slots per sequence, {row['internal waste %']:.2f}% of the allocated KV on this trace. "
@@ -95,6 +121,22 @@ show_chart(
     "paged_sweep",
 )
 prose(PAGE, "Block size")
+kernel = _kernel()
+show_chart(
+    _throughput_fig(max_context, block_size),
+    f"Tokens/s of the same trace when each step's KV reads cost what the project's paged decode kernel costs at "
+    f"that block size on this machine (right axis: its time over the fastest block size; {lab.KERNEL_SEQS} "
+    f"sequences × {lab.KERNEL_CONTEXT:,} cached tokens, the demo model's heads, blocks scattered over the pool; "
+    "on a CPU one thread, charged its CPU time). "
+    f"Peak here: {best['block size']}-token blocks. Grey hatched bars: block sizes vLLM refuses; dotted: "
+    "accepted by its config but not by its FlashAttention backend. The left axis starts near the lowest bar, "
+    "not at zero.",
+    rows,
+    f"paged-block-size-throughput-{max_context}",
+    "paged_throughput",
+)
+with st.expander("The paged kernel, timed per block size on this machine", expanded=False):
+    show_table(kernel, "paged-kernel-per-block-size", "paged_kernel", "kernel timings")
 
 st.subheader("Logical → physical: block tables from the real allocator")
 prose(PAGE, "Block tables")

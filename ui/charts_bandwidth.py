@@ -1,10 +1,11 @@
-"""The roofline figure of lesson 1 (memory bandwidth): decode and prefill against a GPU's compute and bandwidth roofs.
+"""Lesson 1's figures (memory bandwidth): the roofline of decode and prefill, and the decode batch sweep.
 
 Williams, Waterman and Patterson, "Roofline: an insightful visual performance model", CACM 2009. No Streamlit here.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -58,3 +59,33 @@ def roofline(
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return layout(fig, title, "arithmetic intensity (FLOP per byte moved)", "attainable FLOP/s", height=420)
+
+
+def batch_sweep(rows: Sequence[Mapping[str, object]], max_batch: int, title: str = "Decode throughput vs batch"
+                ) -> go.Figure:  # fmt: skip
+    """Decode tokens/s per batch (log-log): batches that fit in memory as a solid line, the ones that do not as
+    grey crosses labelled "does not fit", and a dotted line at the largest batch that fits.
+
+    `rows`: dicts with "batch", "tokens per s" and "fits in memory" ("yes" / "no").
+    """
+    if not rows:
+        raise ValueError("batch_sweep: no rows; sweep at least one batch")
+    fit = [r for r in rows if r["fits in memory"] == "yes"]
+    over = [r for r in rows if r["fits in memory"] != "yes"]
+    fig = go.Figure()
+    fig.add_scatter(
+        name="fits in GPU memory", x=[r["batch"] for r in fit], y=[r["tokens per s"] for r in fit],
+        mode="lines+markers", line={"color": PALETTE[0]}, marker={"symbol": "circle", "size": 9},
+    )  # fmt: skip
+    fig.add_scatter(
+        name="does not fit (KV over the budget)", x=[r["batch"] for r in over], y=[r["tokens per s"] for r in over],
+        mode="markers+text", text=["does not fit"] * len(over), textposition="bottom center",
+        marker={"symbol": "x", "size": 12, "color": "#999999"},
+    )  # fmt: skip
+    if max_batch >= 1:
+        fig.add_vline(x=max_batch, line={"color": PALETTE[3], "dash": "dot"})
+        fig.add_annotation(x=math.log10(max_batch), y=1.0, yref="paper", text=f"largest batch that fits: {max_batch:,}",
+                           showarrow=False, xanchor="right", yanchor="bottom")  # fmt: skip
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return layout(fig, title, "batch (sequences decoding together)", "decode tokens/s (roofline bound)", height=400)

@@ -1,4 +1,4 @@
-"""Plotly builders for the paged-memory pages (4, 5, 6, 8): block tables, block pools, block-size sweeps.
+"""Plotly builders for the paged-memory pages (4, 5, 6, 8): block tables, pools, block-size sweeps, waste by policy.
 
 The pictures follow PagedAttention's figures (Kwon et al., SOSP 2023, Fig. 6-8): a per-sequence block table
 maps logical blocks to physical ones, and the physical pool shows who owns each block and how full it is.
@@ -166,5 +166,67 @@ def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:
     return fig
 
 
-__all__ = ["STATE_VALUES", "block_pool_grid", "block_size_sweep", "block_table_picture", "memory_breakdown",
-           "with_marker"]  # fmt: skip
+def block_size_throughput(rows: Sequence[Mapping[str, object]], chosen: int, title: str = "Tokens/s by block size"
+                          ) -> go.Figure:  # fmt: skip
+    """Bars of tokens/s per block size (the peak labelled, sizes vLLM refuses hatched and named) and the
+    measured kernel cost vs its best block size on the right axis.
+
+    `rows`: dicts with "block size", "tokens/s", "kernel cost vs best" and "vLLM accepts" ("yes" / "no" / ...).
+    """
+    if not rows:
+        raise ValueError("block_size_throughput: no rows; sweep at least one block size")
+    sizes = [str(r["block size"]) for r in rows]
+    if str(chosen) not in sizes:
+        raise ValueError(f"chosen block size {chosen} is not in the sweep {sizes}")
+    tps = [float(r["tokens/s"]) for r in rows]  # type: ignore[arg-type]
+    peak = max(range(len(rows)), key=lambda i: (tps[i], -i))
+    verdict = [str(r["vLLM accepts"]) for r in rows]
+    texts = [f"{v:,.0f}" + (" ← peak" if i == peak else "") + ("<br>not in vLLM" if verdict[i] == "no" else "")
+             for i, v in enumerate(tps)]  # fmt: skip
+    fig = go.Figure()
+    fig.add_bar(
+        name="tokens/s (left)", x=sizes, y=tps, text=texts, textposition="outside", cliponaxis=False,
+        marker={"color": [PALETTE[1] if i == peak else "#BBBBBB" if verdict[i] == "no" else PALETTE[0]
+                          for i in range(len(rows))],
+                "pattern": {"shape": ["x" if v == "no" else "." if v != "yes" else "" for v in verdict]}},
+    )  # fmt: skip
+    fig.add_scatter(
+        name="kernel cost vs best block size (right)", x=sizes, y=[r["kernel cost vs best"] for r in rows],
+        mode="lines+markers", yaxis="y2", line={"color": PALETTE[3], "dash": DASHES[1]}, marker={"symbol": "diamond"},
+    )  # fmt: skip
+    fig.add_annotation(x=str(chosen), y=1.0, yref="paper", text=f"chosen: {chosen}", showarrow=False, yanchor="bottom")
+    low = min(tps)
+    fig.update_layout(
+        xaxis={"type": "category"},  # one evenly spaced bar per block size, not a linear 1 … 256 axis
+        uniformtext={"minsize": 11, "mode": "show"},  # the narrow bars' labels stay readable
+        yaxis={"range": [0.9 * low, 1.04 * max(tps)]},
+        yaxis2={"overlaying": "y", "side": "right", "title": "kernel time / fastest", "showgrid": False},
+    )
+    return layout(fig, title, "block size (tokens)", "tokens/s (simulated, kernel cost charged)", height=420)
+
+
+def waste_by_policy(rows: Sequence[Mapping[str, object]], title: str = "Where held KV memory goes, by policy"
+                    ) -> go.Figure:  # fmt: skip
+    """One horizontal stacked bar per server: stored / reserved / internal / external % of held KV slots.
+
+    `rows`: dicts with "server" and the four "... %" columns (FragmentationReport.waste_rows()).
+    """
+    if not rows:
+        raise ValueError("waste_by_policy: no rows")
+    names = [str(r["server"]) for r in rows]
+    fig = go.Figure()
+    for i, part in enumerate(("stored %", "reserved %", "internal %", "external %")):
+        values = [float(r[part]) for r in rows]  # type: ignore[arg-type]
+        fig.add_bar(
+            name=part.removesuffix(" %"), y=names, x=values, orientation="h",
+            text=[f"{v:.1f}%" if v >= 4 else "" for v in values], textposition="inside",
+            marker={"color": PALETTE[i], "pattern": {"shape": PATTERNS[i], "fgopacity": 0.45}},
+            insidetextfont={"color": "#000000" if i else "#FFFFFF"},
+        )  # fmt: skip
+    fig.update_yaxes(autorange="reversed")
+    layout(fig, title, "% of held KV slots (step average)", "", height=340)
+    return fig.update_layout(barmode="stack", margin={"l": 230}, legend={"traceorder": "normal"})
+
+
+__all__ = ["STATE_VALUES", "block_pool_grid", "block_size_sweep", "block_size_throughput", "block_table_picture",
+           "memory_breakdown", "waste_by_policy", "with_marker"]  # fmt: skip

@@ -76,28 +76,44 @@ def _sync(device: torch.device) -> None:
 
 
 def time_interleaved(
-    fns: dict[str, Callable[[], object]], repeats: int = 5, warmup: int = 1, device: str | torch.device = "cpu"
+    fns: dict[str, Callable[[], object]],
+    repeats: int = 5,
+    warmup: int = 1,
+    device: str | torch.device = "cpu",
+    statistic: str = "median",
+    clock: str = "wall",
 ) -> dict[str, float]:
-    """Median seconds per named function, timed round-robin (A, B, A, B, ...) so noise hits both sides.
+    """Median (or minimum) seconds per named function, timed round-robin (A, B, A, B, ...) so noise hits both.
 
     Every function runs `warmup` times untimed first (compilation, caches); CUDA work on `device` is
-    synchronized around each timed call, so a call is charged for the kernels it launched.
+    synchronized around each timed call, so a call is charged for the kernels it launched. statistic="min"
+    keeps each function's fastest call: on a machine shared with other work, the least disturbed one.
+    clock="cpu" counts this process's CPU time instead of wall time (CPU work only): time the process spends
+    descheduled by other programs is not charged.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    if statistic not in ("median", "min"):
+        raise ValueError(f"statistic must be 'median' or 'min', got {statistic!r}")
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
     device = torch.device(device)
+    if clock == "cpu" and device.type != "cpu":
+        raise ValueError(f"clock='cpu' times CPU work only; use clock='wall' on {device}")
     for _ in range(warmup):
         for fn in fns.values():
             fn()
+    now = time.perf_counter if clock == "wall" else time.process_time
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             _sync(device)
-            start = time.perf_counter()
+            start = now()
             fn()
             _sync(device)
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in samples.items()}
+            samples[name].append(now() - start)
+    reduce = statistics.median if statistic == "median" else min
+    return {name: reduce(ts) for name, ts in samples.items()}
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int, device: torch.device) -> float:
@@ -174,11 +190,25 @@ def model_weight_bytes(model: torch.nn.Module) -> int:
     return params + buffers
 
 
+def decode_kv_read_bytes(kv_bytes_per_token: int, prompt_len: int, new_tokens: int) -> float:
+    """Mean KV bytes one decode step reads while a prompt of prompt_len grows by new_tokens (batch 1).
+
+    Token k (k = 2 … new_tokens; token 1 comes from prefill) attends over prompt_len + k - 1 cached tokens,
+    a mean of prompt_len + new_tokens / 2.
+    """
+    if kv_bytes_per_token < 0 or prompt_len < 1 or new_tokens < 2:
+        raise ValueError(f"need kv_bytes_per_token >= 0, prompt_len >= 1, new_tokens >= 2; got "
+                         f"{kv_bytes_per_token}, {prompt_len}, {new_tokens}")  # fmt: skip
+    return kv_bytes_per_token * (prompt_len + new_tokens / 2)
+
+
 def measure_llm_decode(llm: object, prompt_len: int = 16, new_tokens: int = 8, repeats: int = 3) -> Measurement:
-    """Time real decode steps of an `engine.llm.LLM`: seconds per generated token and weight bytes/s.
+    """Time real decode steps of an `engine.llm.LLM`: seconds per generated token and bytes moved per second.
 
     Runs a prompt-only request (1 token) and a full request (`new_tokens` tokens) and takes the
-    difference, so prefill cost cancels and what is left is the per-token decode step.
+    difference, so prefill cost cancels and what is left is the per-token decode step. Bytes moved per step
+    are every weight plus the KV cache the step reads (`decode_kv_read_bytes`, from the LLM's
+    `kv_bytes_per_token` when it has one).
     """
     from engine.llm import SamplingParams  # local: the engine is optional for the other measurements
 
@@ -198,13 +228,15 @@ def measure_llm_decode(llm: object, prompt_len: int = 16, new_tokens: int = 8, r
     full = median_seconds(run(new_tokens), repeats, 0, device)
     per_token = max(full - short, 1e-9) / (new_tokens - 1)
     weights = model_weight_bytes(model)
+    kv = decode_kv_read_bytes(int(getattr(llm, "kv_bytes_per_token", 0)), prompt_len, new_tokens)
     return Measurement(
         name="engine decode step (demo model)",
-        shape=f"batch 1, prompt {prompt_len}, {new_tokens} new tokens",
+        shape=f"batch 1, prompt {prompt_len}, {new_tokens} new tokens; per step {weights / 1e6:,.2f} MB of weights "
+        f"+ {kv / 1e3:,.1f} kB of KV",
         dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
         device=str(device),
         threads=torch.get_num_threads(),
-        bytes_moved=float(weights),
+        bytes_moved=float(weights + kv),
         flops=float(2 * sum(p.numel() for p in model.parameters())),
         seconds=per_token,
         repeats=repeats,

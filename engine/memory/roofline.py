@@ -4,7 +4,9 @@ Follows the roofline model (Williams, Waterman and Patterson, CACM 2009): a step
 max(FLOPs / peak FLOP/s, bytes / bandwidth). Decode moves every weight and the batch's whole KV cache for one
 token per sequence, so its arithmetic intensity is ~1 FLOP/byte at batch 1 (bf16), far below a GPU's ridge
 point (~300 FLOP/byte on an H100); prefill reuses each weight for every prompt token and is compute-bound.
-`StepTimeModel` is the same arithmetic in closed form for the simulator's inner loop.
+`StepTimeModel` is the same arithmetic in closed form for the simulator's inner loop; its `kv_read_factor`
+charges the KV reads of a kernel that streams the cache slower than the bandwidth roof (e.g. small paged blocks,
+as measured by lessons/labs/paged.py).
 """
 
 from __future__ import annotations
@@ -160,6 +162,11 @@ class StepTimeModel:
     attn_flops_per_pair: float
     peak_flops: float
     bandwidth: float
+    kv_read_factor: float = 1.0  # KV-read time / (KV bytes / bandwidth): 1 is a kernel at the roof
+
+    def __post_init__(self) -> None:
+        if not self.kv_read_factor > 0:
+            raise ValueError(f"kv_read_factor must be positive, got {self.kv_read_factor}; 1.0 is a kernel at the roof")
 
     @classmethod
     def for_model(
@@ -169,6 +176,7 @@ class StepTimeModel:
         weight_dtype: str = "bf16",
         kv_dtype: str = "bf16",
         tensor_parallel: int = 1,
+        kv_read_factor: float = 1.0,
     ) -> StepTimeModel:
         """Constants for one model on one GPU (per-GPU shares under tensor parallelism)."""
         m, g = resolve_model(model), resolve_gpu(gpu)
@@ -181,6 +189,7 @@ class StepTimeModel:
             4 * m.num_layers * m.num_heads * m.head_dim / tensor_parallel,
             g.bf16_flops,
             g.bandwidth_bytes_per_s,
+            kv_read_factor,
         )
 
     def __call__(
@@ -192,5 +201,6 @@ class StepTimeModel:
         flops = self.flops_per_token * (num_decode + prefill_tokens) + self.attn_flops_per_pair * (
             context_tokens + prefill_pairs
         )
-        moved = self.weight_bytes + self.kv_bytes_per_token * (context_tokens + prefill_tokens)
+        kv_read = self.kv_bytes_per_token * context_tokens * self.kv_read_factor  # bytes at the roof's speed
+        moved = self.weight_bytes + kv_read + self.kv_bytes_per_token * prefill_tokens
         return max(flops / self.peak_flops, moved / self.bandwidth)

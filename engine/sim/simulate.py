@@ -110,11 +110,13 @@ def simulate_model(
     reservation: str = "max_model_len",
     admission: str = "fcfs",
     footprint: ServingFootprint | None = None,
+    kv_read_factor: float = 1.0,
 ) -> SimResult:
     """Simulate a model on a GPU: KV capacity from vLLM's memory arithmetic, step time from the roofline.
 
     Every policy gets the same KV bytes (the footprint's budget / bytes per token), so a comparison between
-    them is about how the memory is managed, not how much there is.
+    them is about how the memory is managed, not how much there is. kv_read_factor > 1 makes each step's KV
+    reads that much slower than the bandwidth roof (a kernel's measured cost, e.g. of small blocks).
     """
     fp = footprint or serving_footprint(
         model,
@@ -127,7 +129,7 @@ def simulate_model(
         tensor_parallel=tensor_parallel,
     )
     capacity = max(1, fp.kv_budget_bytes // fp.kv_bytes_per_token)
-    step_time = StepTimeModel.for_model(fp.model, fp.gpu, weight_dtype, kv_dtype, tensor_parallel)
+    step_time = StepTimeModel.for_model(fp.model, fp.gpu, weight_dtype, kv_dtype, tensor_parallel, kv_read_factor)
     cfg = SimConfig(
         policy,
         capacity,

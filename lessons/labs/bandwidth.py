@@ -2,19 +2,76 @@
 
 The step costs come from `engine.memory.roofline.roofline` (Williams et al., CACM 2009): a step takes at least
 max(FLOPs / peak FLOP/s, bytes / HBM bandwidth). Decode streams every weight and the batch's KV cache for
-one token per sequence, so its intensity is ~batch FLOP/byte; prefill reuses each weight for every prompt
-token. This module packages those numbers into the rows, points and sentences page 1 shows.
+one token per sequence, so its weight matmuls do ~batch FLOP/byte while attention stays at the GQA group size
+(every sequence's KV is read each step, whatever the batch); prefill reuses each weight for every prompt token.
+Which batches fit comes from `engine.memory.footprint.serving_footprint` (weights + activation peak + KV at the
+chosen context against the GPU's memory at gpu_memory_utilization 0.9, vLLM's rule). The live part is model
+bandwidth utilization (MBU): bytes a real decode step of the demo model moves (weights + KV read) per second,
+over this machine's measured memory bandwidth. This module packages those numbers into page 1's rows, points
+and sentences, and `claims()` checks them at the page's defaults.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from engine.memory.catalog import GPUS, MODELS
-from engine.memory.measure import Measurement
+from engine.memory.catalog import GPUS, MODELS, GiB
+from engine.memory.footprint import serving_footprint
+from engine.memory.measure import Measurement, measure_demo_decode, measure_machine
 from engine.memory.roofline import Roofline, roofline
 
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int4")
+MAX_BATCH = 256  # the batch slider's range
+SWEEP_BATCHES: tuple[int, ...] = (1, 4, 16, 64, 256)
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory
+DEFAULTS: dict[str, Any] = {"model": "llama-3-8b", "gpu": "h100-sxm", "dtype": WEIGHT_DTYPES[0], "batch": 1,
+                            "context": 4096}  # the page's (ui/links.py reads them)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BatchFit:
+    """How many sequences of one context length a GPU's KV budget holds (vLLM's start-up arithmetic)."""
+
+    model: str
+    gpu: str
+    context_len: int
+    capacity_bytes: int
+    weights_bytes: int
+    kv_budget_bytes: int  # what is left for KV after weights, activation peak and overhead (may be < 0)
+    kv_bytes_per_token: int
+    max_batch: int  # whole 16-token blocks per sequence, as vLLM's "maximum concurrency"
+
+    def kv_bytes(self, batch: int) -> int:
+        """KV cache of `batch` sequences at the context length."""
+        return batch * self.context_len * self.kv_bytes_per_token
+
+    def fits(self, batch: int) -> bool:
+        """Whether `batch` sequences of the context length fit in the KV budget at once."""
+        return batch <= self.max_batch
+
+    def why(self, batch: int) -> str:
+        """One sentence: does this batch fit, and what is the largest that does."""
+        gpu, need, left = GPUS[self.gpu].name, self.kv_bytes(batch) / GiB, max(self.kv_budget_bytes, 0) / GiB
+        if self.max_batch == 0:
+            return (f"Not even one {self.context_len:,}-token sequence fits on the {gpu}: its "
+                    f"{self.weights_bytes / GiB:,.1f} GiB of weights and the activation peak leave {left:,.2f} GiB "
+                    f"for KV at gpu_memory_utilization {GPU_MEMORY_UTILIZATION}.")  # fmt: skip
+        verdict = "fits" if self.fits(batch) else "does not fit"
+        return (f"Batch {batch} at {self.context_len:,} tokens needs {need:,.1f} GiB of KV and {verdict}: the "
+                f"{gpu} has {left:,.1f} GiB left for KV after {self.weights_bytes / GiB:,.1f} "
+                f"GiB of weights at gpu_memory_utilization {GPU_MEMORY_UTILIZATION}, room for at most "
+                f"**{self.max_batch:,}** such sequences.")  # fmt: skip
+
+
+def batch_fit(model: str, gpu: str, context_len: int, weight_dtype: str = "bf16") -> BatchFit:
+    """The largest batch of context_len-token sequences the GPU's KV budget holds (footprint.py's arithmetic)."""
+    fp = serving_footprint(model, gpu, weight_dtype=weight_dtype, max_model_len=context_len,
+                           gpu_memory_utilization=GPU_MEMORY_UTILIZATION)  # fmt: skip
+    max_batch = fp.max_concurrency(context_len) if fp.num_blocks > 0 else 0
+    return BatchFit(model, gpu, context_len, fp.capacity_bytes, fp.weights_bytes, fp.kv_budget_bytes,
+                    fp.kv_bytes_per_token, max_batch)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -100,13 +157,64 @@ def lesson(model: str, gpu: str, batch_size: int, context_len: int, weight_dtype
     )
 
 
-def batch_sweep(model: str, gpu: str, context_len: int, batches: tuple[int, ...] = (1, 4, 16, 64, 256)) -> list[dict]:
-    """Decode tokens/s and intensity as the batch grows (weights are shared; KV is not)."""
+def batch_sweep(model: str, gpu: str, context_len: int, weight_dtype: str = "bf16",
+                batches: tuple[int, ...] = SWEEP_BATCHES) -> list[dict[str, Any]]:  # fmt: skip
+    """Decode tokens/s and intensities as the batch grows, each batch marked as fitting in memory or not.
+
+    The largest batch that fits is added as a point of its own. Weights are shared by the batch; KV is not, so
+    attention's FLOP per byte stays at the group size while its share of the bytes grows.
+    """
+    fit = batch_fit(model, gpu, context_len, weight_dtype)
+    points = set(batches) | ({fit.max_batch} if 1 <= fit.max_batch < max(batches) else set())
     rows = []
-    for b in batches:
-        r = roofline(model, gpu, "decode", b, context_len)
-        rows.append({"batch": b, "FLOP per byte": r.intensity, "tokens per s": r.tokens_per_s, "bound": r.bound})
+    for b in sorted(points):
+        r = roofline(model, gpu, "decode", b, context_len, weight_dtype)
+        attn = r.ops[0]  # the score / value part that reads the KV cache
+        rows.append({
+            "batch": b,
+            "fits in memory": "yes" if fit.fits(b) else "no",
+            "KV GiB": fit.kv_bytes(b) / GiB,
+            "FLOP per byte": r.intensity,
+            "attention FLOP per byte": attn.intensity,
+            "KV share of bytes %": 100 * attn.bytes / r.bytes,
+            "tokens per s": r.tokens_per_s,
+            "bound": r.bound,
+        })  # fmt: skip
     return rows
+
+
+def model_bandwidth_utilization(demo: Mapping[str, Any], machine: Sequence[Mapping[str, Any]]) -> float:
+    """MBU: the decode step's achieved bytes/s (weights + KV read) over this machine's measured bandwidth."""
+    best = max((float(m["GB_per_s"]) for m in machine), default=0.0)
+    if best <= 0:
+        raise ValueError("no machine bandwidth measured: run the machine measurement first")
+    return float(demo["GB_per_s"]) / best
+
+
+def claims() -> dict[str, dict]:
+    """Page 1 at its defaults: no batch beyond the KV budget shown as fitting; the demo model's MBU measured."""
+    d = DEFAULTS
+    fit = batch_fit(d["model"], d["gpu"], d["context"], d["dtype"])
+    rows = batch_sweep(d["model"], d["gpu"], d["context"], d["dtype"])
+    # independent of max_batch: a batch shown fitting must have its KV inside the budget
+    wrong = [r["batch"] for r in rows if r["fits in memory"] == "yes" and r["KV GiB"] * GiB > fit.kv_budget_bytes]
+    wrong += [b for b in range(1, MAX_BATCH + 1) if fit.fits(b) and fit.kv_bytes(b) > fit.kv_budget_bytes]
+    entry: dict[str, Any] = {
+        "claim": "no offered batch beyond the GPU's KV budget is shown as fitting, and the demo model's decode "
+        "step's bandwidth utilization (MBU) is measured on this machine",
+        "max_batch": fit.max_batch, "kv_budget_GiB": round(fit.kv_budget_bytes / GiB, 2),
+        "sweep": {r["batch"]: r["fits in memory"] for r in rows}, "shown_fitting_beyond_capacity": sorted(set(wrong)),
+        "attention_FLOP_per_byte": sorted({round(r["attention FLOP per byte"], 2) for r in rows}),
+    }  # fmt: skip
+    try:
+        machine, demo = [m.row() for m in measure_machine()], measure_demo_decode().row()
+    except (FileNotFoundError, OSError) as exc:  # the demo weights are not installed
+        return {"bandwidth": {**entry, "holds": False, "error": repr(exc)}}
+    mbu = model_bandwidth_utilization(demo, machine)
+    entry.update(mbu=round(mbu, 4), demo_GB_per_s=round(demo["GB_per_s"], 3),
+                 machine_GB_per_s=round(max(m["GB_per_s"] for m in machine), 2),
+                 demo_bytes_per_step=demo["bytes_moved"], demo_ms_per_step=round(1e3 * demo["seconds"], 3))  # fmt: skip
+    return {"bandwidth": {**entry, "holds": not wrong and mbu > 0}}
 
 
 def measured_points(measurements: list[Measurement]) -> list[dict[str, float | str]]:

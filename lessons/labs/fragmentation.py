@@ -1,19 +1,23 @@
-"""Page 4's calculations: static max-length reservation replayed over a trace, in vLLM's waste terms (no Streamlit).
+"""Page 4's calculations: static reservation (Max, Pow2, Oracle) and paged KV over one trace, in vLLM's terms.
 
 A static server (FasterTransformer-style, transformers' static cache) reserves `max_model_len` contiguous KV
-slots the moment a request is admitted. The vLLM paper (Kwon et al., SOSP 2023, §3 and Fig. 2-3) splits what
+slots the moment a request is admitted; Orca-style servers reserve the next power of two of the request's
+final length (Pow2) or, with an oracle, exactly that length. The vLLM paper's Fig. 2 measured the share of
+KV memory holding token states in its re-implementations: Orca (Max) 20.4%, Orca (Pow2) 26.8%, Orca (Oracle)
+38.2%, vLLM 96.3% (`PAPER_STORED_PCT`). The vLLM paper (Kwon et al., SOSP 2023, §3 and Fig. 2-3) splits what
 such a reservation holds into *stored* tokens, *reserved* slots for tokens not generated yet, *internal*
 fragmentation (slots the request will never reach) and *external* fragmentation (gaps between reservations
 too small for the next one); its Fig. 3 example reserves 2,048 slots for a request that uses 10, leaving
 "2,038 slots" unused. This module runs `engine.sim.simulate.simulate_model` (the engine's block manager and the
-roofline step time) with the learner's model, GPU, max length and traffic, and turns the result into the
-page's series, callouts and a paged comparison on the same trace and the same KV bytes.
+roofline step time) with the learner's model, GPU, max length and traffic once per policy, on the same trace
+and the same KV bytes, and turns the results into the page's series, callouts and comparison table.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from engine.memory.catalog import GPUS, MODELS, GiB
 from engine.memory.footprint import serving_footprint
@@ -25,6 +29,22 @@ MAX_MODEL_LENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 # Shortest max length whose trace can be drawn quickly: the trace keeps requests with prompt + output <= max.
 MIN_MAX_LEN: dict[str, int] = {"sharegpt": 512, "alpaca": 512, "rag": 2048}
 MAX_REQUESTS = 400
+DEFAULTS: dict[str, Any] = {
+    "model": "llama-2-13b",
+    "gpu": "a100-40gb",
+    "max_model_len": 2048,
+    "dataset": "sharegpt",
+    "rate": 8.0,
+    "requests": 200,
+}  # the page's (ui/links.py)
+# Static reservation policies of engine.sim.policies, by the vLLM paper's names (Fig. 2), and what each reserves.
+STATIC_POLICIES: dict[str, tuple[str, str]] = {
+    "Max": ("max_model_len", "max_model_len"),
+    "Pow2": ("pow2", "next power of two of the final length"),
+    "Oracle": ("oracle", "exactly the final length"),
+}
+# Kwon et al., SOSP 2023, Fig. 2: % of KV memory holding token states (Orca re-implementations, vLLM).
+PAPER_STORED_PCT: dict[str, float] = {"Max": 20.4, "Pow2": 26.8, "Oracle": 38.2, "paged": 96.3}
 MAX_RATE = 64.0
 CHART_POINTS = 240  # steps kept for the chart (the table behind it has the same rows)
 # Series of the stacked area, in vLLM's terms: simulator column -> legend label.
@@ -47,8 +67,9 @@ class FragmentationReport:
     dataset: str
     capacity_tokens: int
     kv_bytes_per_token: int
-    static: SimSummary
+    static: SimSummary  # the Max policy: reserve max_model_len (the stacked-area chart)
     paged: SimSummary
+    policies: dict[str, SimSummary]  # Max, Pow2, Oracle, paged: the same trace and KV bytes
     rows: list[dict[str, float]]  # thinned steps: time_s, the five SERIES columns, running, waiting
     example: dict[str, int]  # a typical request: prompt, output, used, reserved, unused slots
     peak: dict[str, float]  # the step holding the most reservations: held, stored, unused slots
@@ -74,12 +95,14 @@ class FragmentationReport:
         )
 
     def waste_rows(self) -> list[dict[str, float | str]]:
-        """Step-averaged shares of held memory per kind, static vs paged (for a table)."""
+        """Step-averaged shares of held memory per kind, one row per policy, with the paper's figure."""
         rows: list[dict[str, float | str]] = []
-        for name, s in (("static (max_model_len)", self.static), ("paged (16-token blocks)", self.paged)):
+        for key, s in self.policies.items():
+            name = f"static {key} ({STATIC_POLICIES[key][1]})" if key in STATIC_POLICIES else "paged (16-token blocks)"
             rows.append({
                 "server": name,
                 "stored %": round(100 * (1 - s.avg_waste), 1),
+                "paper: stored %": PAPER_STORED_PCT[key],
                 "reserved %": round(100 * s.avg_reserved, 1),
                 "internal %": round(100 * s.avg_internal, 1),
                 "external %": round(100 * s.avg_external, 1),
@@ -142,8 +165,12 @@ def static_report(
             f"one {max_model_len:,}-token reservation; pick a bigger GPU, a smaller model or a shorter max_model_len"
         )
     trace = generate_trace(dataset, num_requests, rate, seed=seed, max_len=max_model_len)
-    static = simulate_model(trace, model, gpu, "static", max_model_len=max_model_len, footprint=fp)
-    paged = simulate_model(trace, model, gpu, "paged", max_model_len=max_model_len, footprint=fp)
+    runs = {
+        key: simulate_model(trace, model, gpu, "static", max_model_len=max_model_len, footprint=fp, reservation=res)
+        for key, (res, _) in STATIC_POLICIES.items()
+    }
+    runs["paged"] = simulate_model(trace, model, gpu, "paged", max_model_len=max_model_len, footprint=fp)
+    static = runs["Max"]
     keep = ("time_s", *SERIES, "running", "waiting")
     rows = [{k: row[k] for k in keep} for row in static.to_rows(CHART_POINTS)]
     return FragmentationReport(
@@ -154,12 +181,30 @@ def static_report(
         capacity_tokens=static.capacity_tokens,
         kv_bytes_per_token=fp.kv_bytes_per_token,
         static=static.summary,
-        paged=paged.summary,
+        paged=runs["paged"].summary,
+        policies={key: run.summary for key, run in runs.items()},
         rows=rows,
         example=_example(trace, max_model_len),
         peak=_peak(static.columns),
         trace=trace_stats(trace),
     )
+
+
+def claims() -> dict[str, dict]:
+    """Page 4 at its defaults: does paged KV waste less than every static reservation on the same trace?"""
+    d = DEFAULTS
+    rep = static_report(d["model"], d["gpu"], d["max_model_len"], d["dataset"], d["requests"], d["rate"])
+    waste = {key: round(100 * s.avg_waste, 2) for key, s in rep.policies.items()}
+    static = min(v for k, v in waste.items() if k != "paged")
+    return {"fragmentation": {
+        "claim": "paged KV wastes less held memory than static Max, Pow2 and Oracle reservation on the same trace",
+        "holds": waste["paged"] < static,
+        "waste_pct": waste,
+        "stored_pct": {key: round(100 - w, 2) for key, w in waste.items()},
+        "paper_stored_pct": dict(PAPER_STORED_PCT),
+        "peak_running": {key: s.peak_concurrency for key, s in rep.policies.items()},
+        "settings": dict(d),
+    }}  # fmt: skip
 
 
 def series(rows: list[dict[str, float]]) -> tuple[list[float], dict[str, list[float]]]:
@@ -169,6 +214,10 @@ def series(rows: list[dict[str, float]]) -> tuple[list[float], dict[str, list[fl
 
 __all__ = [
     "CHART_POINTS",
+    "DEFAULTS",
+    "PAPER_STORED_PCT",
+    "STATIC_POLICIES",
+    "claims",
     "FragmentationReport",
     "MAX_MODEL_LENS",
     "MAX_RATE",

@@ -124,3 +124,32 @@ def test_demo_decode_button_measures_or_explains(at):
         assert any("demo model" in e.value for e in at.error)
     else:
         assert demo["seconds"] > 0 and demo["bytes_moved"] > 0
+        spec = MODELS["demo"]
+        # every weight (fp32 on CPU) plus the KV the steps read: 16-token prompt, 8 new tokens -> mean 20 tokens
+        kv = 20 * spec.kv_bytes_per_token(4)
+        assert demo["bytes_moved"] == pytest.approx(spec.num_params * 4 + kv, rel=0.01)
+        mbu = metrics(at)["Model bandwidth utilization (MBU)"]
+        machine = max(r["GB_per_s"] for r in at.session_state["bw_measurements"])
+        assert float(mbu.rstrip("%")) == pytest.approx(100 * demo["GB_per_s"] / machine, abs=0.06)
+
+
+def test_batches_beyond_the_kv_budget_are_marked_and_explained(at):
+    at.selectbox(key="bw_model").set_value("llama-3-8b")
+    at.selectbox(key="bw_gpu").set_value("h100-sxm")
+    at.selectbox(key="bw_dtype").set_value("bf16")
+    at.number_input(key="bw_context").set_value(4096)
+    at.slider(key="bw_batch").set_value(64).run()
+    fit = lab.batch_fit("llama-3-8b", "h100-sxm", 4096)
+    blocked = lambda: [w.value for w in at.warning if "does not fit" in w.value]  # noqa: E731
+    assert not at.exception and not blocked()
+    assert metrics(at)["Largest batch that fits"] == f"{fit.max_batch:,}"
+    assert f"at most {fit.max_batch:,} sequences fit" in at.slider(key="bw_batch").help
+    at.slider(key="bw_batch").set_value(256).run()
+    assert not at.exception and len(blocked()) == 1 and "128.0 GiB of KV" in blocked()[0]
+    shown = metrics(at)
+    assert shown["KV cache of this batch"] == "128.0 GiB" and shown["Largest batch that fits"] == f"{fit.max_batch:,}"
+    assert shown["KV budget on this GPU"] == f"{fit.kv_budget_bytes / 2**30:,.1f} GiB"
+    sweep = next(t.value for t in at.dataframe if "fits in memory" in t.value.columns)
+    assert list(sweep["fits in memory"]) == ["yes" if b <= fit.max_batch else "no" for b in sweep["batch"]]
+    assert fit.max_batch in list(sweep["batch"]) and sweep["fits in memory"].iloc[-1] == "no"
+    at.slider(key="bw_batch").set_value(1).run()

@@ -8,6 +8,11 @@ def metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
+def callout(at: AppTest) -> str:
+    """The "N slots are never used" box (the page header adds other info boxes)."""
+    return next(i.value for i in at.info if "slots are never used" in i.value)
+
+
 def pct(at: AppTest, label: str) -> float:
     return float(metrics(at)[label].rstrip("%"))
 
@@ -22,19 +27,26 @@ def at(app_test):
 
 def test_defaults_show_the_callout_and_static_vs_paged(at):
     shown = metrics(at)
-    assert "slots are never used" in at.info[0].value and "2,048 reserved" in at.info[0].value
-    assert int(shown["Running at once, paged"]) > int(shown["Running at once, static"])
-    assert 0 < pct(at, "KV holding live tokens") < 50  # the vLLM paper's 20.4–38.2% territory
+    assert "2,048 reserved" in callout(at)
+    assert int(shown["Running at once, paged"]) > int(shown["Running at once, static Max"])
+    assert 0 < pct(at, "KV holding live tokens, static Max") < 50  # the paper's Orca (Max): 20.4%
     assert "fragmentation" in at.session_state["progress"]["visited"]
+    table = next(t.value for t in at.dataframe if "paper: stored %" in t.value.columns)
+    assert list(table["paper: stored %"]) == [20.4, 26.8, 38.2, 96.3]
+    assert [s.split(" (")[0] for s in table["server"]] == ["static Max", "static Pow2", "static Oracle", "paged"]
+    assert table["stored %"].iloc[3] > table["stored %"].iloc[:3].max()  # paged stores the most, same trace
+    text = " ".join(m.value for m in at.markdown)
+    assert "Orca (Max) 20.4%, Orca (Pow2) 26.8%, Orca (Oracle) 38.2%, vLLM 96.3%" in text
+    assert "20.4%–38.2%" not in text  # never one range for "real systems"
 
 
 def test_shorter_reservations_hold_more_live_tokens(at):
     at.select_slider(key="frag_max_len").set_value(512).run()
-    short = pct(at, "KV holding live tokens")
-    assert "512 reserved" in at.info[0].value
+    short = pct(at, "KV holding live tokens, static Max")
+    assert "512 reserved" in callout(at)
     at.select_slider(key="frag_max_len").set_value(4096).run()
     assert not at.exception and not at.error
-    assert short > pct(at, "KV holding live tokens")
+    assert short > pct(at, "KV holding live tokens, static Max")
     at.select_slider(key="frag_max_len").set_value(32768).run()  # more than one reservation fits in the pool?
     assert not at.exception
     assert len(at.error) == 1 and "less than one 32,768-token reservation" in at.error[0].value
@@ -54,7 +66,7 @@ def test_sliders_at_extremes(at, key, values):
     for v in values:
         at.slider(key=key).set_value(v).run()
         assert not at.exception and not at.error, (key, v)
-        assert metrics(at)["Running at once, static"]
+        assert metrics(at)["Running at once, static Max"]
 
 
 def test_model_gpu_and_traffic_choices(at):

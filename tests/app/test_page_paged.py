@@ -53,3 +53,21 @@ def test_sharing_steps_show_fork_and_copy_on_write(at):
     radio = next(r for r in at.radio if r.key.startswith("quiz_paged."))
     radio.set_value(radio.options[-1]).run()
     assert not at.exception and radio.key.removeprefix("quiz_") in at.session_state["progress"]["quiz"]
+
+
+def test_throughput_carries_the_kernel_cost_and_vllm_refusals_are_marked(at):
+    at.select_slider(key="paged_context").set_value(2048)
+    at.select_slider(key="paged_block").set_value(16).run()
+    refusals = lambda: [w.value for w in at.warning if "vLLM would not run" in w.value]  # noqa: E731
+    assert not at.exception and not refusals()
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["vLLM accepts this block size"] == "yes"
+    assert float(shown["Kernel time vs best block size"].rstrip("×")) >= 1.0
+    assert int(shown["Best block size here"]) in (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    kernel = [t.value for t in at.dataframe if "ns per cached token" in t.value.columns]
+    assert kernel and list(kernel[0]["block size"]) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert min(kernel[0]["kernel cost vs best"]) == 1.0  # relative to the fastest block size
+    for bs, words in ((2, "takes only 1, 8, 16"), (4, "takes only 1, 8, 16"), (8, "multiple of 16")):
+        at.select_slider(key="paged_block").set_value(bs).run()
+        assert not at.exception and len(refusals()) == 1 and words in refusals()[0]
+        assert {m.label: m.value for m in at.metric}["vLLM accepts this block size"] != "yes"

@@ -16,3 +16,17 @@ def test_roofline_roof_is_min_of_peak_and_bandwidth_line():
     assert fig.data[-1].name == "decode" and list(fig.data[-1].text) == ["decode"]
     with pytest.raises(ValueError, match="positive"):
         charts_bandwidth.roofline(0, bw, [])
+
+
+def test_batch_sweep_draws_batches_that_do_not_fit_apart():
+    rows = [{"batch": b, "tokens per s": 10.0 * b, "fits in memory": "yes" if b <= 111 else "no"}
+            for b in (1, 16, 111, 256)]  # fmt: skip
+    fits, over = charts_bandwidth.batch_sweep(rows, 111).data
+    assert list(fits.x) == [1, 16, 111] and list(over.x) == [256] and list(over.text) == ["does not fit"]
+    assert fig_has_text(charts_bandwidth.batch_sweep(rows, 111), "largest batch that fits: 111")
+    with pytest.raises(ValueError, match="no rows"):
+        charts_bandwidth.batch_sweep([], 1)
+
+
+def fig_has_text(fig, text: str) -> bool:
+    return any(text in (a.text or "") for a in fig.layout.annotations)

@@ -63,3 +63,27 @@ def test_memory_breakdown_labels_each_part():
     fig = cm.memory_breakdown(rows, "gpu")
     assert [t.name for t in fig.data] == ["weights", "KV cache"]
     assert fig.data[1].text[0] == "KV cache: 5.5 GiB" and fig.layout.barmode == "stack"
+
+
+def test_block_size_throughput_labels_the_peak_and_vllm_refusals():
+    rows = [{"block size": bs, "tokens/s": tps, "kernel cost vs best": cost, "vLLM accepts": ok}
+            for bs, tps, cost, ok in ((2, 90.0, 1.4, "no"), (8, 95.0, 1.1, "not on FlashAttention"),
+                                      (16, 100.0, 1.0, "yes"), (256, 80.0, 1.0, "yes"))]  # fmt: skip
+    bars, cost = cm.block_size_throughput(rows, 16).data
+    assert list(bars.x) == ["2", "8", "16", "256"] and list(cost.y) == [1.4, 1.1, 1.0, 1.0]
+    assert "peak" in bars.text[2] and not any("peak" in t for i, t in enumerate(bars.text) if i != 2)
+    assert "not in vLLM" in bars.text[0] and list(bars.marker.pattern.shape) == ["x", ".", "", ""]
+    with pytest.raises(ValueError, match="chosen block size 4"):
+        cm.block_size_throughput(rows, 4)
+
+
+def test_waste_by_policy_stacks_the_four_shares_per_server():
+    rows = [{"server": "static Max", "stored %": 20.0, "reserved %": 10.0, "internal %": 65.0, "external %": 5.0},
+            {"server": "paged", "stored %": 98.0, "reserved %": 0.0, "internal %": 2.0, "external %": 0.0}]  # fmt: skip
+    fig = cm.waste_by_policy(rows)
+    assert [t.name for t in fig.data] == ["stored", "reserved", "internal", "external"]
+    for i in range(2):
+        assert sum(t.x[i] for t in fig.data) == pytest.approx(100.0)
+    assert list(fig.data[0].y) == ["static Max", "paged"] and fig.layout.barmode == "stack"
+    with pytest.raises(ValueError, match="no rows"):
+        cm.waste_by_policy([])

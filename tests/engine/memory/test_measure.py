@@ -70,6 +70,25 @@ def test_time_interleaved_round_robin_and_medians(clock):
         time_interleaved({"a": make("a", 1.0)}, repeats=0)
 
 
+def test_time_interleaved_min_and_cpu_clock(monkeypatch):
+    wall, cpu = FakeClock(), FakeClock()
+    monkeypatch.setattr(measure.time, "perf_counter", wall)
+    monkeypatch.setattr(measure.time, "process_time", cpu)
+    costs = iter([9.0, 3.0, 5.0, 1.0])  # warm-up, then three timed calls: fastest is 1.0 CPU-second
+
+    def fn():
+        cpu.now += next(costs)
+        wall.now += 100.0  # descheduled time the CPU clock does not charge
+
+    assert time_interleaved({"k": fn}, repeats=3, warmup=1, statistic="min", clock="cpu") == {"k": 1.0}
+    with pytest.raises(ValueError, match="statistic"):
+        time_interleaved({"k": fn}, statistic="mean")
+    with pytest.raises(ValueError, match="clock"):
+        time_interleaved({"k": fn}, clock="gpu")
+    with pytest.raises(ValueError, match="CPU work only"):
+        time_interleaved({"k": fn}, clock="cpu", device="meta")
+
+
 def test_measure_llm_decode_subtracts_prefill(clock):
     class FakeLLM:
         """generate() costs 10 s of prefill plus 3 s per generated token on the fake clock."""

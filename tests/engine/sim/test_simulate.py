@@ -170,9 +170,11 @@ def test_paper_waste_gap_on_sharegpt():
     paged = simulate_model(trace, "llama-2-13b", "a100-40gb", "paged", max_model_len=2048)
     static = simulate_model(trace, "llama-2-13b", "a100-40gb", "static", max_model_len=2048)
     assert paged.summary.avg_waste <= 0.04  # vLLM: under 4%
-    assert static.summary.avg_waste >= 0.5  # vLLM paper Fig. 2: 20.4-38.2% of slots hold tokens
+    assert static.summary.avg_waste >= 0.5  # vLLM paper Fig. 2: Orca (Max) 20.4% of slots hold tokens
     parts = static.summary.avg_reserved + static.summary.avg_internal + static.summary.avg_external
-    assert static.summary.avg_external > 0.05 and static.summary.avg_waste == pytest.approx(parts)
+    # with the queue full, the gap is what is left after whole 2048-slot reservations: capacity mod 2048
+    gap = (static.capacity_tokens % 2048) / static.capacity_tokens
+    assert 0 < static.summary.avg_external <= gap + 1e-9 and static.summary.avg_waste == pytest.approx(parts)
     assert paged.summary.peak_concurrency > 2 * static.summary.peak_concurrency
     assert paged.summary.tokens_per_s > static.summary.tokens_per_s
     assert paged.summary.generated_tokens == static.summary.generated_tokens
@@ -233,3 +235,19 @@ def test_step_time_comes_from_the_roofline():
     assert rows[1]["step_s"] == pytest.approx(stm(4, 400))  # 4 sequences decoding over 400 cached tokens
     assert rows[1]["generated"] == 4
     assert res.summary.duration_s == pytest.approx(sum(r["step_s"] for r in rows))
+
+
+def test_kv_read_factor_charges_only_the_kv_reads():
+    from engine.memory.roofline import StepTimeModel
+
+    base = StepTimeModel(weight_bytes=100.0, kv_bytes_per_token=10.0, flops_per_token=0.0, attn_flops_per_pair=0.0,
+                         peak_flops=1.0, bandwidth=1.0)  # fmt: skip
+    slow = StepTimeModel(100.0, 10.0, 0.0, 0.0, 1.0, 1.0, kv_read_factor=2.0)
+    assert base(4, 50) == 100 + 10 * 50 and slow(4, 50) == 100 + 2 * 10 * 50  # weights are read at full speed
+    assert slow(0, 0, prefill_tokens=5) == base(0, 0, prefill_tokens=5) == 100 + 10 * 5  # KV writes are not reads
+    with pytest.raises(ValueError, match="kv_read_factor"):
+        StepTimeModel(1.0, 1.0, 0.0, 0.0, 1.0, 1.0, kv_read_factor=0.0)
+    trace = generate_trace("sharegpt", 40, seed=0)
+    fast = simulate_model(trace, "llama-2-13b", "a100-40gb", "paged", max_model_len=2048).summary
+    charged = simulate_model(trace, "llama-2-13b", "a100-40gb", "paged", max_model_len=2048, kv_read_factor=3.0)
+    assert charged.summary.duration_s > fast.duration_s and charged.summary.generated_tokens == fast.generated_tokens

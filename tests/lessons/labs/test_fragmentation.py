@@ -1,10 +1,12 @@
 """lessons/labs/fragmentation.py: static max-length reservation replayed over a trace, checked against the trace."""
 
+import dataclasses
 import math
 
 import pytest
 
 from engine.memory.footprint import serving_footprint
+from engine.sim.simulate import simulate_model
 from engine.sim.traces import generate_trace
 from lessons.labs import fragmentation as lab
 
@@ -51,7 +53,35 @@ def test_longer_reservations_waste_more_and_paging_fits_more(reports):
         assert peak["held"] <= peak["running"] * rep.max_model_len  # each running request reserves max_model_len
         assert math.isclose(rep.unused_gib_at_peak, peak["unused"] * rep.kv_bytes_per_token / 2**30)
     rows = short.waste_rows()
-    assert [r["server"] for r in rows][0].startswith("static") and rows[0]["stored %"] < rows[1]["stored %"]
+    assert [r["server"].split(" (")[0] for r in rows] == ["static Max", "static Pow2", "static Oracle", "paged"]
+    assert [r["paper: stored %"] for r in rows] == [20.4, 26.8, 38.2, 96.3]  # Kwon et al., Fig. 2, per policy
+
+
+def test_every_policy_replays_the_same_trace_in_the_same_memory(reports):
+    rep = reports[1024]
+    trace = generate_trace("sharegpt", 60, 8.0, seed=0, max_len=1024)
+    fp = serving_footprint("llama-2-13b", "a100-40gb", max_model_len=1024)
+    assert list(rep.policies) == ["Max", "Pow2", "Oracle", "paged"] and rep.policies["Max"] is rep.static
+    for key, reservation in (("Max", "max_model_len"), ("Pow2", "pow2"), ("Oracle", "oracle")):
+        alone = simulate_model(trace, "llama-2-13b", "a100-40gb", "static", max_model_len=1024, footprint=fp,
+                               reservation=reservation).summary  # fmt: skip
+        assert rep.policies[key] == dataclasses.replace(alone, wall_s=rep.policies[key].wall_s)
+    p = rep.policies
+    assert p["Oracle"].avg_internal == 0  # it reserves exactly the final length: nothing is never used
+    assert p["Max"].avg_internal > p["Pow2"].avg_internal > 0  # Pow2 rounds up at most 2x, Max to max_model_len
+    assert p["paged"].avg_reserved == 0 and p["paged"].avg_external == 0  # blocks come when tokens do
+    assert p["paged"].avg_waste < min(p[k].avg_waste for k in ("Max", "Pow2", "Oracle"))
+
+
+def test_claims_compare_paged_with_each_static_policy(monkeypatch):
+    monkeypatch.setitem(lab.DEFAULTS, "requests", 40)
+    entry = lab.claims()["fragmentation"]
+    rep = lab.static_report("llama-2-13b", "a100-40gb", 2048, "sharegpt", 40, 8.0)
+    assert entry["waste_pct"] == {k: round(100 * s.avg_waste, 2) for k, s in rep.policies.items()}
+    assert entry["holds"] is (
+        entry["waste_pct"]["paged"] < min(entry["waste_pct"][k] for k in ("Max", "Pow2", "Oracle"))
+    )
+    assert entry["paper_stored_pct"] == {"Max": 20.4, "Pow2": 26.8, "Oracle": 38.2, "paged": 96.3}
 
 
 @pytest.mark.parametrize(

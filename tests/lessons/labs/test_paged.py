@@ -1,9 +1,11 @@
 """lessons/labs/paged.py: the block-size sweep, block tables and sharing, checked against the trace and allocator."""
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.memory.catalog import MODELS
 from engine.sim.traces import generate_trace
 from lessons.labs import paged as lab
 
@@ -92,3 +94,48 @@ def test_one_token_blocks_never_need_a_copy():
     assert all(s.copies == [] for s in stages)
     a = stages[2].picture.tables["A"]
     assert len(a) == 4 and a[:3] == stages[1].picture.tables["B"]  # A's new token went to a fresh block
+
+
+def test_vllm_verdicts_follow_its_block_size_literal():
+    verdicts = {bs: lab.vllm_accepts(bs) for bs in lab.BLOCK_SIZES}
+    assert [bs for bs, v in verdicts.items() if v == "no"] == [2, 4]
+    assert [bs for bs, v in verdicts.items() if v == "not on FlashAttention"] == [1, 8]
+    assert all(verdicts[bs] == "yes" for bs in (16, 32, 64, 128, 256))
+
+
+@pytest.mark.parametrize("bs", [1, 16, 256])
+def test_kernel_inputs_scatter_every_block_of_the_pool_once(bs):
+    q, k, v, tables, lens = lab.kernel_inputs(bs, num_seqs=3, context=100)
+    per_seq = -(-100 // bs)
+    assert tables.shape == (3, per_seq) and tables.dtype == torch.int32
+    assert sorted(tables.flatten().tolist()) == list(range(3 * per_seq))  # a permutation of the pool
+    assert k.shape == v.shape == (3 * per_seq, bs, MODELS["demo"].num_kv_heads, MODELS["demo"].head_dim)
+    assert q.shape == (3, MODELS["demo"].num_heads, MODELS["demo"].head_dim) and lens.tolist() == [100] * 3
+    if bs == 1:
+        assert tables.flatten().tolist() != list(range(3 * per_seq))  # shuffled, not laid out in order
+
+
+def test_kernel_cost_slows_the_kv_reads_and_moves_the_peak():
+    free = lab.sweep(1024, num_requests=40)
+    assert all(r["kernel cost vs best"] == 1.0 and r["tokens/s"] == r["tokens/s, free kernel"] for r in free)
+    slow_small = {bs: (3.0 if bs < 8 else 1.0) for bs in lab.BLOCK_SIZES}
+    charged = lab.sweep(1024, num_requests=40, kernel=slow_small)
+    for a, b in zip(free, charged, strict=True):
+        assert a["internal waste %"] == b["internal waste %"] and a["tokens/s"] == b["tokens/s, free kernel"]
+        assert b["kernel cost vs best"] == slow_small[b["block size"]]
+        if b["block size"] < 8:
+            assert b["tokens/s"] < b["tokens/s, free kernel"]  # each step reads its KV 3x slower
+        else:
+            assert b["tokens/s"] == b["tokens/s, free kernel"]
+    assert int(lab.peak_row(charged)["block size"]) >= 8
+    assert lab.peak_row([{"block size": 4, "tokens/s": 2.0}, {"block size": 8, "tokens/s": 2.0}])["block size"] == 4
+
+
+def test_claims_report_the_peak_of_the_charged_sweep(monkeypatch):
+    cost = {bs: (1.5 if bs < 16 else 1.0) for bs in lab.BLOCK_SIZES}
+    rows = [{"block size": bs, "kernel cost vs best": f, "ns per cached token": 10 * f} for bs, f in cost.items()]
+    monkeypatch.setattr(lab, "kernel_costs", lambda: rows)
+    monkeypatch.setattr(lab, "DEFAULT_MAX_CONTEXT", 512)
+    entry = lab.claims()["paged"]
+    assert entry["kernel_cost_vs_best"] == cost and entry["holds"] is (entry["peak_block_size"] >= 8)
+    assert entry["peak_block_size"] >= 16 and entry["tokens_per_s"][1] < entry["tokens_per_s"][16]
