@@ -6,8 +6,9 @@ can cause is a ValueError that names the bad value and the fix, raised here, bef
 neither backend ever sees malformed metadata (which on a GPU would mean silent out-of-bounds reads).
 
 Each kernel X has a Triton launcher `X_triton` in kernels/X.py and a plain-torch twin `X_torch` in
-kernels/X_torch.py (the CPU production path): varlen_attention, paged_attention, store_kv. The checks live
-in kernels/checks.py. Triton modules are imported lazily so this file works without triton installed.
+kernels/X_torch.py (the CPU production path): varlen_attention, paged_attention, paged_varlen_attention,
+store_kv. The checks live in kernels/checks.py and kernels/checks_paged.py. Triton modules are imported
+lazily so this file works without triton installed.
 
 `check=False` skips validation: for a caller (a model layer) whose step metadata and cache layout an
 earlier call already validated, so each layer pays only for the dispatch.
@@ -30,7 +31,9 @@ from kernels.checks import (
     check_tensor,
     default_scale,
 )
+from kernels.checks_paged import check_kv_scales, check_paged, check_paged_varlen
 from kernels.paged_attention_torch import TokenSlots, paged_attention_torch
+from kernels.paged_varlen_attention_torch import VarlenIndex, paged_varlen_attention_torch
 from kernels.store_kv_torch import store_kv_torch
 from kernels.varlen_attention_torch import varlen_attention_torch
 
@@ -147,7 +150,7 @@ def paged_attention(
     tables, lengths and cache layout an earlier call already validated; malformed inputs are then undefined.
     """
     if check:
-        scale, backend = _check_paged(q, k_cache, v_cache, block_tables, seq_lens, scale, backend)
+        scale, backend = check_paged(q, k_cache, v_cache, block_tables, seq_lens, scale, backend)
     else:
         scale, backend = default_scale(scale, q.shape[2]), resolve_backend(backend, q.device)
     if backend == "triton":
@@ -157,59 +160,61 @@ def paged_attention(
     return paged_attention_torch(q, k_cache, v_cache, block_tables, seq_lens, scale, index=index)
 
 
-def _check_paged(
-    q: object, k_cache: object, v_cache: object, block_tables: object, seq_lens: object, scale: object, backend: str
-) -> tuple[float, str]:
-    """Validate paged_attention's inputs (one device sync for the data-dependent checks); returns scale, backend."""
-    q = check_tensor("q", q, 3, "[num_seqs, num_heads, head_dim]")
-    k_cache, v_cache = check_cache(k_cache, v_cache)
-    check_same("q, k_cache, v_cache", [q, k_cache, v_cache])
-    num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
-    if q.shape[2] != head_dim:
-        raise ValueError(f"q has head_dim {q.shape[2]} but k_cache has {head_dim}; they must match")
-    check_heads(q.shape[1], num_kv_heads, head_dim, kv_name="k_cache")
-    scale = check_scale(scale, head_dim)
-    num_seqs = q.shape[0]
-    block_tables = check_tensor("block_tables", block_tables, 2, "int32 [num_seqs, max_blocks_per_seq]")
-    seq_lens = check_tensor("seq_lens", seq_lens, 1, "int32 [num_seqs]")
-    for name, t in (("block_tables", block_tables), ("seq_lens", seq_lens)):
-        if t.dtype != torch.int32:
-            raise ValueError(f"{name} has dtype {t.dtype}; pass {name}.to(torch.int32)")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move {name} to {q.device}")
-        if t.shape[0] != num_seqs:
-            raise ValueError(f"{name} has {t.shape[0]} rows but q has {num_seqs} sequences; give one row per sequence")
-    if num_seqs:
-        _check_block_tables(block_tables, seq_lens, num_blocks, block_size)
-    backend = resolve_backend(backend, q.device)
+# --------------------------------------------------------------------------------------- paged varlen
+def paged_varlen_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    max_seqlen_q: int,
+    causal: bool = True,
+    scale: float | None = None,
+    sliding_window: int | None = None,
+    backend: str = "auto",
+    *,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    index: VarlenIndex | None = None,
+    check: bool = True,
+) -> torch.Tensor:
+    """Attention of several queries per sequence over a paged cache (vLLM V1's unified attention): every step
+    kind in one call (prefill, chunked prefill, prefix-cache hits, decode as len_q = 1, and mixes).
+
+    q [total_q, Hq, D]; k_cache/v_cache [num_blocks, block_size, Hkv, D] (q's dtype, or torch.float8_e4m3fn
+    with k_scale/v_scale); cu_seqlens_q int32 [B + 1]; seq_lens int32 [B]; block_tables int32 [B, max_blocks].
+    Sequence i's len_q = cu_seqlens_q[i+1] - cu_seqlens_q[i] queries are its LAST len_q tokens, at positions
+    p = seq_lens[i] - len_q .. seq_lens[i] - 1, and their K/V must already be in the cache (store_kv first).
+    Token t lives in k_cache[block_tables[i, t // block_size], t % block_size]. Query p sees key t iff t <= p
+    (bottom-right causal; causal=False: every t < seq_lens[i]) and, with sliding_window=W (needs causal),
+    t >= p - W + 1 (transformers' Mistral). -> [total_q, Hq, D] in q's dtype.
+
+    Block-table contract: only entries first .. ceil(seq_lens[i] / block_size) - 1 are read, where first =
+    max(0, seq_lens[i] - len_q - W + 1) // block_size with a window (0 without); entries before `first`
+    (blocks freed behind the window), after the last block, and whole rows of sequences with len_q = 0 may
+    hold anything (-1, freed ids); slots past seq_lens[i] may hold NaN. Neither is ever read.
+    fp8: k_scale/v_scale are float32 tensors of shape [] / [1] (one per layer) or [Hkv] (per KV head); the
+    cache holds x / scale and the kernels attend to cache.float() * scale. index: the step's
+    `paged_varlen_index(...)` (kernels/paged_varlen_attention_torch.py) for the torch backend, built once per step.
+    check=False skips every input check: only for a step whose metadata an earlier call already validated.
+    """
+    if check:
+        args = (q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, causal, scale)
+        scale, backend, *host = check_paged_varlen(*args, sliding_window, backend, k_scale, v_scale)
+    else:
+        scale, backend, host = default_scale(scale, q.shape[2]), resolve_backend(backend, q.device), None
     if backend == "triton":
-        check_last_stride(q=q, k_cache=k_cache, v_cache=v_cache)
-    return scale, backend
+        from kernels.paged_varlen_attention import paged_varlen_attention_triton
 
-
-def _check_block_tables(block_tables: torch.Tensor, seq_lens: torch.Tensor, num_blocks: int, block_size: int) -> None:
-    """Lengths fit their table rows and every table entry a sequence uses names a cache block (one sync)."""
-    device = block_tables.device
-    capacity = block_tables.shape[1] * block_size
-    # Only the blocks a sequence actually uses must be valid; padding entries past them are never read.
-    blocks_used = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
-    used = torch.arange(block_tables.shape[1], device=device)[None, :] < blocks_used[:, None]
-    bad = used & ((block_tables < 0) | (block_tables >= num_blocks))  # [num_seqs, max_blocks_per_seq]
-    first_bad = torch.where(bad.flatten(), torch.arange(bad.numel(), device=device), bad.numel()).min()
-    lo, hi, first = torch.stack([seq_lens.min().long(), seq_lens.max().long(), first_bad]).tolist()  # one sync
-    if lo < 0:
-        raise ValueError(f"seq_lens has a negative entry ({lo}); lengths must be >= 0")
-    if hi > capacity:
-        raise ValueError(
-            f"seq_lens has {hi} tokens but a block table row holds {block_tables.shape[1]} blocks x "
-            f"{block_size} = {capacity} slots; widen block_tables or shorten the sequence"
-        )
-    if first < bad.numel():
-        seq, col = divmod(first, block_tables.shape[1])
-        raise ValueError(
-            f"block_tables[{seq}, {col}] = {int(block_tables[seq, col])} is outside the cache's "
-            f"{num_blocks} blocks; table entries for used blocks must be in [0, {num_blocks})"
-        )
+        return paged_varlen_attention_triton(
+            q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, causal, scale,
+            sliding_window, k_scale, v_scale,
+        )  # fmt: skip
+    return paged_varlen_attention_torch(
+        q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, causal, scale, sliding_window, k_scale, v_scale,
+        host=host, index=index,
+    )  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------- store
@@ -221,23 +226,28 @@ def store_kv(
     slot_mapping: torch.Tensor,
     backend: str = "auto",
     *,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
     check: bool = True,
 ) -> None:
     """Write k/v [num_tokens, Hkv, D] into the paged caches in place at slot_mapping (slot < 0 is skipped).
 
+    fp8 cache (torch.float8_e4m3fn): k_scale / v_scale (float32, shape [] / [1]; the torch backend also takes
+    [Hkv]) are the scales the values are quantized with: the cache holds clamp(x / scale, +-448).
     check=False skips every input check and dispatches straight to the backend: only for a slot mapping and
     cache layout an earlier call already validated; malformed inputs are then undefined.
     """
     if check:
         backend = _check_store(k, v, k_cache, v_cache, slot_mapping, backend)
+        check_kv_scales(k_cache, k_scale, v_scale, k.device)
     else:
         backend = resolve_backend(backend, k.device)
     if backend == "triton":
         from kernels.store_kv import store_kv_triton
 
-        store_kv_triton(k, v, k_cache, v_cache, slot_mapping)
+        store_kv_triton(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
     else:
-        store_kv_torch(k, v, k_cache, v_cache, slot_mapping)
+        store_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
 
 
 def _check_store(k: object, v: object, k_cache: object, v_cache: object, slot_mapping: object, backend: str) -> str:
@@ -245,7 +255,15 @@ def _check_store(k: object, v: object, k_cache: object, v_cache: object, slot_ma
     k = check_tensor("k", k, 3, "[num_tokens, num_kv_heads, head_dim]")
     v = check_tensor("v", v, 3, "[num_tokens, num_kv_heads, head_dim]")
     k_cache, v_cache = check_cache(k_cache, v_cache)
-    check_same("k, v, k_cache, v_cache", [k, v, k_cache, v_cache])
+    if k_cache.dtype == torch.float8_e4m3fn:  # float K/V quantized into an fp8 cache (scales: check_kv_scales)
+        check_same("k, v", [k, v])
+        if v_cache.dtype != k_cache.dtype or {k_cache.device, v_cache.device} != {k.device}:
+            raise ValueError(
+                f"k_cache is {k_cache.dtype} on {k_cache.device}, v_cache {v_cache.dtype} on {v_cache.device}; "
+                f"both must be float8_e4m3fn on k's device ({k.device})"
+            )
+    else:
+        check_same("k, v, k_cache, v_cache", [k, v, k_cache, v_cache])
     if k.shape != v.shape:
         raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; they must match")
     num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape

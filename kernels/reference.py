@@ -175,3 +175,47 @@ def store_kv_ref(
             continue
         k_cache[slot // block_size, slot % block_size] = k[i]
         v_cache[slot // block_size, slot % block_size] = v[i]
+
+
+def dequantize_ref(x: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """Cache rows [..., Hkv, D] as fp32: x.float() * scale, scale one per layer ([] / [1]) or per KV head ([Hkv])."""
+    return x.float() if scale is None else x.float() * scale.float().reshape(-1, 1)
+
+
+def paged_varlen_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    causal: bool = True,
+    scale: float | None = None,
+    sliding_window: int | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Paged attention for several queries per sequence, one query at a time: q [total_q, Hq, D] -> same shape.
+
+    Sequence i's len_q = cu_seqlens_q[i+1] - cu_seqlens_q[i] queries are its last tokens, so its query j sits
+    at position p = seq_lens[i] - len_q + j. It sees key t iff t <= p (causal; every t < seq_lens[i] when not
+    causal) and t >= p - sliding_window + 1 (with a window; transformers' Mistral mask: kv_idx > q_idx - W).
+    Each visible key is looked up token by token (slot = table[t // block_size] * block_size + t % block_size),
+    dequantized (x.float() * scale) when scales are given, and `attention_ref` attends to exactly those keys.
+    """
+    block_size = k_cache.shape[1]
+    starts, lens = cu_seqlens_q.tolist(), seq_lens.tolist()
+    out = torch.zeros(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype, device=q.device)
+    for i, seq_len in enumerate(lens):
+        len_q = starts[i + 1] - starts[i]
+        for j in range(len_q):
+            p = seq_len - len_q + j
+            lo = 0 if sliding_window is None else max(0, p - sliding_window + 1)
+            hi = p + 1 if causal else seq_len
+            blocks = [int(block_tables[i, t // block_size]) for t in range(lo, hi)]
+            k = torch.stack([k_cache[b, t % block_size] for b, t in zip(blocks, range(lo, hi), strict=True)])
+            v = torch.stack([v_cache[b, t % block_size] for b, t in zip(blocks, range(lo, hi), strict=True)])
+            row = starts[i] + j
+            k, v = dequantize_ref(k, k_scale), dequantize_ref(v, v_scale)  # [n, Hkv, D] fp32
+            out[row] = attention_ref(q[row : row + 1], k, v, causal=False, scale=scale)[0]
+    return out
