@@ -18,10 +18,13 @@ SDPA-flash call per sequence if that op is unavailable. `ratio` = flash_s / ours
 
     python -m bench.packing --json
     python -m bench.packing --json --threads 1   # every side at one CPU thread (steadier on a busy machine)
+    python -m bench.packing --json --lengths 50,400,30,1000,120,7 --heads 4 --kv-heads 4 --head-dim 32  # page 3
     python -m bench.packing --flash --json
 """
 
 from __future__ import annotations
+
+import argparse
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +53,8 @@ def make_workload(args, device: str) -> dict:
     gen = torch.Generator().manual_seed(args.seed)
     lens = torch.randint(args.min_len, args.max_len + 1, (args.batch,), generator=gen).tolist()
     lens[0] = args.max_len  # pin the longest request so Lmax is the configured maximum
+    if getattr(args, "lengths", None):  # fixed lengths (page 3's default batch, say) instead of random ones
+        lens = list(args.lengths)
     dtype = DTYPES[args.dtype]
     total, l_max = sum(lens), max(lens)
     q = torch.randn(total, args.heads, args.head_dim, generator=gen).to(device=device, dtype=dtype)
@@ -219,6 +224,17 @@ def flash_comparison(args, device: str) -> dict:
     }
 
 
+def _lengths(text: str) -> list[int]:
+    """--lengths: positive whole numbers separated by commas."""
+    try:
+        lens = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        lens = []
+    if not lens or min(lens) < 1:
+        raise argparse.ArgumentTypeError(f"--lengths {text!r}: give positive whole numbers, e.g. 50,400,30,1000")
+    return lens
+
+
 def main() -> None:
     """Time the padded SDPA calls vs packed varlen_attention and print one JSON line."""
     p = parser("packed varlen attention vs padded SDPA")
@@ -232,6 +248,12 @@ def main() -> None:
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--no-causal", dest="causal", action="store_false")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--lengths",
+        type=_lengths,
+        default=None,
+        help="comma-separated request lengths instead of random ones, e.g. 50,400,30,1000,120,7 (page 3)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads for every side (default: torch's)")
     args = p.parse_args()
     if args.threads is not None:
@@ -244,6 +266,8 @@ def main() -> None:
         if getattr(args, name) is None:
             setattr(args, name, value)
     args.dtype = args.dtype or ("bfloat16" if device == "cuda" else "float32")
+    if args.lengths:  # the batch is exactly these requests
+        args.batch, args.min_len, args.max_len = len(args.lengths), min(args.lengths), max(args.lengths)
     if args.flash:
         emit(flash_comparison(args, device))
         return

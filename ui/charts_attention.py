@@ -1,5 +1,6 @@
 """Figures of lessons 2 and 3: the KV footprint per group count, which KV head each query head reads (MHA /
-GQA / MQA), the block-diagonal mask of a packed batch, and padded vs packed token slots. No Streamlit here.
+GQA / MQA), GQA vs MHA attention time (decode and prefill), the block-diagonal mask of a packed batch, padded
+vs packed token slots, and packed vs padded time as the padding grows. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from ui.charts import DASHES, PALETTE, bar, layout
+from ui.charts import DASHES, PALETTE, bar, fmt, layout, lines
 
 
 def kv_by_groups(groups: Sequence[int], kv_bytes: Sequence[float], chosen: int, title: str, ytitle: str) -> go.Figure:
@@ -116,3 +117,43 @@ def padding_vs_packed(real_tokens: int, padded_slots: int, title: str = "Token s
     )
     fig.update_layout(barmode="stack")
     return layout(fig, title, "", "token slots")
+
+
+def gqa_times(shapes: Sequence[str], gqa_ms: Sequence[float], mha_ms: Sequence[float], title: str) -> go.Figure:
+    """Grouped bars per attention shape (decode, prefill): GQA vs MHA with repeated heads, ms, value-labelled."""
+    if not len(shapes) == len(gqa_ms) == len(mha_ms):
+        raise ValueError(f"{len(shapes)} shapes but {len(gqa_ms)} GQA and {len(mha_ms)} MHA times; give one each")
+    fig = go.Figure()
+    for i, (name, ys) in enumerate((("GQA (K/V once per group)", gqa_ms), ("MHA (K/V heads repeated)", mha_ms))):
+        fig.add_bar(name=name, x=list(shapes), y=list(ys), text=[f"{fmt(y)} ms" for y in ys], textposition="outside",
+                    marker={"color": PALETTE[i], "pattern": {"shape": ("", "/")[i]}})  # fmt: skip
+    fig.update_layout(barmode="group")
+    return layout(fig, title, "", "ms per attention call")
+
+
+def packing_sweep(
+    padding_pct: Sequence[float],
+    packed_ms: Sequence[float],
+    padded_ms: Sequence[float],
+    crossover_pct: float | None,
+    title: str,
+    padded_name: str = "padded (SDPA)",
+    current_pct: float | None = None,
+) -> go.Figure:
+    """Measured packed vs padded time against the padding fraction; the crossover (and the page's batch) marked."""
+    fig = lines(padding_pct, {"packed (varlen)": packed_ms, padded_name: padded_ms}, title, "padding %", "ms")
+    if crossover_pct is not None:
+        fig.add_vline(
+            x=crossover_pct,
+            line={"color": PALETTE[3], "dash": "dash"},
+            annotation_text=f"packed faster from {crossover_pct:.0f}% padding",
+            annotation_position="top",
+        )
+    if current_pct is not None:
+        fig.add_vline(
+            x=current_pct,
+            line={"color": PALETTE[7], "dash": "dot"},
+            annotation_text=f"your batch: {current_pct:.0f}%",
+            annotation_position="bottom right",
+        )
+    return fig  # fmt: skip

@@ -23,22 +23,38 @@ LAYOUTS = {3: "BMK [B, M, K]", 4: "BMHK [B, M, H, K]", 5: "BMGHK [B, M, G, H, K]
 
 
 def _kv_heads(x: torch.Tensor) -> torch.Tensor:
-    """Key/value -> [B, N, Hkv, K], collapsing a size-1 or stride-0 query-head dim (no copy)."""
+    """Key/value -> [B * N, Hkv, K] with unit stride on K, collapsing a size-1 or stride-0 query-head dim.
+
+    No copy unless K itself is strided. (select / narrow / reshape rather than indexing: this runs on every
+    call, and on CPU a decode-sized call is short enough for Python overhead to show.)
+    """
+    shape = x.shape
     if x.dim() == 3:
-        return x.unsqueeze(2)  # [B, N, 1, K]
-    if x.dim() == 4:
-        if x.shape[2] > 1 and x.stride(2) == 0:
-            return x[:, :, :1]  # [B, N, 1, K]: MQA expanded over query heads
-        return x
-    if x.shape[3] == 1 or x.stride(3) == 0:
-        return x[:, :, :, 0]  # [B, N, G, K]: one KV head per group
-    return x.flatten(2, 3)  # [B, N, G * H, K]: heads materialized per query head (plain MHA)
-
-
-def _packed(x: torch.Tensor) -> torch.Tensor:
-    """[B, T, heads, K] -> [B * T, heads, K] (a view when possible) with unit stride on K for the kernels."""
-    x = x.reshape(x.shape[0] * x.shape[1], x.shape[2], x.shape[3])  # [B * T, heads, K]
+        x = x.reshape(shape[0] * shape[1], 1, shape[2])  # [B * N, 1, K]
+    elif x.dim() == 4:
+        if shape[2] > 1 and x.stride(2) == 0:
+            x = x.narrow(2, 0, 1)  # [B, N, 1, K]: MQA expanded over query heads
+        x = x.reshape(shape[0] * shape[1], x.shape[2], shape[3])
+    elif shape[3] == 1 or x.stride(3) == 0:
+        x = x.select(3, 0).reshape(shape[0] * shape[1], shape[2], shape[4])  # one KV head per group
+    else:
+        x = x.reshape(shape[0] * shape[1], shape[2] * shape[3], shape[4])  # heads materialized per query head
     return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _packed_query(x: torch.Tensor) -> torch.Tensor:
+    """Query in any layout -> [B * M, heads, K] (a view when possible) with unit stride on K for the kernels."""
+    shape = x.shape
+    heads = 1 if x.dim() == 3 else shape[2] if x.dim() == 4 else shape[2] * shape[3]
+    x = x.reshape(shape[0] * shape[1], heads, shape[-1])
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _uniform_offsets(batch: int, length: int, device: torch.device) -> torch.Tensor:
+    """cu_seqlens [0, L, 2L, ..., B * L] (int32) of B sequences of L tokens each."""
+    if length == 0:
+        return torch.zeros(batch + 1, dtype=torch.int32, device=device)
+    return torch.arange(0, (batch + 1) * length, length, dtype=torch.int32, device=device)
 
 
 def _block_plan(bias: BlockDiagonalMask) -> list[tuple[bool, list[tuple[int, int, int, int]]]]:
@@ -160,20 +176,18 @@ def memory_efficient_attention(
     """Attention in xformers' layouts; output has the query's layout. Default scale K ** -0.5."""
     _check_layouts(query, key, value, p)
     batch, len_q = query.shape[:2]
-    q = query.unsqueeze(2) if query.dim() == 3 else query.flatten(2, 3) if query.dim() == 5 else query
-    k, v = _kv_heads(key), _kv_heads(value)  # [B, N, Hkv, K]
+    len_k = key.shape[1]
+    q, k, v = _packed_query(query), _kv_heads(key), _kv_heads(value)  # [B * M, Hq, K], [B * N, Hkv, K]
     if k.shape != v.shape:
         raise ValueError(
             "key and value carry their heads differently (one expanded, one not); expand both the same way"
         )
-    len_k = k.shape[1]
-    if q.shape[2] % k.shape[2] != 0:
-        raise ValueError(f"query has {q.shape[2]} heads but key has {k.shape[2]}; query heads must be a multiple")
-    q, k, v = _packed(q), _packed(k), _packed(v)  # [B * M, Hq, K], [B * N, Hkv, K]
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"query has {q.shape[1]} heads but key has {k.shape[1]}; query heads must be a multiple")
 
     if attn_bias is None:
-        offsets_q = torch.arange(batch + 1, dtype=torch.int32, device=q.device) * len_q
-        offsets_k = torch.arange(batch + 1, dtype=torch.int32, device=q.device) * len_k
+        offsets_q = _uniform_offsets(batch, len_q, q.device)
+        offsets_k = _uniform_offsets(batch, len_k, q.device)
         out = varlen_attention(q, k, v, offsets_q, offsets_k, len_q, len_k, causal=False, scale=scale, backend=backend)
     elif isinstance(attn_bias, BLOCK_DIAGONAL_BIASES):
         out = _attend_block_diagonal(q, k, v, attn_bias, batch, scale, backend)

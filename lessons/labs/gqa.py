@@ -1,11 +1,12 @@
-"""Page 2's arithmetic and live run: MHA / MQA / GQA over a real model's shape (no Streamlit).
+"""Page 2's arithmetic and live runs: MHA / MQA / GQA over a real model's shape (no Streamlit).
 
 KV bytes per token = 2 (K and V) × layers × KV heads × head dim × bytes per element (GQA: Ainslie et al.,
 EMNLP 2023; MQA: Shazeer 2019, arXiv 1911.02150). A group-count slider picks the number of KV heads G among
-the divisors of the query-head count: G = Hq is MHA, G = 1 is MQA. The live run uses xformers' 5-D layout
+the divisors of the query-head count: G = Hq is MHA, G = 1 is MQA. The live runs use xformers' 5-D layout
 [B, M, G, H, K] (H = query heads per group) with K/V expanded over H by a stride-0 view, through
-`engine.attention.fmha.memory_efficient_attention`, and checks it against plain multi-head attention whose K/V heads
-were physically repeated.
+`engine.attention.fmha.memory_efficient_attention`, against an MHA model whose cache holds every head:
+decode (DECODE_BATCH sequences x 1 query over a long cache: time follows bytes) and prefill (M = N tokens).
+`claims()` runs both at the page's defaults for bench.evidence.
 """
 
 from __future__ import annotations
@@ -16,12 +17,19 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.fmha import memory_efficient_attention
-from engine.memory.catalog import MODELS, GiB, KiB
+from engine.memory.catalog import MODELS, GiB, KiB, MiB
 from engine.memory.footprint import dtype_bytes
 from engine.memory.measure import default_device, time_interleaved
 from engine.memory.specs import ModelSpec
 
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp32")
+DEFAULT_MODEL = "llama-3-8b"  # the page's defaults (ui/links.py reads them from here)
+DEFAULT_SEQ_LEN = 64  # tokens of the prefill-shaped run
+SEQ_LENS = (16, 256, 16)  # the prefill slider: low, high, step
+DECODE_BATCH = 8  # sequences in the decode run, one new query each
+DECODE_MAX_CONTEXT = 4096  # cached tokens per sequence, when the MHA side fits DECODE_MHA_BUDGET
+DECODE_MHA_BUDGET = 256 * MiB  # fp32 K+V of the MHA side's cache: bigger than a CPU's last-level cache
+PREFILL_NOISE = 0.10  # prefill does the same FLOPs either way: "not slower" allows this much timing noise
 
 
 def group_options(num_heads: int) -> list[int]:
@@ -38,13 +46,19 @@ def attention_kind(num_heads: int, groups: int) -> str:
     return "MQA" if groups == 1 else f"GQA-{groups}"
 
 
+def _check_run(num_heads: int, groups: int, head_dim: int) -> None:
+    """ValueError unless `groups` divides `num_heads` and the head dim is one a live run takes."""
+    if groups not in group_options(num_heads):
+        raise ValueError(
+            f"{groups} KV groups do not divide {num_heads} query heads; use one of {group_options(num_heads)}"
+        )
+    if not 1 <= head_dim <= 256:
+        raise ValueError(f"head_dim={head_dim} must be in 1..256 for a live run")
+
+
 def _spec(model: str, groups: int) -> ModelSpec:
     spec = MODELS[model]  # an unknown key is a ValueError listing the known ones
-    if groups not in group_options(spec.num_heads):
-        raise ValueError(
-            f"{groups} KV groups do not divide {spec.num_heads} query heads of {model}; "
-            f"use one of {group_options(spec.num_heads)}"
-        )
+    _check_run(spec.num_heads, groups, spec.head_dim)
     return spec.with_kv_heads(groups)
 
 
@@ -93,26 +107,23 @@ def footprint(model: str, groups: int, kv_dtype: str = "bf16", context_len: int 
 def footprint_rows(model: str, kv_dtype: str = "bf16", context_len: int = 8192, users: int = 1) -> list[dict]:
     """One row per valid group count: KV heads, KiB per token, GiB at context × users, saving vs MHA."""
     spec = MODELS[model]
-    rows = []
-    for g in group_options(spec.num_heads):
-        fp = footprint(model, g, kv_dtype, context_len, users)
-        rows.append(
-            {
-                "groups (KV heads)": g,
-                "kind": attention_kind(spec.num_heads, g),
-                "query heads per KV head": spec.num_heads // g,
-                "KiB per token": fp.bytes_per_token / KiB,
-                "GiB at context x users": fp.total_bytes / GiB,
-                "x smaller than MHA": fp.overcount,
-            }
-        )
-    return rows
+    fps = [footprint(model, g, kv_dtype, context_len, users) for g in group_options(spec.num_heads)]
+    return [
+        {"groups (KV heads)": fp.groups, "kind": attention_kind(spec.num_heads, fp.groups),
+         "query heads per KV head": spec.num_heads // fp.groups, "KiB per token": fp.bytes_per_token / KiB,
+         "GiB at context x users": fp.total_bytes / GiB, "x smaller than MHA": fp.overcount}
+        for fp in fps
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class GqaRun:
-    """A real GQA attention call in the 5-D layout, checked against MHA with repeated K/V heads."""
+    """One attention shape run twice: GQA in the 5-D layout and an MHA model whose cache holds every query head.
 
+    `name` is "decode" (one query per sequence over a long cache) or "prefill" (M = N tokens, one sequence).
+    """
+
+    name: str
     query_shape: tuple[int, ...]
     key_shape: tuple[int, ...]
     key_stride: tuple[int, ...]
@@ -124,31 +135,88 @@ class GqaRun:
     gqa_kv_bytes: int  # K and V bytes the GQA call reads (the storage behind the stride-0 view)
     mha_kv_bytes: int  # K and V bytes MHA with repeated heads reads
 
+    @property
+    def speedup(self) -> float:
+        """MHA time / GQA time (> 1: GQA is faster)."""
+        return self.mha_seconds / self.gqa_seconds
+
+    def gb_per_s(self, side: str) -> float:
+        """Achieved K+V read bandwidth of one side ("gqa" or "mha"), in GB/s."""
+        if side not in ("gqa", "mha"):
+            raise ValueError(f"side {side!r} is not one of 'gqa', 'mha'")
+        return getattr(self, f"{side}_kv_bytes") / getattr(self, f"{side}_seconds") / 1e9
+
     def rows(self) -> list[dict]:
         """Side-by-side table of the two runs."""
         return [
-            {"run": "GQA, 5-D layout (stride-0 K/V)", "key shape": str(self.key_shape), "K+V KiB read":
-             self.gqa_kv_bytes / KiB, "ms": self.gqa_seconds * 1e3},
-            {"run": "MHA, K/V heads repeated", "key shape": str(self.mha_key_shape), "K+V KiB read":
-             self.mha_kv_bytes / KiB, "ms": self.mha_seconds * 1e3},
+            {"shape": self.name, "run": "GQA, 5-D layout (stride-0 K/V)", "query shape": str(self.query_shape),
+             "key shape": str(self.key_shape), "K+V MiB read": self.gqa_kv_bytes / MiB,
+             "ms": self.gqa_seconds * 1e3, "GB/s": self.gb_per_s("gqa")},
+            {"shape": self.name, "run": "MHA, K/V heads repeated", "query shape": str(self.query_shape),
+             "key shape": str(self.mha_key_shape), "K+V MiB read": self.mha_kv_bytes / MiB,
+             "ms": self.mha_seconds * 1e3, "GB/s": self.gb_per_s("mha")},
         ]  # fmt: skip
 
 
-def layout_shapes(num_heads: int, groups: int, head_dim: int, seq_len: int, batch: int = 1) -> dict[str, str]:
-    """The shapes of each tensor in the [B, M, G, H, K] layout, as the page prints them."""
-    if groups not in group_options(num_heads):
-        raise ValueError(
-            f"{groups} groups do not divide {num_heads} query heads; use one of {group_options(num_heads)}"
-        )
-    h = num_heads // groups
+def layout_shapes(
+    num_heads: int, groups: int, head_dim: int, seq_len: int, batch: int = 1, keys: int | None = None
+) -> dict[str, str]:
+    """The shapes of each tensor in the [B, M, G, H, K] layout, as the page prints them (N = keys or seq_len)."""
+    _check_run(num_heads, groups, head_dim)
+    h, n = num_heads // groups, seq_len if keys is None else keys
     return {
         "query": f"[B={batch}, M={seq_len}, G={groups}, H={h}, K={head_dim}]",
-        "key / value (stored)": f"[B={batch}, N={seq_len}, G={groups}, 1, K={head_dim}]",
-        "key / value (as the kernel sees them)": (
-            f"[B={batch}, N={seq_len}, G={groups}, H={h} (stride 0), K={head_dim}]"
-        ),
+        "key / value (stored)": f"[B={batch}, N={n}, G={groups}, 1, K={head_dim}]",
+        "key / value (as the kernel sees them)": f"[B={batch}, N={n}, G={groups}, H={h} (stride 0), K={head_dim}]",
         "output": f"[B={batch}, M={seq_len}, G={groups}, H={h}, K={head_dim}]",
     }
+
+
+def _compare(name: str, q: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor, repeats: int) -> GqaRun:
+    """Time GQA (q [B, M, G, H, K] over K/V stored [B, N, G, 1, K]) against MHA whose cache holds G x H heads.
+
+    The MHA side's repeated cache is built before timing: a real MHA model stores every head, so the repeat
+    is not part of its attention call. Both sides run interleaved through memory_efficient_attention, half the
+    repeats in each order; each side's time is the mean of its two medians.
+    """
+    k = k_store.expand(*k_store.shape[:3], q.shape[3], k_store.shape[4])  # [B, N, G, H, K], stride 0 over H
+    v = v_store.expand(k.shape)
+    q_mha = q.flatten(2, 3)  # [B, M, Hq, K]; query head g * h + j belongs to group g
+    k_mha = k.flatten(2, 3).contiguous()  # [B, N, Hq, K]: every KV head physically repeated h times
+    v_mha = v.flatten(2, 3).contiguous()
+    gqa = lambda: memory_efficient_attention(q, k, v)
+    mha = lambda: memory_efficient_attention(q_mha, k_mha, v_mha)
+    # Both orders (GQA first, then MHA first): the first call of each interleaved round may run colder.
+    half = (repeats + 1) // 2
+    first = time_interleaved({"gqa": gqa, "mha": mha}, repeats=half, warmup=1, device=q.device)
+    second = time_interleaved({"mha": mha, "gqa": gqa}, repeats=half, warmup=0, device=q.device)
+    times = {side: (first[side] + second[side]) / 2 for side in first}
+    out = gqa()  # [B, M, G, H, K]
+    # Independent check: plain SDPA over the repeated heads, in [B, Hq, M, K].
+    ref = F.scaled_dot_product_attention(q_mha.transpose(1, 2), k_mha.transpose(1, 2), v_mha.transpose(1, 2))
+    elem = q.element_size()
+    return GqaRun(
+        name=name,
+        query_shape=tuple(q.shape),
+        key_shape=tuple(k.shape),
+        key_stride=tuple(k.stride()),
+        output_shape=tuple(out.shape),
+        mha_key_shape=tuple(k_mha.shape),
+        max_abs_err=(out.flatten(2, 3) - ref.transpose(1, 2)).abs().max().item(),
+        gqa_seconds=times["gqa"],
+        mha_seconds=times["mha"],
+        gqa_kv_bytes=2 * k_store.numel() * elem,
+        mha_kv_bytes=2 * k_mha.numel() * elem,
+    )
+
+
+def _tensors(batch: int, len_q: int, len_k: int, groups: int, h: int, head_dim: int, seed: int, device: str):
+    """Random q [B, M, G, H, K] and K/V stored once per group, [B, N, G, 1, K]."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, len_q, groups, h, head_dim, generator=gen).to(device)  # [B, M, G, H, K]
+    k = torch.randn(batch, len_k, groups, 1, head_dim, generator=gen).to(device)  # [B, N, G, 1, K]: 1 per group
+    v = torch.randn(batch, len_k, groups, 1, head_dim, generator=gen).to(device)
+    return q, k, v
 
 
 def run_gqa(
@@ -160,45 +228,72 @@ def run_gqa(
     seed: int = 0,
     device: str | None = None,
 ) -> GqaRun:
-    """Run memory_efficient_attention in [B, M, G, H, K] and MHA over repeated heads; compare and time them.
+    """Prefill-shaped: one sequence of M = N = seq_len tokens, GQA in [B, M, G, H, K] vs MHA over repeated heads.
+    Runs on CUDA (the Triton kernels) when a GPU is present, else on CPU (the torch backend)."""
+    _check_run(num_heads, groups, head_dim)
+    if not 1 <= seq_len <= 2048:
+        raise ValueError(f"seq_len={seq_len} must be in 1..2048 for a live run")
+    q, k, v = _tensors(1, seq_len, seq_len, groups, num_heads // groups, head_dim, seed, device or default_device())
+    return _compare("prefill", q, k, v, repeats)
 
-    Runs on CUDA (the Triton kernels) when a GPU is present, else on CPU (the torch backend).
-    """
-    if groups not in group_options(num_heads):
-        raise ValueError(
-            f"{groups} groups do not divide {num_heads} query heads; use one of {group_options(num_heads)}"
-        )
-    if not 1 <= seq_len <= 2048 or not 1 <= head_dim <= 256:
-        raise ValueError(f"seq_len={seq_len} must be in 1..2048 and head_dim={head_dim} in 1..256 for a live run")
-    h = num_heads // groups
-    device = device or default_device()
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(1, seq_len, groups, h, head_dim, generator=gen).to(device)  # [B, M, G, H, K]
-    k_store = torch.randn(1, seq_len, groups, 1, head_dim, generator=gen).to(device)  # [B, N, G, 1, K]: 1 per group
-    v_store = torch.randn(1, seq_len, groups, 1, head_dim, generator=gen).to(device)
-    k = k_store.expand(1, seq_len, groups, h, head_dim)  # [B, N, G, H, K], stride 0 over H: no copy
-    v = v_store.expand(1, seq_len, groups, h, head_dim)
-    q_mha = q.flatten(2, 3)  # [B, M, Hq, K]; query head g * h + j belongs to group g
-    k_mha = k.flatten(2, 3).contiguous()  # [B, N, Hq, K]: every KV head physically repeated h times
-    v_mha = v.flatten(2, 3).contiguous()
 
-    gqa = lambda: memory_efficient_attention(q, k, v)
-    mha = lambda: memory_efficient_attention(q_mha, k_mha, v_mha)
-    times = time_interleaved({"gqa": gqa, "mha": mha}, repeats=repeats, warmup=1, device=device)
-    out = gqa()  # [B, M, G, H, K]
-    # Independent check: plain SDPA over the repeated heads, in [B, Hq, M, K].
-    ref = F.scaled_dot_product_attention(q_mha.transpose(1, 2), k_mha.transpose(1, 2), v_mha.transpose(1, 2))
-    err = (out.flatten(2, 3) - ref.transpose(1, 2)).abs().max().item()
-    elem = q.element_size()
-    return GqaRun(
-        query_shape=tuple(q.shape),
-        key_shape=tuple(k.shape),
-        key_stride=tuple(k.stride()),
-        output_shape=tuple(out.shape),
-        mha_key_shape=tuple(k_mha.shape),
-        max_abs_err=err,
-        gqa_seconds=times["gqa"],
-        mha_seconds=times["mha"],
-        gqa_kv_bytes=2 * k_store.numel() * elem,
-        mha_kv_bytes=2 * k_mha.numel() * elem,
-    )
+def decode_context(num_heads: int, head_dim: int, batch: int = DECODE_BATCH) -> int:
+    """Cached tokens per sequence of the decode run: DECODE_MAX_CONTEXT, or fewer (a power of two) so that the
+    MHA side's fp32 K+V cache stays within DECODE_MHA_BUDGET (a live run must stay well under a second)."""
+    per_token = batch * 2 * num_heads * head_dim * 4  # MHA K+V bytes per cached token, all sequences, fp32
+    tokens = DECODE_MAX_CONTEXT
+    while tokens > 16 and tokens * per_token > DECODE_MHA_BUDGET:
+        tokens //= 2
+    return tokens
+
+
+def run_gqa_decode(
+    num_heads: int,
+    groups: int,
+    head_dim: int,
+    batch: int = DECODE_BATCH,
+    context: int | None = None,
+    repeats: int = 5,
+    seed: int = 0,
+    device: str | None = None,
+) -> GqaRun:
+    """Decode-shaped: `batch` sequences x 1 new query each over `context` cached tokens (default: decode_context).
+    This is where GQA pays: every step reads the whole cache for one query per sequence, so time follows bytes."""
+    _check_run(num_heads, groups, head_dim)
+    context = decode_context(num_heads, head_dim, batch) if context is None else context
+    if not 1 <= batch <= 64 or not 1 <= context <= DECODE_MAX_CONTEXT:
+        raise ValueError(f"batch={batch} must be in 1..64 and context={context} in 1..{DECODE_MAX_CONTEXT}")
+    q, k, v = _tensors(batch, 1, context, groups, num_heads // groups, head_dim, seed, device or default_device())
+    return _compare("decode", q, k, v, repeats)
+
+
+def claims(repeats: int = 9) -> dict[str, dict]:
+    """Page 2 at its defaults (DEFAULT_MODEL at its real KV heads): is GQA faster in decode, not slower in prefill?
+
+    The prefill run is short, so it gets 4x the repeats: its claim is a tie, which noise can tip either way."""
+    spec = MODELS[DEFAULT_MODEL]
+    heads, groups, dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    dec = run_gqa_decode(heads, groups, dim, repeats=repeats)
+    pre = run_gqa(heads, groups, dim, DEFAULT_SEQ_LEN, repeats=4 * repeats)
+
+    def numbers(run: GqaRun) -> dict:
+        return {"gqa_ms": round(run.gqa_seconds * 1e3, 3), "mha_ms": round(run.mha_seconds * 1e3, 3),
+                "speedup": round(run.speedup, 3), "gqa_kv_bytes": run.gqa_kv_bytes, "mha_kv_bytes": run.mha_kv_bytes,
+                "gqa_GB_per_s": round(run.gb_per_s("gqa"), 2), "mha_GB_per_s": round(run.gb_per_s("mha"), 2),
+                "query_shape": list(run.query_shape), "max_abs_err": run.max_abs_err,
+                "threads": torch.get_num_threads()}  # fmt: skip
+
+    return {
+        "gqa_decode": {
+            "claim": f"in decode ({dec.query_shape[0]} sequences x 1 query over {dec.key_shape[1]} cached tokens, "
+            f"{heads} query / {groups} KV heads) GQA is faster than MHA with repeated KV heads",
+            "holds": dec.gqa_seconds < dec.mha_seconds,
+            **numbers(dec),
+        },
+        "gqa_prefill": {
+            "claim": f"in prefill ({DEFAULT_SEQ_LEN} tokens) GQA is not slower than MHA with repeated KV heads "
+            f"(GQA time <= MHA time x {1 + PREFILL_NOISE:.2f}, the timing noise allowed on a shared CPU)",
+            "holds": pre.gqa_seconds <= pre.mha_seconds * (1 + PREFILL_NOISE),
+            **numbers(pre),
+        },
+    }

@@ -4,8 +4,11 @@ Padding every request to the longest wastes token slots linearly and attention w
 concatenates the requests into one [total, H, D] tensor and a block-diagonal bias (xformers'
 BlockDiagonalMask, `engine.attention.attn_bias`) keeps them from seeing each other; flash-attn's varlen API
 (`kernels.ops.varlen_attention`) runs it from `cu_seqlens` without materializing the mask. The padded side is
-what a user writes without varlen support: one SDPA call over [B, H, Lmax, D] with a key-padding mask
-(the fairness rule in docs/BENCHMARKS.md)."""
+the fastest single SDPA call a user can write without varlen support over [B, H, Lmax, D] (the fairness rule
+in docs/BENCHMARKS.md, as in bench/packing.py): with right padding and causal attention `is_causal=True` and no
+mask (a real row never reaches a padding key), without causality a key-padding mask [B, 1, 1, Lmax]; the
+materialized [B, 1, Lmax, Lmax] mask is timed beside it. `padding_sweep` times packed vs padded as the padding
+fraction of a fixed batch grows and finds the crossover; `claims()` runs the page's defaults for bench.evidence."""
 
 from __future__ import annotations
 
@@ -23,6 +26,10 @@ MAX_REQUESTS = 32
 MAX_LENGTH = 1024
 MAX_TOTAL = 4096
 MAX_HEATMAP = 256  # tokens per side of the drawn mask; larger masks are summarized, not drawn
+DEFAULT_LENGTHS = "50, 400, 30, 1000, 120, 7"  # the page's default batch: mixed traffic, 73% padding
+BASELINES = {True: "SDPA is_causal (no mask)", False: "SDPA + key-padding mask"}  # the fair padded side
+SWEEP_BATCH, SWEEP_LONGEST = 8, 256  # the sweep: one request of SWEEP_LONGEST tokens, the others shorter
+SWEEP_FRACTIONS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # padding fractions aimed at
 
 
 def parse_lengths(text: str, max_requests: int = MAX_REQUESTS, max_length: int = MAX_LENGTH) -> list[int]:
@@ -122,15 +129,48 @@ class PackingRun:
     """A real packed (varlen) and padded (SDPA) attention run over the same requests."""
 
     packed_seconds: float
-    padded_seconds: float
-    max_abs_err: float  # packed vs padded outputs at real token positions
+    padded_seconds: float  # the fair baseline, BASELINES[causal]
+    masked_seconds: float  # the same padded batch with a materialized [B, 1, Lmax, Lmax] boolean mask
+    max_abs_err: float  # packed vs both padded sides at real token positions
     packed_shape: tuple[int, ...]
     padded_shape: tuple[int, ...]
     segment_shapes: tuple[tuple[int, ...], ...]
+    baseline: str = BASELINES[True]
+
+    @property
+    def speedup(self) -> float:
+        """Fair padded time / packed time (> 1: packing is faster)."""
+        return self.padded_seconds / self.packed_seconds
 
     def segment_rows(self) -> list[dict]:
         """One row per request: the shape of its slice of the packed output after `bias.split`."""
         return [{"request": i, "tokens": s[1], "output shape": str(s)} for i, s in enumerate(self.segment_shapes)]
+
+    def timing_rows(self) -> list[dict]:
+        """The page's timing table: packed, the fair padded baseline, and the masked padded variant."""
+        return [
+            {"side": "packed (varlen_attention)", "q shape": str(self.packed_shape), "ms": self.packed_seconds * 1e3},
+            {"side": f"padded, {self.baseline}", "q shape": str(self.padded_shape), "ms": self.padded_seconds * 1e3},
+            {"side": "padded, materialized mask", "q shape": str(self.padded_shape), "ms": self.masked_seconds * 1e3},
+        ]
+
+
+def _padded_sides(qp, kp, vp, lengths: list[int], causal: bool) -> dict:
+    """The fair padded SDPA call ("padded") and the materialized-mask variant ("masked") over [B, H, Lmax, D]."""
+    batch, lmax, device = qp.shape[0], qp.shape[2], qp.device
+    key_ok = torch.arange(lmax, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]  # [B, Lmax]
+    key_mask = key_ok[:, None, None, :]  # [B, 1, 1, Lmax]
+    full = key_mask.expand(batch, 1, lmax, lmax)
+    if causal:
+        full = full & torch.ones(lmax, lmax, dtype=torch.bool, device=device).tril()
+    full = full.contiguous()  # [B, 1, Lmax, Lmax], materialized
+
+    def padded() -> torch.Tensor:  # right padding: a causal real row never reaches a padding key
+        if causal:
+            return F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)
+        return F.scaled_dot_product_attention(qp, kp, vp, attn_mask=key_mask)
+
+    return {"padded": padded, "masked": lambda: F.scaled_dot_product_attention(qp, kp, vp, attn_mask=full)}
 
 
 def run_packed_vs_padded(
@@ -141,49 +181,104 @@ def run_packed_vs_padded(
     repeats: int = 5,
     seed: int = 0,
     device: str | None = None,
+    masked: bool = True,
 ) -> PackingRun:
     """Time varlen_attention on the packed batch against padded SDPA, check they agree, split the output.
 
-    Runs on CUDA (the Triton varlen kernel) when a GPU is present, else on CPU (the torch backend).
+    Runs on CUDA (the Triton varlen kernel) when a GPU is present, else on CPU (the torch backend). With
+    masked=False the materialized-mask variant is checked but not timed (masked_seconds is then nan).
     """
     stats = padding_stats(lengths, causal)
     gen = torch.Generator().manual_seed(seed)
     total, batch, lmax = stats.real_tokens, len(lengths), max(lengths)
     device = device or default_device()
-    q = torch.randn(total, num_heads, head_dim, generator=gen).to(device)  # [total, H, D]
-    k = torch.randn(total, num_heads, head_dim, generator=gen).to(device)
-    v = torch.randn(total, num_heads, head_dim, generator=gen).to(device)
+    q, k, v = (torch.randn(total, num_heads, head_dim, generator=gen).to(device) for _ in range(3))  # [total, H, D]
     bias = make_bias(lengths, causal)
     cu = bias.q_seqinfo.seqstart.to(device)  # int32 [B + 1]
 
     def pad(x: torch.Tensor) -> torch.Tensor:
-        out = x.new_zeros(batch, lmax, num_heads, head_dim)  # [B, Lmax, H, D]
+        out = x.new_zeros(batch, lmax, num_heads, head_dim)  # [B, Lmax, H, D], right padding
         for i, (s, e) in enumerate(bias.q_seqinfo.intervals()):
             out[i, : e - s] = x[s:e]
-        return out.transpose(1, 2)  # [B, H, Lmax, D]
+        return out.transpose(1, 2).contiguous()  # [B, H, Lmax, D]
 
     qp, kp, vp = pad(q), pad(k), pad(v)
-    key_ok = torch.arange(lmax, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]  # [B, Lmax]
-    allowed = key_ok[:, None, None, :].expand(batch, 1, lmax, lmax)  # [B, 1, Lmax, Lmax]
-    if causal:
-        allowed = allowed & torch.ones(lmax, lmax, dtype=torch.bool, device=device).tril()
-    packed = lambda: varlen_attention(q, k, v, cu, cu, lmax, lmax, causal=causal)
-    padded = lambda: F.scaled_dot_product_attention(qp, kp, vp, attn_mask=allowed)
-    times = time_interleaved({"packed": packed, "padded": padded}, repeats=repeats, warmup=1, device=device)
-    out = packed()  # [total, H, D]
-    out_pad = padded().transpose(1, 2)  # [B, Lmax, H, D]
+    sides = {"packed": lambda: varlen_attention(q, k, v, cu, cu, lmax, lmax, causal=causal)}
+    sides |= _padded_sides(qp, kp, vp, lengths, causal)
+    outs = {name: fn() for name, fn in sides.items()}
+    timed = sides if masked else {n: f for n, f in sides.items() if n != "masked"}
+    times = time_interleaved(timed, repeats=repeats, warmup=1, device=device)
+    out = outs["packed"]  # [total, H, D]
     err = max(
-        (out[s:e] - out_pad[i, : e - s]).abs().max().item() for i, (s, e) in enumerate(bias.q_seqinfo.intervals())
+        (out[s:e] - outs[side].transpose(1, 2)[i, : e - s]).abs().max().item()
+        for side in ("padded", "masked")
+        for i, (s, e) in enumerate(bias.q_seqinfo.intervals())
     )
     segments = bias.split(out.unsqueeze(0))  # list of [1, len_i, H, D]
     return PackingRun(
         packed_seconds=times["packed"],
         padded_seconds=times["padded"],
+        masked_seconds=times.get("masked", float("nan")),
         max_abs_err=err,
         packed_shape=tuple(out.shape),
         padded_shape=tuple(qp.shape),
         segment_shapes=tuple(tuple(s.shape) for s in segments),
+        baseline=BASELINES[causal],
     )
+
+
+def sweep_lengths(fraction: float, batch: int = SWEEP_BATCH, longest: int = SWEEP_LONGEST) -> list[int]:
+    """One request of `longest` tokens and batch - 1 equal shorter ones, padding about `fraction` of the slots."""
+    if batch < 2 or not 0 <= fraction < 1:
+        raise ValueError(f"batch={batch} must be >= 2 and fraction={fraction} in [0, 1)")
+    short = round(longest - fraction * batch * longest / (batch - 1))
+    return [longest] + [min(longest, max(1, short))] * (batch - 1)
+
+
+def crossover(fractions: list[float], packed: list[float], padded: list[float]) -> float | None:
+    """Padding fraction from which packed stays faster at every measured point (linear between the two points
+    around the change); the first fraction if packed wins everywhere, None if it is not faster at the last."""
+    ratio = [a / b for a, b in zip(packed, padded, strict=True)]  # < 1: packed faster
+    i = len(ratio)
+    while i > 0 and ratio[i - 1] < 1:
+        i -= 1
+    if i == len(ratio):
+        return None
+    if i == 0:
+        return fractions[0]
+    f0, f1, r0, r1 = fractions[i - 1], fractions[i], ratio[i - 1], ratio[i]
+    return f0 + (r0 - 1) / (r0 - r1) * (f1 - f0)
+
+
+def padding_sweep(causal: bool = True, repeats: int = 3, device: str | None = None) -> dict:
+    """Packed vs fair padded time over SWEEP_FRACTIONS for a SWEEP_BATCH batch with one SWEEP_LONGEST request."""
+    rows = []
+    for target in SWEEP_FRACTIONS:
+        lengths = sweep_lengths(target)
+        run = run_packed_vs_padded(lengths, causal, repeats=repeats, device=device, masked=False)
+        rows.append({"padding %": 100 * padding_stats(lengths, causal).padding_fraction, "lengths": str(lengths),
+                     "packed ms": run.packed_seconds * 1e3, "padded ms": run.padded_seconds * 1e3,
+                     "packed / padded": run.packed_seconds / run.padded_seconds})  # fmt: skip
+    fractions = [r["padding %"] / 100 for r in rows]
+    cross = crossover(fractions, [r["packed ms"] for r in rows], [r["padded ms"] for r in rows])
+    return {"rows": rows, "crossover": cross, "baseline": BASELINES[causal]}
+
+
+def claims(repeats: int = 5) -> dict[str, dict]:
+    """Page 3 at its defaults: is packed varlen attention faster than the fair padded baseline?"""
+    lengths = parse_lengths(DEFAULT_LENGTHS)
+    run = run_packed_vs_padded(lengths, True, repeats=repeats)
+    stats = padding_stats(lengths, True)
+    return {"packing": {
+        "claim": f"packed varlen attention is faster than the fastest fair padded call ({run.baseline}) on the "
+        f"default lengths {DEFAULT_LENGTHS} (causal)",
+        "holds": run.packed_seconds < run.padded_seconds,
+        "packed_ms": round(run.packed_seconds * 1e3, 3), "padded_ms": round(run.padded_seconds * 1e3, 3),
+        "padded_masked_ms": round(run.masked_seconds * 1e3, 3), "speedup": round(run.speedup, 3),
+        "speedup_vs_masked": round(run.masked_seconds / run.packed_seconds, 3),
+        "ideal_speedup": round(stats.ideal_speedup, 3), "padding_fraction": round(stats.padding_fraction, 4),
+        "max_abs_err": run.max_abs_err, "threads": torch.get_num_threads(),
+    }}  # fmt: skip
 
 
 __all__ = [
@@ -191,9 +286,13 @@ __all__ = [
     "MAX_HEATMAP",
     "PackingRun",
     "PaddingStats",
+    "claims",
+    "crossover",
     "make_bias",
     "padding_stats",
+    "padding_sweep",
     "parse_lengths",
     "run_packed_vs_padded",
+    "sweep_lengths",
     "visibility",
 ]

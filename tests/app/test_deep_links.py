@@ -49,7 +49,7 @@ BAD = {
     "packing": (
         {"lengths": "0, 5", "causal": "maybe"},
         {"lengths": "length 0 is outside 1 … 1024", "causal": "true or false"},
-        {"pack_lengths": "5, 12, 3, 20", "pack_causal": True},
+        {"pack_lengths": "50, 400, 30, 1000, 120, 7", "pack_causal": True},
     ),
     "fragmentation": (
         {"model": "demo", "max_model_len": "3000", "rate": "1.25", "requests": "1000"},

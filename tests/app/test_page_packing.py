@@ -1,4 +1,4 @@
-"""Lesson 3 page (AppTest) and its arithmetic + live run (lessons/packing_lab.py)."""
+"""Lesson 3 page (AppTest) and its arithmetic + live run (lessons/labs/packing.py)."""
 
 import pytest
 import torch
@@ -23,6 +23,22 @@ def at(app_test):
     app.run()
     assert not app.exception and not app.error
     return app
+
+
+def test_defaults_show_fair_baseline_timings_and_the_sweep(at):
+    assert at.text_input(key="pack_lengths").value == lab.DEFAULT_LENGTHS
+    shown = metrics(at)
+    assert shown["Real tokens"] == "1,607" and shown["Padding wasted"] == "73%"
+    assert f"Padded ({lab.BASELINES[True]})" in shown and "Packing speed-up" in shown
+    frames = {tuple(d.value.columns): d.value for d in at.dataframe}
+    timings = next(v for cols, v in frames.items() if "side" in cols and "ms" in cols)
+    assert timings["side"].tolist() == ["packed (varlen_attention)", f"padded, {lab.BASELINES[True]}",
+                                        "padded, materialized mask"]  # fmt: skip
+    sweep = next(v for cols, v in frames.items() if "packed / padded" in cols)
+    assert len(sweep) == len(lab.SWEEP_FRACTIONS)
+    assert sweep["padding %"].is_monotonic_increasing and sweep["padding %"].iloc[0] == 0
+    assert sweep["lengths"].tolist() == [str(lab.sweep_lengths(f)) for f in lab.SWEEP_FRACTIONS]
+    assert any("Packed" in c.value and "padding" in c.value for c in at.caption)  # the crossover, in words
 
 
 @pytest.mark.parametrize(

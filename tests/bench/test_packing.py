@@ -70,6 +70,14 @@ def test_workload_pads_the_same_values_right_aligned():
     assert w["full_mask"].shape == (4, 1, 12, 12) and w["key_mask"].shape == (4, 1, 1, 12)
 
 
+def test_fixed_lengths_replace_the_random_ones():
+    args = tiny_args()
+    args.lengths, args.batch = [5, 1, 9], 3
+    w = make_workload(args, "cpu")
+    assert w["lens"] == [5, 1, 9] and w["q"].shape == (15, 4, 8) and w["qp"].shape == (3, 4, 9, 8)
+    assert w["full_mask"].shape == (3, 1, 9, 9)
+
+
 def test_real_rows_takes_each_request_in_order():
     out = torch.arange(2 * 1 * 3 * 1, dtype=torch.float32).reshape(2, 1, 3, 1)  # [B=2, H=1, L=3, D=1]
     assert real_rows(out, [2, 1]).flatten().tolist() == [0.0, 1.0, 3.0]

@@ -170,6 +170,41 @@ def test_check_false_matches_check_true(backend, causal, scale):
     torch.testing.assert_close(unchecked, expected, **TOL[torch.float32])
 
 
+# (lens_q, lens_k, Hq, Hkv, causal, query shapes SDPA receives, enable_gqa): the torch twin folds a KV group's
+# query heads into the query dim exactly where every row sees every key and the fold is a view.
+FOLD_CASES = [
+    ([1, 1, 1, 1], [6, 6, 6, 6], 8, 2, True, [(4, 2, 4, 16)], False),  # batched decode: [B, Hkv, Hq/Hkv, D]
+    ([1, 1, 1], [9, 4, 1], 8, 2, True, [(1, 2, 4, 16)] * 3, False),  # ragged decode: one call per sequence
+    ([5, 5], [5, 5], 6, 1, False, [(2, 1, 30, 16)], False),  # MQA, non-causal: rows x heads in one query dim
+    ([3], [1], 4, 2, True, [(1, 2, 2, 16)], False),  # bottom-right: 2 rows see nothing, the last sees the key
+    ([4, 4], [4, 4], 8, 2, True, [(2, 8, 4, 16)], True),  # causal prefill: no fold, SDPA's enable_gqa
+    ([5, 5], [5, 5], 6, 2, False, [(2, 6, 5, 16)], True),  # several KV heads, many rows: a fold would copy
+]
+
+
+@pytest.mark.parametrize(("lens_q", "lens_k", "hq", "hkv", "causal", "shapes", "gqa_flag"), FOLD_CASES)
+def test_torch_gqa_fold_is_exact_and_taken_where_it_applies(
+    monkeypatch, lens_q, lens_k, hq, hkv, causal, shapes, gqa_flag
+):
+    import kernels.varlen_attention_torch as twin
+
+    calls, sdpa = [], F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        calls.append((tuple(q.shape), tuple(k.shape), kw.get("enable_gqa", False), kw.get("is_causal", False)))
+        return sdpa(q, k, v, **kw)
+
+    q, k, v, cu_q, cu_k = make(lens_q, lens_k, hq, hkv)
+    monkeypatch.setattr(twin.F, "scaled_dot_product_attention", spy)
+    out = run(q, k, v, cu_q, cu_k, lens_q, lens_k, causal=causal, backend="torch")
+    monkeypatch.undo()
+    torch.testing.assert_close(out, varlen_attention_ref(q, k, v, cu_q, cu_k, causal=causal), **TOL[torch.float32])
+    assert [c[0] for c in calls] == shapes
+    assert all(c[1][1] == hkv for c in calls)  # K/V always carry the stored KV heads, never repeated ones
+    assert all(c[2] == gqa_flag for c in calls)
+    assert not any(c[3] for c in calls) or gqa_flag  # a folded call is never causal
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     lens=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=1, max_size=5),

@@ -44,3 +44,26 @@ def test_kv_by_groups_and_padding_chart():
 
 def test_mask_heatmap_returns_a_figure():
     assert isinstance(ca.mask_heatmap([[True]], [1], "t"), go.Figure)
+
+
+def test_gqa_times_groups_both_sides_per_shape():
+    fig = ca.gqa_times(["decode", "prefill"], [1.0, 2.0], [3.0, 2.1], "t")
+    gqa, mha = fig.data
+    assert gqa.name.startswith("GQA") and mha.name.startswith("MHA")
+    assert list(gqa.y) == [1.0, 2.0] and list(mha.y) == [3.0, 2.1] and list(gqa.x) == ["decode", "prefill"]
+    assert gqa.marker.pattern.shape != mha.marker.pattern.shape  # not colour alone
+    with pytest.raises(ValueError, match="one each"):
+        ca.gqa_times(["decode"], [1.0], [1.0, 2.0], "t")
+
+
+@pytest.mark.parametrize("crossover", [None, 12.5])
+def test_packing_sweep_draws_both_sides_and_marks_the_crossover(crossover):
+    fig = ca.packing_sweep([0, 10, 20], [3.0, 2.0, 1.0], [2.0, 2.0, 2.0], crossover, "s", "padded (x)", 40.0)
+    packed, padded = fig.data
+    assert packed.name.startswith("packed") and padded.name == "padded (x)"
+    assert list(packed.y) == [3.0, 2.0, 1.0] and list(padded.x) == [0, 10, 20]
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert [s.x0 for s in lines] == ([] if crossover is None else [crossover]) + [40.0]
+    notes = [a.text for a in fig.layout.annotations]
+    assert any("your batch: 40%" in t for t in notes)
+    assert any("packed faster from 12%" in t for t in notes) == (crossover is not None)

@@ -44,7 +44,7 @@ def test_absent_parameters_take_the_pages_defaults():
     values, notes = links.resolve(links.SPECS["bandwidth"], {})
     assert values == {"model": "llama-3-8b", "gpu": "h100-sxm", "dtype": "bf16", "batch": 1, "context": 4096}
     assert notes == {}
-    assert links.resolve(links.SPECS["packing"], {})[0] == {"lengths": "5, 12, 3, 20", "causal": True}
+    assert links.resolve(links.SPECS["packing"], {})[0] == {"lengths": "50, 400, 30, 1000, 120, 7", "causal": True}
 
 
 @pytest.mark.parametrize(
