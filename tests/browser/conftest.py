@@ -21,6 +21,19 @@ SHOTS = ARTIFACTS / "screenshots"
 VIEWPORT = {"width": 1280, "height": 860}
 
 
+# Streamlit draws a grey skeleton where an element of the running script has not arrived yet and marks the
+# elements of the previous run stale (faded) until the new run replaces them: a screenshot taken while
+# either is on screen shows a half-drawn page.
+UNSETTLED = '[data-testid="stSkeleton"], [data-stale="true"], [data-testid="stSpinner"]'
+
+
+def settle(pg, timeout_ms: float = 60_000) -> None:
+    """Wait until a full script run has finished, the app is idle and nothing on screen is a placeholder."""
+    pg.wait_for_function("window.__kvFinished > 0", timeout=timeout_ms, polling=50)
+    wait_for_app(pg, timeout_ms)
+    pg.wait_for_function(f"!document.querySelector({UNSETTLED!r})", timeout=timeout_ms, polling=50)
+
+
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
     path = find_chromium()
@@ -72,6 +85,7 @@ def shoot():
     SHOTS.mkdir(parents=True, exist_ok=True)
 
     def _shoot(pg, name: str) -> Path:
+        settle(pg)
         path = SHOTS / f"{name}.png"
         pg.screenshot(path=str(path), full_page=False, animations="disabled")
         return path
