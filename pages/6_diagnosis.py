@@ -1,11 +1,12 @@
-"""Lesson 6 — Production diagnosis: an OOM incident's symptoms, the learner's diagnosis and fixes, a graded re-run."""
+"""Lesson 6 — Production diagnosis: an OOM incident's symptoms, the learner's diagnosis and fixes, a graded re-run,
+and "diagnose your own server" (a pasted vLLM log read into a memory bar, room for requests and flag changes)."""
 
 from typing import Any
 
 import streamlit as st
 
 from engine.memory.catalog import GPUS, MODELS
-from lessons.diagnosis import get_scenario, lab, scenario_ids, symptoms, vllm_command
+from lessons.diagnosis import get_scenario, lab, own_log, scenario_ids, symptoms, vllm_command
 from ui import charts_memory
 from ui.page import (
     download_rows,
@@ -96,8 +97,10 @@ for i, (param, current) in enumerate(now.items()):
     opts = lab.options_for(param, current)
     if param == "model":
         chosen[param] = col.selectbox(label, opts, index=opts.index(current), key=key, format_func=lab.model_label)
-    elif param in ("policy", "kv_cache_dtype"):
+    elif param in ("policy", "kv_cache_dtype", "quantization", "enforce_eager"):
         chosen[param] = col.radio(label, opts, index=opts.index(current), key=key, horizontal=True)
+    elif param == "kv_cache_memory_bytes":
+        chosen[param] = col.select_slider(label, options=opts, value=current, key=key, format_func=lab.gib_label)
     else:
         chosen[param] = col.select_slider(label, options=opts, value=current, key=key)
 fixes = run_or_stop(lab.changed_fixes, scenario.config, chosen)
@@ -132,5 +135,50 @@ if result:
         st.markdown("**What the fix costs**\n\n" + "\n".join(f"- {line}" for line in result["costs"]))
     download_rows([result["record"]], f"diagnosis-result-{sid}", "diag_record", "result")
 
+
+def _own_server() -> None:
+    """The paste box: a learner's own vLLM log (and OOM message) read into numbers, a bar and flag changes."""
+    st.subheader("Diagnose your own server")
+    prose(PAGE, "Your own server")
+    pasted = st.text_area("Your vLLM start-up log", key="diag_paste_log", height=180,
+                          placeholder="INFO ... [gpu_worker.py] Available KV cache memory: 6.87 GiB")  # fmt: skip
+    oom = st.text_area("PyTorch out-of-memory message (optional)", key="diag_paste_oom", height=80,
+                       placeholder="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...")  # fmt: skip
+    if not (pasted.strip() or oom.strip()):
+        return
+    log = own_log.read_paste(pasted, oom)
+    if not log.recognised:
+        st.info(log.message, icon=":material/help:")
+        return
+    if log.message:
+        st.caption(log.message)
+    guess = own_log.guess_model(log)
+    keys = ["", *(k for k in MODELS if k != "demo")]
+    c1, c2 = st.columns(2)
+    model = c1.selectbox("Model (KV bytes per token; empty: from the log)", keys, index=keys.index(guess or ""),
+                         key="diag_paste_model", format_func=lab.model_label_or_log)  # fmt: skip
+    start = min(log.max_model_len or 4096, 10_000_000)
+    length = int(c2.number_input("Request length (tokens)", 1, 10_000_000, start, step=256, key="diag_paste_len"))
+    show_table(own_log.found_rows(log), "your-vllm-log", "diag_paste_found", "what your log says")
+    for error in log.errors:
+        st.warning(error, icon=":material/error:")
+    rows = own_log.memory_rows(log)
+    if rows:
+        fig = charts_memory.memory_breakdown(rows, "Your GPU's memory, from the log")
+        show_chart(fig, "Your GPU's memory by part, as the pasted log states it (GiB); parts the log does not "
+                   "state are left out.", rows, "your-gpu-memory", "diag_paste_mem")  # fmt: skip
+    pool = own_log.kv_pool(log, model or None)
+    if pool:
+        st.markdown(own_log.room_sentence(pool, length))
+    changes = own_log.suggestions(log, length, model or None)
+    if changes:
+        st.markdown("**Flag changes and what vLLM's start-up arithmetic gives with each**")
+        show_table(changes, "your-server-fixes", "diag_paste_fixes", "flag changes")
+    else:
+        st.caption("For flag suggestions the page needs the KV cache size ('Available KV cache memory' or "
+                   "'GPU KV cache size') or the model: pick it above.")  # fmt: skip
+
+
+_own_server()
 sources(PAGE)
 lesson_check(PAGE)

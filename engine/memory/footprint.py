@@ -3,11 +3,10 @@
 This module is the one place KV bytes and budget -> blocks are computed: the catalog's `ModelSpec`, the
 lessons and the engine's own `PagedKVCache` all call `kv_bytes`, and every KV budget becomes blocks through
 `kv_blocks_from_budget`. The arithmetic follows the vLLM paper (Kwon et al., SOSP 2023, arXiv 2309.06180)
-and vLLM's start-up profiling: the engine may use ``capacity * gpu_memory_utilization`` bytes; from that it
-subtracts the weights, the activation peak of a dummy forward pass over ``max_num_batched_tokens`` tokens
-and non-torch memory (CUDA context, cuBLAS workspaces); the rest becomes KV blocks of ``block_size`` tokens.
-The vllm#10517 report (Llama-3.1-8B, RTX 3090, utilization 0.9: 1,952 blocks = 31,232 tokens at 128
-KiB/token) is reproduced in the tests. Models and GPUs come from engine/memory/catalog.py.
+and vLLM V1's start-up profiling (engine/memory/startup.py: weights, the activation peak over
+``max_num_batched_tokens``, non-torch memory and CUDA graphs come off ``total * gpu_memory_utilization``; the
+rest becomes KV blocks). vllm#10517 (Llama-3.1-8B, RTX 3090: 3.81 GiB of KV = 1,952 blocks of 16 tokens at
+128 KiB/token) is reproduced in the tests. Models and GPUs come from engine/memory/catalog.py.
 """
 
 from __future__ import annotations
@@ -19,6 +18,8 @@ from types import MappingProxyType
 
 from engine.memory.catalog import GiB, resolve_gpu, resolve_model
 from engine.memory.specs import GpuSpec, ModelSpec
+from engine.memory.startup import check_startup_args, default_max_num_batched_tokens, startup_error_text
+from engine.memory.window import kv_blocks_per_seq
 
 __all__ = [
     "DTYPE_BYTES",
@@ -31,6 +32,7 @@ __all__ = [
     "kv_cache_bytes",
     "activation_bytes",
     "kv_blocks_from_budget",
+    "kv_blocks_per_seq",
     "kv_budget_bytes",
     "serving_footprint",
 ]
@@ -38,9 +40,9 @@ __all__ = [
 DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
     {"fp32": 4, "bf16": 2, "fp16": 2, "auto": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 )
-# CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM reports as non-torch memory. 0.7 GiB
-# makes the vllm#10517 numbers come out within 1% (real servers log 0.3-1 GiB).
-NON_TORCH_BYTES = int(0.7 * GiB)
+# CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM reports as non-torch memory: vllm#10517 logs
+# non_torch_memory=0.35GiB on one RTX 3090 (tensor parallelism adds NCCL buffers: vllm PR #10511 logs 1.79 GiB).
+NON_TORCH_BYTES = int(0.35 * GiB)
 
 
 def dtype_bytes(dtype: str | float) -> float:
@@ -132,15 +134,17 @@ def kv_budget_bytes(
     act_dtype: str | float = "bf16",
     tensor_parallel: int = 1,
     overhead_bytes: int = NON_TORCH_BYTES,
+    cuda_graph_bytes: int = 0,
 ) -> int:
-    """vLLM's start-up sizing: capacity * utilization - used - activation peak - non-torch overhead (may be < 0).
+    """vLLM's start-up sizing: capacity * utilization - used - activation peak - non-torch - CUDA graphs (may be < 0).
 
     used_bytes is what already sits on the device before the KV cache: the weights (the calculator passes
     `weight_bytes`; the engine passes what the device reports in use, weights and other processes included).
+    cuda_graph_bytes is vLLM's estimate of its CUDA graphs when it profiles them (0 otherwise).
     """
     _check_tokens("max_num_batched_tokens", max_num_batched_tokens, 1)
     acts = activation_bytes(model, max_num_batched_tokens, act_dtype, tensor_parallel)
-    return int(capacity_bytes * gpu_memory_utilization) - used_bytes - acts - overhead_bytes
+    return int(capacity_bytes * gpu_memory_utilization) - used_bytes - acts - overhead_bytes - cuda_graph_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,11 +168,13 @@ class ServingFootprint:
     tensor_parallel: int
     weight_dtype: str
     kv_dtype: str
+    cuda_graph_bytes: int = 0
+    total_bytes: int | None = None  # what CUDA reports as the device's total (None: the catalog's capacity)
 
     @property
     def capacity_bytes(self) -> int:
-        """Total memory of one GPU."""
-        return self.gpu.memory_bytes
+        """Total memory of one GPU as vLLM sees it (CUDA's figure when known, else the catalog's)."""
+        return self.gpu.memory_bytes if self.total_bytes is None else self.total_bytes
 
     @property
     def kv_token_capacity(self) -> int:
@@ -177,33 +183,21 @@ class ServingFootprint:
 
     @property
     def startup_error(self) -> str | None:
-        """The error a vLLM-like server would raise at start-up with this configuration, or None."""
-        budget = self.capacity_bytes * self.gpu_memory_utilization
-        free = self.capacity_bytes - self.other_process_bytes
-        if free < budget:
-            return (
-                f"ValueError: Free memory on device ({free / GiB:.2f}/{self.capacity_bytes / GiB:.2f} GiB) on "
-                f"startup is less than desired GPU memory utilization ({self.gpu_memory_utilization}, "
-                f"{budget / GiB:.2f} GiB). Decrease GPU memory utilization or reduce GPU memory used by "
-                f"other processes."
-            )
-        if self.num_blocks == 0:
-            return (
-                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"
-                " when initializing the engine."
-            )
-        if self.max_model_len > self.kv_token_capacity:
-            return (
-                f"ValueError: The model's max seq len ({self.max_model_len}) is larger than the maximum number "
-                f"of tokens that can be stored in KV cache ({self.kv_token_capacity}). Try increasing "
-                f"`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
-            )
-        return None
+        """The error vLLM V1 would raise at start-up with this configuration (its wording), or None."""
+        per_seq = kv_blocks_per_seq(self.max_model_len, self.block_size, self.model.sliding_window,
+                                    self.max_num_batched_tokens)  # fmt: skip
+        return startup_error_text(
+            self.capacity_bytes, self.other_process_bytes, self.gpu_memory_utilization,
+            self.num_blocks, self.block_size, self.kv_bytes_per_token, self.max_model_len, per_seq,
+        )  # fmt: skip
 
     def max_concurrency(self, context_len: int | None = None) -> int:
-        """Sequences of context_len tokens (None: max_model_len) that fit at once, in whole blocks."""
+        """Sequences of context_len tokens (None: max_model_len) that fit at once, in whole blocks.
+
+        A sliding-window model's sequence holds at most its window's blocks (`kv_blocks_per_seq`)."""
         length = self._context_len(context_len)
-        return self.num_blocks // -(-length // self.block_size)
+        per_seq = kv_blocks_per_seq(length, self.block_size, self.model.sliding_window, self.max_num_batched_tokens)
+        return self.num_blocks // per_seq
 
     def vllm_concurrency(self, context_len: int | None = None) -> float:
         """vLLM's log figure "Maximum concurrency for N tokens per request: X.XXx" (tokens / N)."""
@@ -227,6 +221,7 @@ class ServingFootprint:
             ("weights", self.weights_bytes),
             ("activations (profiled peak)", self.activation_bytes),
             ("CUDA context / non-torch", self.overhead_bytes),
+            ("CUDA graphs", self.cuda_graph_bytes),
             ("KV cache", kv_used),
             ("other processes", self.other_process_bytes),
         ]
@@ -248,48 +243,39 @@ def serving_footprint(
     tensor_parallel: int = 1,
     other_process_bytes: int = 0,
     overhead_bytes: int = NON_TORCH_BYTES,
+    cuda_graph_bytes: int = 0,
+    kv_cache_memory_bytes: int | None = None,
+    total_bytes: int | None = None,
 ) -> ServingFootprint:
-    """vLLM's start-up arithmetic: KV blocks = (capacity * util - weights - activation peak - overhead) / block.
+    """vLLM V1's start-up arithmetic: KV blocks = (total * util - weights - activations - non-torch - graphs) / block.
 
-    max_model_len defaults to the model's max context (vLLM's default). max_num_batched_tokens defaults as in
-    vLLM 0.6: max(max_model_len, 2048), or 2048 with chunked prefill, which vLLM turns on past 32K context.
+    max_model_len defaults to the model's max context; max_num_batched_tokens to V1's `vllm serve` default (the
+    activation peak does not depend on max_model_len: chunked prefill is always on). cuda_graph_bytes: vLLM's
+    CUDA-graph estimate when it profiles graphs. kv_cache_memory_bytes, when set, is the KV size itself (vLLM's
+    --kv-cache-memory-bytes). total_bytes: the device total CUDA reports (None: the catalog's capacity).
     """
     m, g = resolve_model(model), resolve_gpu(gpu)
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be a positive integer, got {block_size}")
-    if other_process_bytes < 0 or overhead_bytes < 0:
-        raise ValueError("other_process_bytes and overhead_bytes must be >= 0")
+    check_startup_args(gpu_memory_utilization, block_size, other_process_bytes, overhead_bytes, cuda_graph_bytes,
+                        kv_cache_memory_bytes, total_bytes)  # fmt: skip
     max_model_len = m.max_context if max_model_len is None else max_model_len
     if max_model_len < 1:
         raise ValueError(f"max_model_len must be a positive integer, got {max_model_len}")
     if max_num_batched_tokens is None:
-        max_num_batched_tokens = max(max_model_len, 2048) if max_model_len <= 32768 else 2048
+        max_num_batched_tokens = default_max_num_batched_tokens(g)
     _check_tokens("max_num_batched_tokens", max_num_batched_tokens, 1, " (None picks vLLM's default)")
     weights = weight_bytes(m, weight_dtype, tensor_parallel)
     acts = activation_bytes(m, max_num_batched_tokens, "bf16", tensor_parallel)
     per_token = kv_bytes_per_token(m, kv_dtype, tensor_parallel)
-    budget = kv_budget_bytes(
-        m, g.memory_bytes, weights, gpu_memory_utilization, max_num_batched_tokens, "bf16", tensor_parallel,
-        overhead_bytes,
+    total = g.memory_bytes if total_bytes is None else total_bytes
+    budget = kv_cache_memory_bytes if kv_cache_memory_bytes is not None else kv_budget_bytes(
+        m, total, weights, gpu_memory_utilization, max_num_batched_tokens, "bf16", tensor_parallel,
+        overhead_bytes, cuda_graph_bytes,
     )  # fmt: skip
     return ServingFootprint(
-        model=m,
-        gpu=g,
-        gpu_memory_utilization=gpu_memory_utilization,
-        weights_bytes=weights,
-        activation_bytes=acts,
-        overhead_bytes=overhead_bytes,
-        other_process_bytes=other_process_bytes,
-        kv_budget_bytes=budget,
-        kv_bytes_per_token=per_token,
-        naive_kv_bytes_per_token=m.kv_bytes_per_token_mha(dtype_bytes(kv_dtype)),
-        block_size=block_size,
-        num_blocks=kv_blocks_from_budget(budget, per_token, block_size),
-        max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens,
-        tensor_parallel=tensor_parallel,
-        weight_dtype=weight_dtype,
-        kv_dtype=kv_dtype,
-    )
+        model=m, gpu=g, gpu_memory_utilization=gpu_memory_utilization, weights_bytes=weights, activation_bytes=acts,
+        overhead_bytes=overhead_bytes, other_process_bytes=other_process_bytes, kv_budget_bytes=budget,
+        kv_bytes_per_token=per_token, naive_kv_bytes_per_token=m.kv_bytes_per_token_mha(dtype_bytes(kv_dtype)),
+        block_size=block_size, num_blocks=kv_blocks_from_budget(budget, per_token, block_size),
+        max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, tensor_parallel=tensor_parallel,
+        weight_dtype=weight_dtype, kv_dtype=kv_dtype, cuda_graph_bytes=cuda_graph_bytes, total_bytes=total_bytes,
+    )  # fmt: skip

@@ -5,12 +5,14 @@ Public API (the page's widget glue is `lessons.diagnosis.lab`, imported by path)
   `FIX_PARAMS`, `apply_fixes`, `vllm_command` (lessons/diagnosis/scenarios.py);
 - the incidents: `scenario_ids`, `get_scenario`, `all_scenarios` (incidents.py);
 - running one: `run_outcome`, `symptoms` (replay.py; its log lines come from logs.py);
-- grading: `grade` (grading.py).
+- grading: `grade` (grading.py);
+- a learner's own server: `read_vllm_log`, `VllmLog` (readlog.py, no other project import).
 No import cycle: incidents and logs import scenarios, replay imports logs, grading imports replay, lab all of them.
 """
 
 from lessons.diagnosis.grading import grade
 from lessons.diagnosis.incidents import all_scenarios, get_scenario, scenario_ids
+from lessons.diagnosis.readlog import VllmLog, read_vllm_log
 from lessons.diagnosis.replay import run_outcome, symptoms
 from lessons.diagnosis.scenarios import (
     FIX_PARAMS,
@@ -34,10 +36,12 @@ __all__ = [
     "ServeConfig",
     "Symptoms",
     "Traffic",
+    "VllmLog",
     "all_scenarios",
     "apply_fixes",
     "get_scenario",
     "grade",
+    "read_vllm_log",
     "run_outcome",
     "scenario_ids",
     "symptoms",

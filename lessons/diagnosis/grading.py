@@ -25,6 +25,16 @@ def _costs(before: Outcome, after: Outcome) -> list[str]:
             f"fp8 KV halves bytes per token ({before.footprint.kv_bytes_per_token // 1024} -> "
             f"{after.footprint.kv_bytes_per_token // 1024} KiB) at a small accuracy risk: re-run evals"
         )
+    if a.enforce_eager and not b.enforce_eager:
+        costs.append(f"--enforce-eager: no CUDA graphs ({before.footprint.cuda_graph_bytes / GiB:.2f} GiB back for "
+                     f"KV), but each decode step launches its kernels one by one: slower at small batches")  # fmt: skip
+    if a.quantization == "fp8" and b.quantization != "fp8":
+        costs.append(f"fp8 weights ({before.footprint.weights_bytes / GiB:.1f} -> "
+                     f"{after.footprint.weights_bytes / GiB:.1f} GiB) at an accuracy risk: re-run evals")  # fmt: skip
+    if a.max_num_batched_tokens and a.max_num_batched_tokens < (b.max_num_batched_tokens or 2048):
+        costs.append(f"--max-num-batched-tokens {a.max_num_batched_tokens}: long prompts prefill in more chunks")
+    if a.kv_cache_memory_bytes and not b.kv_cache_memory_bytes:
+        costs.append("--kv-cache-memory-bytes bypasses vLLM's own sizing: keep it within what the card really has")
     if a.tensor_parallel_size > b.tensor_parallel_size:
         costs.append(
             f"{a.tensor_parallel_size} GPUs instead of {b.tensor_parallel_size}: "

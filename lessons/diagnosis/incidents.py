@@ -3,19 +3,21 @@
 Each builder returns a `lessons.diagnosis.scenarios.Scenario`; with a `random.Random` it perturbs traffic and
 sizes within ranges where the do-nothing deployment still fails and the reference fix still resolves (the
 tests check several seeds). `get_scenario(id, seed)` picks one. The incidents follow real reports: vLLM
-issues 10517 and 2418 ("max seq len is larger than the maximum number of tokens that can be stored in KV
-cache"), and the GPU-shared-with-another-process check of vLLM's start-up.
+issues 10517 and 2418 (a max_model_len the KV cache cannot hold), the GPU-shared-with-another-process check of
+vLLM's start-up, and CUDA graph memory profiling (lessons/diagnosis/incident_graphs.py). Numbers quoted in the
+diagnoses' explanations are computed from the same memory model the grader uses (`replay.footprint_for`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
 from engine.memory.catalog import GPUS, GiB
+from lessons.diagnosis.incident_graphs import SEVEN_B_CLASS, cuda_graphs
+from lessons.diagnosis.replay import footprint_for
 from lessons.diagnosis.scenarios import Diagnosis, Scenario, ServeConfig, Traffic
-
-SEVEN_B_CLASS = ("llama-2-7b", "llama-3-8b", "llama-3.1-8b", "mistral-7b", "qwen2.5-7b")
 
 
 def _jitter(rng: random.Random | None, value: float, spread: float = 0.15) -> float:
@@ -81,64 +83,68 @@ def mha_rag(rng: random.Random | None, seed: int | None) -> Scenario:
     """Llama-2-7B (MHA) RAG on an L4: 512 KiB/token KV caps concurrency; a GQA model of the same size fits."""
     rate = round(_jitter(rng, 0.8), 2)
     cfg = ServeConfig("llama-2-7b", "l4", "meta-llama/Llama-2-7b-chat-hf", max_model_len=4096, max_num_seqs=64)
-    return Scenario(
+    sc = Scenario(
         id="mha-rag",
         title="The RAG assistant whose queue never drains",
         story=(
             f"A documentation assistant runs Llama-2-7B-chat on vLLM on one L4 (24 GB). Each question arrives "
-            f"with ~1,800 tokens of retrieved passages. At {rate:g} questions per second the queue keeps growing, "
-            f"vLLM logs preemption warnings and users wait minutes, although the GPU's memory is 'only' 90% used "
-            f"— as configured."
+            f"with ~1,800 tokens of retrieved passages. At {rate:g} questions per second the queue keeps growing "
+            f"(the metrics line's 'Waiting' count climbs) and users wait minutes, although the GPU's memory is "
+            f"'only' 90% used — as configured."
         ),
         config=cfg,
         traffic=Traffic("rag", 300, rate, required_context=4096, slo_p95_wait_s=15.0, seed=seed or 0),
-        diagnoses=(
-            Diagnosis(
-                "mha-kv",
-                "Llama-2-7B's KV cache is 4x larger per token than a GQA model's",
-                True,
-                "Llama-2-7B has 32 KV heads (MHA): 512 KiB/token, so ~13K tokens of KV = ~6 RAG requests "
-                "at once. Llama-3-8B or Mistral-7B (8 KV heads) store 128 KiB/token: 4x the requests.",
-            ),
-            Diagnosis(
-                "weights-too-big",
-                "The weights do not fit the L4",
-                False,
-                "13.5 GB of weights fit; vLLM starts and serves.",
-            ),
-            Diagnosis(
-                "need-more-utilization",
-                "gpu_memory_utilization is too low",
-                False,
-                "0.9 already hands vLLM 90% of the card; 0.95 adds ~1 GiB, two more requests at most.",
-            ),
-            Diagnosis(
-                "memory-leak",
-                "vLLM leaks memory under load",
-                False,
-                "Usage is flat at the configured 90%: vLLM pre-allocates its KV pool at start-up.",
-            ),
-        ),
+        diagnoses=(),
         reference_fix={"model": "llama-3-8b"},
         hint="KV bytes per token = 2 x layers x KV heads x head_dim x 2 bytes. How many KV heads?",
         max_gpus=1,
         allowed_models=SEVEN_B_CLASS,
         seed=seed,
     )
+    return replace(sc, diagnoses=_mha_rag_diagnoses(sc))
+
+
+def _mha_rag_diagnoses(sc: Scenario) -> tuple[Diagnosis, ...]:
+    """The RAG incident's explanations, with the pool sizes the grader computes for MHA vs GQA and for 0.95."""
+    mha, need = footprint_for(sc, sc.config), sc.traffic.required_context
+    gqa = footprint_for(sc, replace(sc.config, model="llama-3-8b"))
+    more = footprint_for(sc, replace(sc.config, gpu_memory_utilization=0.95))
+    n_mha, n_gqa, n_more = (f.kv_budget_bytes // f.kv_bytes_per_token // need for f in (mha, gqa, more))
+    ratio = gqa.kv_token_capacity / mha.kv_token_capacity
+    return (
+        Diagnosis(
+            "mha-kv",
+            "Llama-2-7B's KV cache is 4x larger per token than a GQA model's",
+            True,
+            f"Llama-2-7B has 32 KV heads (MHA): 512 KiB/token, so its {mha.kv_budget_bytes / GiB:.1f} GiB pool holds "
+            f"{mha.kv_token_capacity:,} tokens = {n_mha} full {need}-token RAG requests. Llama-3-8B (8 KV heads) "
+            f"stores 128 KiB/token, but its weights are {(gqa.weights_bytes - mha.weights_bytes) / GiB:.1f} GiB "
+            f"larger: {gqa.kv_token_capacity:,} tokens = {n_gqa} requests, {ratio:.1f}x the room, not 4x.",
+        ),
+        Diagnosis("weights-too-big", "The weights do not fit the L4", False,
+                  f"{mha.weights_bytes / GiB:.1f} GiB of weights fit; vLLM starts and serves."),
+        Diagnosis("need-more-utilization", "gpu_memory_utilization is too low", False,
+                  f"0.9 already hands vLLM 90% of the card; 0.95 adds "
+                  f"{(more.kv_budget_bytes - mha.kv_budget_bytes) / GiB:.1f} GiB of KV, "
+                  f"{more.kv_token_capacity - mha.kv_token_capacity:,} tokens: {n_more} full requests at once "
+                  f"(was {n_mha})."),
+        Diagnosis("memory-leak", "vLLM leaks memory under load", False,
+                  "Usage is flat at the configured 90%: vLLM pre-allocates its KV pool at start-up."),
+    )  # fmt: skip
 
 
 def default_128k(rng: random.Random | None, seed: int | None) -> Scenario:
     """Llama-3.1-8B with vLLM's default max_model_len of 131072 on a 24 GB card: refuses to start."""
     need = 16384 if rng is None else rng.choice((8192, 16384))
     cfg = ServeConfig("llama-3.1-8b", "rtx-3090", "meta-llama/Llama-3.1-8B-Instruct")
-    return Scenario(
+    sc = Scenario(
         id="default-128k",
         title="The upgrade that never started",
         story=(
             f"Upgrading from Llama-3-8B to Llama-3.1-8B-Instruct, a team reuses its launch command on one RTX "
             f"3090 (24 GB) without --max-model-len. The new model advertises a 128K context. The server exits at "
-            f"start-up. Their documents need at most {need} tokens of context. (Modelled on vLLM issue 10517: "
-            f"the same model and card, where 20,000 tokens fit and 29,000 did not.)"
+            f"start-up. Their documents need at most {need} tokens of context. (Modelled on vLLM issue 10517, the "
+            f"same model and card.)"
         ),
         config=cfg,
         traffic=Traffic(
@@ -149,8 +155,7 @@ def default_128k(rng: random.Random | None, seed: int | None) -> Scenario:
                 "context-too-long",
                 "max_model_len defaults to 131072, more KV than the card can hold",
                 True,
-                "One 131072-token sequence needs 16 GiB of KV (128 KiB/token); after 15 GiB of weights the "
-                "card holds ~45K tokens. vLLM refuses a max length it could never serve.",
+                "",  # filled in below from the memory model
             ),
             Diagnosis(
                 "weights-too-big",
@@ -172,6 +177,16 @@ def default_128k(rng: random.Random | None, seed: int | None) -> Scenario:
         allowed_models=("llama-3.1-8b",),
         seed=seed,
     )
+    fp = footprint_for(sc, cfg)
+    pool = (
+        f"One 131072-token sequence needs 16 GiB of KV (128 KiB/token); after {fp.weights_bytes / GiB:.1f} GiB of "
+        f"weights, {fp.cuda_graph_bytes / GiB:.1f} GiB of CUDA graphs and the rest, the card holds "
+        f"{fp.kv_token_capacity:,} tokens. Any --max-model-len up to {fp.kv_token_capacity:,} starts: V1 profiles a "
+        f"fixed {fp.max_num_batched_tokens}-token batch whatever max_model_len is. (In vllm#10517 the V0 engine "
+        f"profiled a whole sequence below 32K, so 29,000 failed there while 35,000 started.)"
+    )
+    first = replace(sc.diagnoses[0], explanation=pool)
+    return replace(sc, diagnoses=(first, *sc.diagnoses[1:]))
 
 
 def util_neighbour(rng: random.Random | None, seed: int | None) -> Scenario:
@@ -232,6 +247,7 @@ INCIDENTS: dict[str, Callable[[random.Random | None, int | None], Scenario]] = {
     "mha-rag": mha_rag,
     "default-128k": default_128k,
     "util-neighbour": util_neighbour,
+    "cuda-graphs": cuda_graphs,
 }
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.memory.catalog import MODELS, GiB
+from engine.memory.catalog import GPUS, MODELS, GiB
+from engine.memory.startup import default_max_num_batched_tokens
 from lessons.diagnosis.grading import grade
 from lessons.diagnosis.incidents import get_scenario
 from lessons.diagnosis.scenarios import FIX_PARAMS, Grade, Outcome, Scenario, ServeConfig
@@ -19,9 +20,13 @@ FIX_LABELS: dict[str, str] = {
     "policy": "KV memory policy (static reservation or paged blocks)",
     "block_size": "--block-size (tokens per KV block)",
     "model": "Model",
+    "quantization": "--quantization (weights)",
     "kv_cache_dtype": "--kv-cache-dtype",
     "max_model_len": "--max-model-len",
     "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens (tokens per step)",
+    "enforce_eager": "--enforce-eager (no CUDA graphs)",
+    "kv_cache_memory_bytes": "--kv-cache-memory-bytes (0 = not set)",
     "tensor_parallel_size": "--tensor-parallel-size (GPUs)",
     "gpu_memory_utilization": "--gpu-memory-utilization",
 }
@@ -40,9 +45,13 @@ def current_values(config: ServeConfig) -> dict[str, Any]:
         "policy": config.policy,
         "block_size": config.block_size,
         "model": config.model,
+        "quantization": config.quantization,
         "kv_cache_dtype": config.kv_cache_dtype,
         "max_model_len": config.context_len,
         "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens or default_max_num_batched_tokens(GPUS[config.gpu]),
+        "enforce_eager": config.enforce_eager,
+        "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
         "tensor_parallel_size": config.tensor_parallel_size,
         "gpu_memory_utilization": config.gpu_memory_utilization,
     }
@@ -55,7 +64,8 @@ def options_for(param: str, current: Any) -> list[Any]:
     opts = list(FIX_PARAMS[param])
     if current not in opts:
         opts.append(current)
-    return sorted(opts) if all(isinstance(o, (int, float)) for o in opts) else opts
+    numeric = all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in opts)
+    return sorted(opts) if numeric else opts
 
 
 def changed_fixes(config: ServeConfig, chosen: dict[str, Any]) -> dict[str, Any]:
@@ -120,5 +130,16 @@ def model_label(key: str) -> str:
     return f"{m.name} ({m.num_kv_heads} KV heads)"
 
 
-__all__ = ["FIX_LABELS", "MAX_VARIANT", "before_after_rows", "changed_fixes", "current_values", "model_label",
-           "options_for", "record", "run_grade", "scenario_for", "verdict"]  # fmt: skip
+def model_label_or_log(key: str) -> str:
+    """model_label, or "(from the log)" for the empty choice of the paste box."""
+    return model_label(key) if key else "(from the log)"
+
+
+def gib_label(num_bytes: int) -> str:
+    """A byte count as the fix widget shows it: "not set" for 0, else GiB."""
+    return "not set" if not num_bytes else f"{num_bytes / GiB:g} GiB"
+
+
+__all__ = ["FIX_LABELS", "MAX_VARIANT", "before_after_rows", "changed_fixes", "current_values", "gib_label",
+           "model_label", "model_label_or_log", "options_for", "record", "run_grade", "scenario_for",
+           "verdict"]  # fmt: skip

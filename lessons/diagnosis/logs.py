@@ -1,8 +1,9 @@
-"""The log lines an incident's server prints: PyTorch's OOM message, or vLLM's start-up and metrics lines.
+"""The log lines an incident's server prints: PyTorch's OOM message, or vLLM V1's start-up and metrics lines.
 
-The formats imitate PyTorch's `torch.OutOfMemoryError` text and vLLM's start-up (memory profiling, "# GPU
-blocks", maximum concurrency), preemption and metrics logs; every number in them comes from the memory model
-and the simulator's outcome, not from a template.
+The formats follow PyTorch's `torch.OutOfMemoryError` text and vLLM V1's start-up lines (model loading, CUDA
+graph estimate, "Available KV cache memory", "GPU KV cache size", maximum concurrency) and its periodic metrics
+line, as real logs in public vLLM issues show them (tests/lessons/diagnosis/fixtures/); every number in them
+comes from the memory model and the simulator's outcome, not from a template.
 """
 
 from __future__ import annotations
@@ -12,19 +13,29 @@ from lessons.diagnosis.scenarios import Outcome, Scenario
 
 
 def _static_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
-    """A home-grown static-reservation server: the model loads, then a session's reservation OOMs."""
+    """A home-grown server on transformers' static cache: the model loads, then one layer's cache tensor OOMs.
+
+    transformers' StaticCache allocates each layer's K and V as its own [batch, kv_heads, max_len, head_dim]
+    tensor, so the failing allocation is one of those (16 MiB for Llama-3-8B at 8192 tokens), not a session's
+    whole 1 GiB; the total is the capacity PyTorch reports, below nvidia-smi's figure.
+    """
     fp, cfg = outcome.footprint, outcome.config
+    m = MODELS[cfg.model]
     total = fp.capacity_bytes / GiB
-    lines = [f"INFO  model loaded: {MODELS[cfg.model].name}, weights {fp.weights_bytes / GiB:.2f} GiB"]
+    lines = [f"INFO  model loaded: {m.name}, weights {fp.weights_bytes / GiB:.2f} GiB"]
     s = outcome.summary
     if s and s.num_oom:
-        reserve = cfg.context_len * fp.kv_bytes_per_token / GiB
-        torch_gib = (fp.weights_bytes + fp.activation_bytes) / GiB + s.peak_concurrency * reserve
-        in_use = torch_gib + fp.overhead_bytes / GiB
+        # the next session allocates its 2 * layers tensors one by one until less than one tensor's worth is free
+        tensor = cfg.context_len * m.num_kv_heads * m.head_dim * 2
+        held = (
+            fp.weights_bytes + fp.activation_bytes + fp.overhead_bytes + s.peak_concurrency * tensor * 2 * m.num_layers
+        )
+        free = max(fp.capacity_bytes - held, 0) % tensor
+        in_use, torch_gib = total - free / GiB, (fp.capacity_bytes - free - fp.overhead_bytes) / GiB
         lines += [
             f"INFO  active sessions: {s.peak_concurrency}",
-            f"ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {reserve:.2f} GiB. GPU 0 "
-            f"has a total capacity of {total:.2f} GiB of which {max(total - in_use, 0) * 1024:.2f} MiB is free. "
+            f"ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tensor / 2**20:.2f} MiB. GPU 0 "
+            f"has a total capacity of {total:.2f} GiB of which {free / 2**20:.2f} MiB is free. "
             f"Including non-PyTorch memory, this process has {in_use:.2f} GiB memory in use. Of the allocated "
             f"memory {torch_gib:.2f} GiB is allocated by PyTorch. If reserved but unallocated memory is large "
             f"try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
@@ -34,23 +45,16 @@ def _static_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
 
 
 def _serving_logs(outcome: Outcome) -> list[str]:
-    """vLLM while serving: a preemption warning when it recomputed, and the metrics line at the longest queue."""
+    """vLLM V1 while serving: its periodic metrics line at the longest queue (V1 preempts by recompute, silently)."""
     s, lines = outcome.summary, []
-    if s and s.num_preemptions:
-        lines.append(
-            "WARNING Sequence group 57 is preempted by PreemptionMode.RECOMPUTE mode because there is not "
-            "enough KV cache space. This can affect the end-to-end performance. Increase "
-            f"gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
-            f"total_num_cumulative_preemption={s.num_preemptions}"
-        )
-    if outcome.result:
+    if outcome.result and s:
         rows = outcome.result.to_rows()
         worst = max(rows, key=lambda r: r["waiting"])
         used = 100 * (1 - worst["free"] / outcome.result.capacity_tokens)
         lines.append(
-            f"INFO  Avg generation throughput: {s.tokens_per_s:.1f} tokens/s, Running: "
-            f"{int(worst['running'])} reqs, Swapped: 0 reqs, Pending: {int(worst['waiting'])} reqs, "
-            f"GPU KV cache usage: {used:.1f}%, CPU KV cache usage: 0.0%."
+            f"INFO  [loggers.py] Engine 000: Avg generation throughput: {s.tokens_per_s:.1f} tokens/s, Running: "
+            f"{int(worst['running'])} reqs, Waiting: {int(worst['waiting'])} reqs, GPU KV cache usage: {used:.1f}%, "
+            f"Prefix cache hit rate: 0.0%"
         )
     return lines
 
@@ -68,14 +72,28 @@ def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
         )
     if outcome.startup_error and "Free memory" in outcome.startup_error:
         return [*lines, f"ERROR {outcome.startup_error}"]
-    lines += [
-        f"INFO  Loading model weights took {fp.weights_bytes / GiB:.4f} GB",
-        f"INFO  Memory profiling takes: weights {fp.weights_bytes / GiB:.2f}GiB; PyTorch activation peak memory "
-        f"{fp.activation_bytes / GiB:.2f}GiB; non-torch memory {fp.overhead_bytes / GiB:.2f}GiB; the rest of the "
-        f"memory reserved for KV Cache is {max(fp.kv_budget_bytes, 0) / GiB:.2f}GiB.",
-        f"INFO  # GPU blocks: {fp.num_blocks}, # CPU blocks: 2048",
-        f"INFO  Maximum concurrency for {cfg.context_len} tokens per request: {fp.vllm_concurrency():.2f}x",
-    ]
+    lines.append(f"INFO  [gpu_model_runner.py] Model loading took {fp.weights_bytes / GiB:.4f} GiB")
+    if fp.cuda_graph_bytes:
+        lines.append(
+            f"INFO  [gpu_model_runner.py] Estimated CUDA graph memory: {fp.cuda_graph_bytes / GiB:.2f} GiB total"
+        )
+    if fp.cuda_graph_bytes:
+        share, util = fp.cuda_graph_bytes / fp.capacity_bytes, cfg.gpu_memory_utilization
+        lines.append(
+            f"INFO  [gpu_worker.py] CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+            f"--gpu-memory-utilization={util:.4f} is equivalent to --gpu-memory-utilization={util - share:.4f} without "
+            f"CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase "
+            f"--gpu-memory-utilization to {util + share:.4f}. To disable, set "
+            f"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."
+        )
+    if fp.num_blocks > 0:
+        lines.append(f"INFO  [gpu_worker.py] Available KV cache memory: {max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB")
+    if fp.num_blocks > 0 and not outcome.startup_error:  # V1 checks max_model_len before it reports the pool
+        lines += [
+            f"INFO  [kv_cache_utils.py] GPU KV cache size: {fp.kv_token_capacity:,} tokens",
+            f"INFO  [kv_cache_utils.py] Maximum concurrency for {cfg.context_len:,} tokens per request: "
+            f"{fp.vllm_concurrency():.2f}x",
+        ]
     if outcome.startup_error:
         return [*lines, f"ERROR {outcome.startup_error}"]
     return lines + _serving_logs(outcome)

@@ -12,30 +12,37 @@ from typing import Any
 from engine.memory.catalog import GPUS, MODELS, GiB
 from engine.memory.footprint import ServingFootprint, serving_footprint
 from engine.memory.roofline import StepTimeModel
+from engine.memory.startup import cuda_graph_bytes, default_max_num_batched_tokens
 from engine.sim.metrics import SimSummary
 from engine.sim.simulate import SimConfig, simulate
 from engine.sim.traces import generate_trace
 from lessons.diagnosis.logs import incident_logs
-from lessons.diagnosis.scenarios import Outcome, Scenario, ServeConfig, Symptoms, Traffic, apply_fixes
+from lessons.diagnosis.scenarios import CUDA_TOTAL_BYTES, Outcome, Scenario, ServeConfig, Symptoms, Traffic, apply_fixes
 
 
-def _footprint(scenario: Scenario, cfg: ServeConfig) -> ServingFootprint:
-    """vLLM's start-up arithmetic for the config (the static server is held to the same budget)."""
-    util = cfg.gpu_memory_utilization
-    gpu_bytes = GPUS[cfg.gpu].memory_bytes
-    if cfg.policy == "static":  # no utilization knob: it grows into whatever memory no other process holds
-        util = (gpu_bytes - scenario.other_process_bytes) / gpu_bytes
-    kv_dtype = "fp8" if cfg.kv_cache_dtype == "fp8" else "bf16"
+def footprint_for(scenario: Scenario, cfg: ServeConfig) -> ServingFootprint:
+    """vLLM V1's start-up arithmetic for the config, CUDA graphs included (the static server: same bytes, no graphs)."""
+    total = CUDA_TOTAL_BYTES.get(cfg.gpu, GPUS[cfg.gpu].memory_bytes)
+    util, static = cfg.gpu_memory_utilization, cfg.policy == "static"
+    if static:  # no utilization knob: it grows into whatever memory no other process holds
+        util = (total - scenario.other_process_bytes) / total
+    tokens = cfg.max_num_batched_tokens or default_max_num_batched_tokens(GPUS[cfg.gpu])
     try:
+        graphs = 0 if static else cuda_graph_bytes(MODELS[cfg.model], cfg.max_num_seqs, tokens, cfg.enforce_eager)
         return serving_footprint(
             cfg.model,
             cfg.gpu,
-            kv_dtype=kv_dtype,
+            weight_dtype="fp8" if cfg.quantization == "fp8" else "bf16",
+            kv_dtype="fp8" if cfg.kv_cache_dtype == "fp8" else "bf16",
             gpu_memory_utilization=util,
             max_model_len=cfg.context_len,
+            max_num_batched_tokens=tokens,
             block_size=cfg.block_size,
             tensor_parallel=cfg.tensor_parallel_size,
-            other_process_bytes=0 if cfg.policy == "static" else scenario.other_process_bytes,
+            other_process_bytes=0 if static else scenario.other_process_bytes,
+            cuda_graph_bytes=graphs,
+            kv_cache_memory_bytes=cfg.kv_cache_memory_bytes or None,
+            total_bytes=total,
         )
     except ValueError as e:  # e.g. tensor parallel degree that does not divide the heads
         raise ValueError(f"configuration rejected: {e}") from None
@@ -70,7 +77,18 @@ def _startup_error(cfg: ServeConfig, fp: ServingFootprint) -> str | None:
             f"torch.OutOfMemoryError: CUDA out of memory while loading: weights and activations need "
             f"{(fp.weights_bytes + fp.activation_bytes + fp.overhead_bytes) / GiB:.2f} GiB"
         )
-    return fp.startup_error if cfg.policy == "paged" else None
+    if cfg.policy != "paged":
+        return None
+    used = fp.weights_bytes + fp.activation_bytes + fp.overhead_bytes + fp.cuda_graph_bytes + max(fp.kv_budget_bytes, 0)
+    if (
+        fp.startup_error is None and used > fp.capacity_bytes - fp.other_process_bytes
+    ):  # --kv-cache-memory-bytes too big
+        return (
+            f"torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs: weights, activations, "
+            f"non-torch memory, graphs and the {fp.kv_budget_bytes / GiB:.2f} GiB KV cache need {used / GiB:.2f} GiB "
+            f"of the {(fp.capacity_bytes - fp.other_process_bytes) / GiB:.2f} GiB free"
+        )
+    return fp.startup_error
 
 
 def _service_problems(s: SimSummary, tr: Traffic) -> list[str]:
@@ -96,7 +114,7 @@ def run_outcome(scenario: Scenario, fixes: dict[str, Any] | None = None) -> Outc
     cfg = apply_fixes(scenario.config, fixes or {})
     tr = scenario.traffic
     problems = _requirement_problems(scenario, cfg)
-    fp = _footprint(scenario, cfg)
+    fp = footprint_for(scenario, cfg)
     error = _startup_error(cfg, fp)
     if error:
         return Outcome(cfg, fp, error, None, (f"the server does not start: {error}", *problems))

@@ -3,7 +3,9 @@
 An incident (`Scenario`) is a serving configuration (`ServeConfig`: model, GPU, policy, vLLM-style knobs), a
 traffic pattern and a product requirement (`Traffic`: context length, queueing-delay target), and candidate
 explanations (`Diagnosis`). A learner's fix is a set of parameter changes (`FIX_PARAMS`, `apply_fixes`);
-`vllm_command` shows a configuration as the `vllm serve` line that deploys it. Running a configuration gives
+`vllm_command` shows a configuration as the `vllm serve` line that deploys it, with flags current vLLM (V1)
+accepts; a model swap serves the model's chat (*-Instruct*) checkpoint (`CHAT_REPOS`), since a chat service needs
+a chat template. Running a configuration gives
 an `Outcome` (lessons.diagnosis.replay), grading gives a `Grade` (lessons.diagnosis.grading); the incidents
 themselves are in lessons.diagnosis.incidents. Plain data, no Streamlit.
 """
@@ -13,21 +15,47 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.memory.catalog import MODELS
+from engine.memory.catalog import MODELS, GiB
 from engine.memory.footprint import ServingFootprint
 from engine.sim.metrics import SimResult, SimSummary
 
 # The knobs a learner may turn, with the values the page offers (ints in between are accepted too).
+# block_size: vLLM's CUDA attention backends take 8, 16 or 32; kv_cache_memory_bytes 0 means "not set".
 FIX_PARAMS: dict[str, tuple[Any, ...]] = {
     "policy": ("static", "paged"),
-    "block_size": (8, 16, 32, 64, 128),
+    "block_size": (8, 16, 32),
     "model": tuple(k for k in MODELS if k != "demo"),
+    "quantization": ("none", "fp8"),
     "kv_cache_dtype": ("auto", "fp8"),
     "max_model_len": (2048, 4096, 8192, 16384, 32768, 131072),
     "max_num_seqs": (4, 8, 16, 32, 64, 128, 256),
+    "max_num_batched_tokens": (512, 1024, 2048, 4096, 8192),
+    "enforce_eager": (False, True),
+    "kv_cache_memory_bytes": tuple(g * GiB for g in (0, 2, 3, 4, 5, 6, 8)),
     "tensor_parallel_size": (1, 2, 4, 8),
     "gpu_memory_utilization": (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
 }
+_WHOLE = ("max_model_len", "max_num_seqs", "max_num_batched_tokens")
+# The chat checkpoint of each catalog model (Hugging Face repo ids): a chat service swaps to these.
+CHAT_REPOS: dict[str, str] = {
+    "llama-2-7b": "meta-llama/Llama-2-7b-chat-hf",
+    "llama-2-13b": "meta-llama/Llama-2-13b-chat-hf",
+    "llama-2-70b": "meta-llama/Llama-2-70b-chat-hf",
+    "llama-3-8b": "meta-llama/Meta-Llama-3-8B-Instruct",
+    "llama-3-70b": "meta-llama/Meta-Llama-3-70B-Instruct",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+    "llama-3.1-405b": "meta-llama/Llama-3.1-405B-Instruct",
+    "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.1",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
+}
+# Device totals as CUDA / PyTorch report them (below nvidia-smi's MiB figure), where a public log shows one:
+# RTX 4090 "GPU 0 has a total capacity of 23.64 GiB" (ali-vilab/VGen#104), RTX 3090 "total_gpu_memory=23.58GiB"
+# (vllm#10517).
+CUDA_TOTAL_BYTES: dict[str, int] = {"rtx-4090": int(23.64 * GiB), "rtx-3090": int(23.58 * GiB)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +72,10 @@ class ServeConfig:
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
+    quantization: str = "none"  # "fp8": vLLM's --quantization fp8 (weights in fp8 from a bf16 checkpoint)
+    max_num_batched_tokens: int | None = None  # None: V1's default for the GPU
+    enforce_eager: bool = False  # True: no CUDA graphs
+    kv_cache_memory_bytes: int = 0  # 0: not set (vLLM sizes KV from gpu_memory_utilization)
 
     @property
     def context_len(self) -> int:
@@ -143,8 +175,10 @@ def apply_fixes(config: ServeConfig, fixes: dict[str, Any]) -> ServeConfig:
         if key not in FIX_PARAMS:
             raise ValueError(f"unknown fix {key!r}; fixes are parameter changes among {list(FIX_PARAMS)}")
         options = FIX_PARAMS[key]
-        if key in ("max_model_len", "max_num_seqs"):
+        if key in _WHOLE:
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        elif key == "kv_cache_memory_bytes":
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         elif key == "gpu_memory_utilization":
             ok = isinstance(value, (int, float)) and 0 < value <= 1
         else:
@@ -153,7 +187,7 @@ def apply_fixes(config: ServeConfig, fixes: dict[str, Any]) -> ServeConfig:
             raise ValueError(f"fix {key}={value!r} is not allowed; use one of {list(options)}")
         changes[key] = value
     if "model" in changes and changes["model"] != config.model:
-        changes["hf_repo"] = MODELS[changes["model"]].source
+        changes["hf_repo"] = CHAT_REPOS.get(changes["model"], MODELS[changes["model"]].source)
     return replace(config, **changes)
 
 
@@ -163,10 +197,15 @@ def vllm_command(scenario: Scenario, fixes: dict[str, Any] | None = None) -> str
     parts = [f"vllm serve {cfg.hf_repo}", f"--max-model-len {cfg.context_len}",
              f"--gpu-memory-utilization {cfg.gpu_memory_utilization:g}", f"--max-num-seqs {cfg.max_num_seqs}",
              f"--block-size {cfg.block_size}"]  # fmt: skip
-    if cfg.kv_cache_dtype == "fp8":
-        parts.append("--kv-cache-dtype fp8")
-    if cfg.tensor_parallel_size > 1:
-        parts.append(f"--tensor-parallel-size {cfg.tensor_parallel_size}")
+    optional = [
+        (cfg.max_num_batched_tokens is not None, f"--max-num-batched-tokens {cfg.max_num_batched_tokens}"),
+        (cfg.quantization == "fp8", "--quantization fp8"),
+        (cfg.kv_cache_dtype == "fp8", "--kv-cache-dtype fp8"),
+        (cfg.enforce_eager, "--enforce-eager"),
+        (cfg.kv_cache_memory_bytes > 0, f"--kv-cache-memory-bytes {cfg.kv_cache_memory_bytes}"),
+        (cfg.tensor_parallel_size > 1, f"--tensor-parallel-size {cfg.tensor_parallel_size}"),
+    ]
+    parts += [flag for wanted, flag in optional if wanted]
     cmd = " \\\n    ".join(parts)
     if cfg.policy == "static":
         cmd = "# vLLM has no static-reservation mode; this is the paged engine with the same limits\n" + cmd

@@ -1,5 +1,7 @@
 """Lesson 6 page (AppTest): symptoms render, the reference fix resolves an incident and doing nothing does not,
-fix widgets at their extremes never crash, the result is recorded."""
+fix widgets at their extremes never crash, the result is recorded; a pasted vLLM log is read into numbers."""
+
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -19,7 +21,7 @@ def set_fix(at: AppTest, param: str, value, suffix: str) -> None:
     key = f"diag_fix_{param}_{suffix}"
     if param == "model":
         at.selectbox(key=key).set_value(value)
-    elif param in ("policy", "kv_cache_dtype"):
+    elif param in ("policy", "kv_cache_dtype", "quantization", "enforce_eager"):
         at.radio(key=key).set_value(value)
     else:
         at.select_slider(key=key).set_value(value)
@@ -69,3 +71,46 @@ def test_fix_widgets_at_extremes_and_variants(at):
     at.checkbox(key=f"diag_dx_weights-too-big_chat-oom_{lab.MAX_VARIANT}").check().run()
     at.button(key="diag_run").click().run()
     assert not at.exception and "diagnosis incomplete or wrong" in at.warning[0].value
+
+
+FIXTURES = Path(__file__).parents[1] / "lessons" / "diagnosis" / "fixtures"
+
+
+def table(at: AppTest, column: str) -> list[dict]:
+    """The rows of the last table on the page with this column (the paste box comes after the incident)."""
+    return [t.value for t in at.dataframe if column in t.value.columns][-1].to_dict("records")
+
+
+def test_paste_a_real_v0_log_with_the_max_len_error(at):
+    at.text_area(key="diag_paste_log").input((FIXTURES / "vllm-10517-29k-v0-maxlen-error.log").read_text()).run()
+    assert not at.exception and not at.error
+    found = {r["figure"]: r["value"] for r in table(at, "figure")}
+    assert found["GPU blocks"] == "1478" and found["KV cache (GiB)"] == "2.89" and found["log format"] == "V0"
+    assert any("max seq len (29000)" in w.value for w in at.warning)
+    at.number_input(key="diag_paste_len").set_value(4000).run()
+    room = next(m.value for m in at.markdown if "Your KV pool holds" in m.value)
+    assert "23,648 tokens" in room and "**5 such requests fit at once**" in room  # 1478 blocks // 250 blocks each
+    fixes = table(at, "change")
+    by_change = {r["change"]: r for r in fixes}
+    assert by_change["--kv-cache-dtype fp8"]["requests at once"] >= 2 * 5
+    assert "--max-model-len 23552" in by_change
+    bar = table(at, "part")  # the data table behind the memory bar
+    assert {r["part"]: r["GiB"] for r in bar}["KV cache"] == 2.89
+
+
+def test_paste_a_v1_log_and_an_oom_message(at):
+    at.text_area(key="diag_paste_log").input((FIXTURES / "gpustack-runner-251-v1-cuda-graph.log").read_text())
+    at.text_area(key="diag_paste_oom").input((FIXTURES / "vllm-2140-torch-oom.log").read_text()).run()
+    assert not at.exception and not at.error
+    found = {r["figure"]: r["value"] for r in table(at, "figure")}
+    assert found["CUDA graphs (GiB)"] == "0.36" and found["OOM: tried to allocate (GiB)"] == "3.5"
+    at.selectbox(key="diag_paste_model").set_value("llama-3-8b").run()  # KV bytes per token from the catalog
+    fixes = {r["change"]: r for r in table(at, "change")}
+    assert fixes["--enforce-eager"]["KV cache (GiB)"] == pytest.approx(6.87 + 0.36, abs=0.01)
+
+
+@pytest.mark.parametrize("junk", ["hello", "\x00\x01 binary \ufffd" * 500, "GPU blocks: " + "9" * 3000])
+def test_paste_garbage_gets_a_clear_message(at, junk):
+    at.text_area(key="diag_paste_log").input(junk).run()
+    assert not at.exception and not at.error
+    assert any("No vLLM start-up figures" in i.value for i in at.info)

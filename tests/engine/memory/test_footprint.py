@@ -180,14 +180,41 @@ def test_vllm_10517_kv_blocks():
 
 
 def test_vllm_10517_full_startup_arithmetic():
-    fp = serving_footprint("llama-3.1-8b", "rtx-3090", gpu_memory_utilization=0.9, max_model_len=20000)
-    assert fp.weights_bytes / GiB == pytest.approx(14.99, abs=0.05)  # "Loading model weights took 14.99 GB"
-    assert fp.num_blocks == pytest.approx(1952, rel=0.01)
-    assert fp.vllm_concurrency(20000) == pytest.approx(1.56, abs=0.01)
+    # The 20k run profiled all 20,000 tokens at once (V0 below 32K); V1 would profile max_num_batched_tokens.
+    fp = serving_footprint("llama-3.1-8b", "rtx-3090", gpu_memory_utilization=0.9, max_model_len=20000,
+                           max_num_batched_tokens=20000, total_bytes=int(23.58 * GiB))  # fmt: skip
+    assert fp.weights_bytes / GiB == pytest.approx(14.99, abs=0.05)  # "Loading model weights took 14.9888 GB"
+    assert (fp.weights_bytes + fp.activation_bytes) / GiB == pytest.approx(17.06, abs=0.1)  # peak_torch_memory
+    assert fp.overhead_bytes / GiB == pytest.approx(0.35, abs=0.005)  # non_torch_memory=0.35GiB
+    assert fp.num_blocks == pytest.approx(1952, rel=0.02)
+    assert fp.vllm_concurrency(20000) == pytest.approx(1.56, abs=0.03)
     assert fp.startup_error is None
-    longer = serving_footprint("llama-3.1-8b", "rtx-3090", gpu_memory_utilization=0.9, max_model_len=29000)
+    longer = serving_footprint("llama-3.1-8b", "rtx-3090", gpu_memory_utilization=0.9, max_model_len=29000,
+                               max_num_batched_tokens=29000, total_bytes=int(23.58 * GiB))  # fmt: skip
     assert longer.kv_token_capacity == pytest.approx(23648, rel=0.03)  # longer profile, less KV
-    assert "(29000) is larger than the maximum number of tokens" in longer.startup_error
+    assert "max seq len (29000), (3.54 GiB KV cache is needed" in longer.startup_error  # V1's wording
+    assert f"estimated maximum model length is {longer.kv_token_capacity}." in longer.startup_error
+
+
+def test_v1_profiles_the_token_budget_not_max_model_len():
+    # V1 keeps chunked prefill on: the 29,000-token run of vllm#10517 profiles 2048 tokens and starts
+    short, long = (serving_footprint("llama-3.1-8b", "rtx-3090", max_model_len=n) for n in (20000, 29000))
+    assert short.max_num_batched_tokens == long.max_num_batched_tokens == 2048
+    assert short.num_blocks == long.num_blocks and long.startup_error is None
+    assert serving_footprint("llama-3-8b", "h100-sxm").max_num_batched_tokens == 8192  # >= 70 GiB, not A100
+    assert serving_footprint("llama-3-8b", "a100-80gb").max_num_batched_tokens == 2048
+
+
+def test_cuda_graphs_and_kv_cache_memory_bytes():
+    base = serving_footprint("llama-3-8b", "l4", max_model_len=8192)
+    graphs = serving_footprint("llama-3-8b", "l4", max_model_len=8192, cuda_graph_bytes=2 * GiB)
+    assert base.kv_budget_bytes - graphs.kv_budget_bytes == 2 * GiB
+    rows = {r["part"]: r["bytes"] for r in graphs.breakdown()}
+    assert rows["CUDA graphs"] == 2 * GiB and sum(rows.values()) == pytest.approx(graphs.capacity_bytes)
+    fixed = serving_footprint("llama-3-8b", "l4", max_model_len=8192, kv_cache_memory_bytes=3 * GiB)
+    assert fixed.kv_budget_bytes == 3 * GiB and fixed.num_blocks == 3 * GiB // (16 * 128 * KiB)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        serving_footprint("llama-3-8b", "l4", cuda_graph_bytes=-1)
 
 
 def test_breakdown_adds_up_and_other_process_error():

@@ -1,0 +1,186 @@
+"""Page 6's "Diagnose your own server": a learner's pasted vLLM log -> memory bar, room for requests, flag changes.
+
+`memory_rows` turns a `VllmLog` (lessons/diagnosis/readlog.py) into the GPU memory bar's parts; `kv_pool` finds how
+many KV tokens the server holds and what one token costs; `room_for` says how many requests of a given length fit
+at once (whole 16-token blocks each, vLLM's default block size); `suggestions` recomputes vLLM V1's start-up
+arithmetic (engine/memory/startup.py) for each flag change that applies to this log and reports the new pool.
+No Streamlit here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engine.memory.catalog import MODELS, GiB
+from engine.memory.footprint import kv_bytes_per_token
+from engine.memory.startup import cudagraph_capture_sizes
+from lessons.diagnosis.readlog import VllmLog, read_vllm_log
+from lessons.diagnosis.scenarios import CHAT_REPOS
+
+BLOCK = 16  # vLLM's default block size on CUDA
+_ERROR_TOKENS = re.compile(r"stored in KV cache \((\d{1,12})\)|estimated maximum model length is (\d{1,12})")
+__all__ = ["BLOCK", "KvPool", "found_rows", "guess_model", "kv_pool", "memory_rows", "read_paste", "room_for",
+           "room_sentence", "suggestions"]  # fmt: skip
+_LABELS = {"weights_gb": "weights (GiB; vLLM prints 'GB')", "kv_cache_gib": "KV cache (GiB)",
+           "kv_cache_tokens": "KV cache (tokens)", "num_gpu_blocks": "GPU blocks", "max_model_len": "max_model_len",
+           "max_concurrency": "maximum concurrency (x)", "cuda_graph_gib": "CUDA graphs (GiB)",
+           "total_gib": "total GPU memory (GiB)", "gpu_memory_utilization": "gpu_memory_utilization",
+           "peak_torch_gib": "peak torch memory (GiB)", "non_torch_gib": "non-torch memory (GiB)",
+           "activation_gib": "activation peak (GiB)", "oom_tried_gib": "OOM: tried to allocate (GiB)",
+           "oom_total_gib": "OOM: total capacity (GiB)", "oom_free_gib": "OOM: free (GiB)",
+           "oom_allocated_gib": "OOM: allocated by PyTorch (GiB)"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class KvPool:
+    """The server's KV pool: tokens it holds, bytes per token, and where each figure came from."""
+
+    tokens: int
+    bytes_per_token: float | None
+    source: str
+
+    @property
+    def gib(self) -> float | None:
+        """The pool in GiB, when bytes per token are known."""
+        return None if self.bytes_per_token is None else self.tokens * self.bytes_per_token / GiB
+
+
+def read_paste(log_text: object, oom_text: object = "") -> VllmLog:
+    """The pasted start-up log and optional PyTorch OOM message, read together (never raises)."""
+    parts = [t for t in (log_text, oom_text) if isinstance(t, str) and t.strip()]
+    return read_vllm_log("\n".join(parts) if parts else log_text)
+
+
+def found_rows(log: VllmLog) -> list[dict[str, str]]:
+    """What the log states, one row per figure (then the model, format and errors), for the page's table."""
+    rows = [{"figure": _LABELS[k], "value": f"{getattr(log, k):g}"} for k in log.found]
+    rows += [{"figure": "model", "value": log.model}] if log.model else []
+    rows += [{"figure": "log format", "value": log.version}] if log.version else []
+    return rows + [{"figure": "error", "value": e} for e in log.errors]
+
+
+def room_sentence(pool: KvPool, request_len: int) -> str:
+    """How many requests of request_len fit the pool at once, in words, with the arithmetic."""
+    n, blocks = room_for(pool.tokens, request_len), -(-request_len // BLOCK)
+    size = f" ({pool.gib:.2f} GiB)" if pool.gib is not None else ""
+    fit = "request fits" if n == 1 else "requests fit"
+    text = (f"Your KV pool holds **{pool.tokens:,} tokens**{size} ({pool.source}). A {request_len:,}-token request "
+            f"takes {blocks:,} blocks of {BLOCK}: **{n} such {fit} at once**.")  # fmt: skip
+    if n == 0:
+        text += " Not even one: vLLM V1 refuses to start with a max_model_len this long."
+    return text
+
+
+def guess_model(log: VllmLog) -> str | None:
+    """The catalog key of the model the log names (its HF repo, chat or base), or None."""
+    if not log.model:
+        return None
+    name = log.model.lower().rstrip("/")
+    for key, spec in MODELS.items():
+        repos = {spec.source.lower(), CHAT_REPOS.get(key, "").lower()} - {""}
+        if any(name == r or name.endswith("/" + r.split("/")[-1]) for r in repos):
+            return key
+    return None
+
+
+def memory_rows(log: VllmLog) -> list[dict[str, float | str]]:
+    """The parts of GPU memory the log states (GiB); with the total and utilization, the rest is shown too."""
+    activations = log.activation_gib
+    if activations is None and log.peak_torch_gib is not None and log.weights_gb is not None:
+        activations = max(log.peak_torch_gib - log.weights_gb, 0.0)
+    parts = [("weights", log.weights_gb), ("activations (profiled peak)", activations),
+             ("CUDA context / non-torch", log.non_torch_gib), ("CUDA graphs", log.cuda_graph_gib),
+             ("KV cache", log.kv_cache_gib)]  # fmt: skip
+    rows = [(p, g) for p, g in parts if g is not None]
+    if not rows and log.oom_total_gib is not None:  # only a PyTorch OOM message
+        used = log.oom_total_gib - (log.oom_free_gib or 0.0)
+        rows = [("allocated by PyTorch", log.oom_allocated_gib or used)]
+        rows.append(("other memory in use", max(used - rows[0][1], 0.0)))
+        rows.append(("free", log.oom_free_gib or 0.0))
+    if log.total_gib is not None and log.gpu_memory_utilization is not None and rows:
+        budget = log.total_gib * log.gpu_memory_utilization
+        other = budget - sum(g for _, g in rows)
+        if other > 0.005:
+            rows.append(("rest of vLLM's share (not itemised in the log)", other))
+        rows.append(("held back (1 - gpu_memory_utilization)", log.total_gib - budget))
+    return [{"part": p, "GiB": round(g, 3), "bytes": float(g * GiB)} for p, g in rows]
+
+
+def kv_pool(log: VllmLog, model: str | None = None) -> KvPool | None:
+    """Tokens the KV pool holds and bytes per token, from the log (or the catalog model); None if unknown."""
+    tokens, source = None, ""
+    if log.kv_cache_tokens:
+        tokens, source = log.kv_cache_tokens, "GPU KV cache size"
+    elif log.num_gpu_blocks:
+        tokens, source = log.num_gpu_blocks * BLOCK, f"# GPU blocks x {BLOCK} tokens"
+    elif log.max_concurrency and log.max_model_len:
+        tokens, source = int(log.max_concurrency * log.max_model_len), "Maximum concurrency x max_model_len"
+    elif found := [
+        int(g) for e in log.errors for m in [_ERROR_TOKENS.search(e)] if m for g in [m.group(1) or m.group(2)]
+    ]:
+        tokens, source = found[-1], "the tokens the start-up error says fit"
+    per_token = None
+    if model is not None:
+        per_token = float(kv_bytes_per_token(model))
+    elif tokens and log.kv_cache_gib:
+        per_token = log.kv_cache_gib * GiB / tokens
+    if tokens is None and per_token and log.kv_cache_gib is not None:
+        tokens, source = int(log.kv_cache_gib * GiB // per_token), "Available KV cache memory / KV per token"
+    return None if tokens is None else KvPool(tokens, per_token, source)
+
+
+def room_for(tokens: int, request_len: int) -> int:
+    """Requests of request_len tokens that fit in a pool of `tokens` at once (whole blocks each)."""
+    if isinstance(request_len, bool) or not isinstance(request_len, int) or request_len < 1:
+        raise ValueError(f"request length {request_len!r} must be a whole number of tokens >= 1")
+    return (max(tokens, 0) // BLOCK) // -(-request_len // BLOCK)
+
+
+def _row(
+    flag: str, why: str, kv_gib: float, per_token: float, request_len: int, tokens: int | None = None
+) -> dict[str, str | int | float]:
+    tokens = int(max(kv_gib, 0) * GiB // per_token) // BLOCK * BLOCK if tokens is None else tokens
+    return {"change": flag, "KV cache (GiB)": round(kv_gib, 2), "KV tokens": tokens,
+            "requests at once": room_for(tokens, request_len), "why": why}  # fmt: skip
+
+
+def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> list[dict[str, str | int | float]]:
+    """Flag changes that apply to this log, each with the KV pool vLLM's start-up arithmetic gives after it."""
+    pool = kv_pool(log, model)
+    if pool is None or pool.bytes_per_token is None or pool.gib is None:
+        return []
+    kv, per = pool.gib, pool.bytes_per_token
+    rows = [_row("(as logged)", f"from {pool.source}", kv, per, request_len, pool.tokens)]
+    if log.total_gib and log.gpu_memory_utilization and log.gpu_memory_utilization <= 0.9:
+        util = round(log.gpu_memory_utilization + 0.05, 2)
+        rows.append(_row(f"--gpu-memory-utilization {util:g}", "5% more of the card for vLLM (only if nothing else "
+                         "runs on it)", kv + 0.05 * log.total_gib, per, request_len))  # fmt: skip
+    if log.cuda_graph_gib:
+        rows.append(_row("--enforce-eager", "no CUDA graphs: their memory goes to KV (decode gets slower)",
+                         kv + log.cuda_graph_gib, per, request_len))  # fmt: skip
+        share = len(cudagraph_capture_sizes(64, 8192)) / len(cudagraph_capture_sizes(256, 8192))
+        rows.append(_row("--max-num-seqs 64", "fewer captured batch sizes (assuming the default 256 before)",
+                         kv + log.cuda_graph_gib * (1 - share), per, request_len))  # fmt: skip
+    rows.append(
+        _row(
+            "--kv-cache-dtype fp8",
+            "half the bytes per token of a bf16 cache (re-run your evals)",
+            kv,
+            per / 2,
+            request_len,
+        )
+    )
+    if log.weights_gb:
+        rows.append(_row("--quantization fp8", "fp8 weights from a bf16 checkpoint: half the weight memory "
+                         "(re-run your evals)", kv + log.weights_gb / 2, per, request_len))  # fmt: skip
+        rows.append(_row("--tensor-parallel-size 2", "two GPUs: each holds half the weights and half the KV heads",
+                         kv + log.weights_gb / 2, per / 2, request_len))  # fmt: skip
+    if log.activation_gib:
+        rows.append(_row("--max-num-batched-tokens (halve it)", "the profiled activation peak scales with the "
+                         "token budget", kv + log.activation_gib / 2, per, request_len))  # fmt: skip
+    if log.errors and any("max seq len" in e for e in log.errors):
+        fit = pool.tokens // 1024 * 1024
+        rows.append(_row(f"--max-model-len {fit}", "the longest context the logged pool can hold, rounded down",
+                         kv, per, request_len, pool.tokens))  # fmt: skip
+    return rows

@@ -1,0 +1,84 @@
+"""vLLM V1's start-up arithmetic against the figures real vLLM logs print (vllm#10517, vLLM's own defaults)."""
+
+import pytest
+
+from engine.memory.catalog import GPUS, MODELS, GiB
+from engine.memory.footprint import kv_blocks_from_budget, kv_bytes_per_token, serving_footprint
+from engine.memory.startup import (
+    CUDA_GRAPH_BYTES_PER_LAYER,
+    cuda_graph_bytes,
+    cudagraph_capture_sizes,
+    default_max_num_batched_tokens,
+    default_max_num_seqs,
+    kv_budget_from_profile,
+    startup_error_text,
+)
+
+
+def test_vllm_10517_kv_cache_size_from_its_own_log_fields():
+    # "total_gpu_memory=23.58GiB ... peak_torch_memory=17.06GiB ... non_torch_memory=0.35GiB kv_cache_size=3.81GiB
+    #  gpu_memory_utilization=0.90" and "# GPU blocks: 1952" (Llama-3.1-8B-Instruct, 20k run)
+    kv = kv_budget_from_profile(23.58 * GiB, 0.90, 17.06 * GiB, 0.35 * GiB)
+    assert kv / GiB == pytest.approx(3.81, abs=0.005)
+    per_token = kv_bytes_per_token("llama-3.1-8b")
+    # the log rounds every figure to 0.01 GiB: the true budget lies within +-0.02 GiB, and 1952 blocks with it
+    low, high = (kv_blocks_from_budget(kv + d * GiB, per_token) for d in (-0.02, 0.02))
+    assert low <= 1952 <= high
+    # the 29k run: peak torch 17.98 GiB -> kv_cache_size=2.89GiB, 1478 blocks = 23,648 tokens
+    kv29 = kv_budget_from_profile(23.58 * GiB, 0.90, 17.98 * GiB, 0.35 * GiB)
+    assert kv29 / GiB == pytest.approx(2.89, abs=0.005)
+    assert (
+        kv_blocks_from_budget(kv29 - 0.02 * GiB, per_token)
+        <= 1478
+        <= kv_blocks_from_budget(kv29 + 0.02 * GiB, per_token)
+    )
+
+
+def test_cuda_graph_estimate_comes_off_the_kv_budget():
+    # vllm#53013: "Estimated CUDA graph memory: 118.65 GiB total" then "No available memory for the cache blocks"
+    assert kv_budget_from_profile(80 * GiB, 0.9, 60 * GiB, 1 * GiB, 118.65 * GiB) < 0
+    assert kv_budget_from_profile(24 * GiB, 0.9, 16 * GiB, 0.5 * GiB, 2 * GiB) == pytest.approx(3.1 * GiB)
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        kv_budget_from_profile(24 * GiB, 1.2, 16 * GiB, 0.5 * GiB)
+    with pytest.raises(ValueError, match=">= 0"):
+        kv_budget_from_profile(24 * GiB, 0.9, 16 * GiB, -1)
+
+
+def test_default_batch_limits_follow_vllm_get_batch_defaults():
+    assert default_max_num_batched_tokens(GPUS["rtx-3090"]) == 2048 and default_max_num_seqs(GPUS["l4"]) == 256
+    assert default_max_num_batched_tokens(GPUS["h100-sxm"]) == 8192 and default_max_num_seqs(GPUS["h200"]) == 1024
+    assert default_max_num_batched_tokens(GPUS["a100-80gb"]) == 2048  # A100s are excluded (vLLM PR #17885)
+
+
+def test_capture_sizes_and_graph_memory():
+    sizes = cudagraph_capture_sizes(256, 8192)
+    assert sizes[:5] == [1, 2, 4, 8, 16] and sizes[-1] == 512 and len(sizes) == 3 + 31 + 17
+    assert cudagraph_capture_sizes(8, 8192) == [1, 2, 4, 8, 16]  # min(2 * max_num_seqs, 512)
+    assert cudagraph_capture_sizes(256, 64)[-1] == 64  # never above max_num_batched_tokens
+    m = MODELS["llama-3.1-8b"]
+    assert cuda_graph_bytes(m, 256, 2048, enforce_eager=True) == 0
+    full = cuda_graph_bytes(m, 256, 2048, enforce_eager=False)
+    assert full == 51 * 32 * CUDA_GRAPH_BYTES_PER_LAYER
+    assert 1 * GiB < full < 3 * GiB  # vLLM logs 1-3 GiB for an 8B model
+    assert cuda_graph_bytes(m, 16, 2048, enforce_eager=False) < full / 5  # fewer sequences, fewer graphs
+    with pytest.raises(ValueError, match="max_num_seqs=0"):
+        cudagraph_capture_sizes(0, 2048)
+
+
+def test_startup_errors_use_vllm_v1_wording():
+    per_token = 128 * 1024
+    assert startup_error_text(24 * GiB, 0, 0.9, 100, 16, per_token, 1600) is None
+    too_long = startup_error_text(24 * GiB, 0, 0.9, 1000, 16, per_token, 131072)
+    assert "max seq len (131072), (16.00 GiB KV cache is needed" in too_long
+    assert "available KV cache memory (1.95 GiB)" in too_long and "maximum model length is 16000." in too_long
+    assert "No available memory for the cache blocks" in startup_error_text(24 * GiB, 0, 0.9, 0, 16, per_token, 16)
+    busy = startup_error_text(40 * GiB, 8 * GiB, 0.9, 100, 16, per_token, 16)
+    assert busy.startswith("ValueError: Free memory on device (32.00/40.00 GiB) on startup is less than desired")
+
+
+def test_a_sliding_window_caps_what_one_sequence_needs_at_start_up():
+    per_token = 128 * 1024
+    assert "max seq len (32768)" in startup_error_text(24 * GiB, 0, 0.9, 400, 16, per_token, 32768)
+    assert startup_error_text(24 * GiB, 0, 0.9, 400, 16, per_token, 32768, blocks_per_seq=385) is None
+    fp = serving_footprint("mistral-7b", "l4", max_model_len=32768, kv_cache_memory_bytes=1 * GiB)  # 512 blocks
+    assert fp.kv_token_capacity < 32768 and fp.startup_error is None  # window 4096: ~385 blocks per sequence
