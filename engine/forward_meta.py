@@ -3,18 +3,16 @@
 One scheduler step runs S sequences. Sequence i contributes `query_lens[i]` new tokens (a prompt chunk, or
 one token in decode) on top of `context_lens[i]` tokens whose K/V already sit in the paged cache (prefix
 cache hits, earlier prompt chunks, earlier decode steps). All new tokens are packed into one 1-D batch of
-T = sum(query_lens) tokens, as in flash-attn's varlen API and vLLM's attention metadata.
+T = sum(query_lens) tokens, as in flash-attn's varlen API and vLLM V1's attention metadata.
 
-Prefill or decode is decided here, once per step, by one rule (`is_decode`): a row decodes when it adds one
-token on top of cached context. The model then, in every layer:
+Every step is the same kind of step (vLLM V1's unified attention): in every layer the model
 1. writes the new tokens' K/V into the paged cache through `slot_mapping` (`kernels.ops.store_kv`);
-2. decode step (`is_prefill=False`, every row decodes): `paged_attention` over `block_tables` / `seq_lens`;
-   prefill step with no cached context (`has_context=False`): `varlen_attention` over the new K/V only;
-   prefill step with cached context (`has_context=True`): K/V of each sequence's whole context are
-   gathered from the paged cache through `context_slot_mapping` and `varlen_attention` runs with
-   `cu_seqlens_k` over the full context, causal bottom-right aligned, so new token j of a sequence sees the
-   cached prefix plus new tokens 0..j. A prefill step that also carries decode rows is split (`mixed`): the
-   decode rows attend with `paged_attention`, only the prompt rows pay for the gather and varlen attention.
+2. runs `kernels.ops.paged_varlen_attention` once over the whole batch: sequence i's queries are the last
+   query_lens[i] of its seq_lens[i] tokens, keys and values are read through its block-table row, causal
+   bottom-right aligned (new token j sees the cached context plus new tokens 0..j), within the model's
+   sliding window if it has one. A fresh prompt, a prompt chunk, a prefix-cache hit, a decode (one query)
+   and any mix of them in one batch are the same call; nothing is gathered and nothing is split.
+`is_decode` names a row that adds one token on top of cached context; it only labels steps for the traces.
 
 This is passed to the model as an argument rather than kept in a module global (nano-vllm's context):
 Streamlit runs each learner in a thread, and a global would leak one learner's batch into another's.
@@ -32,11 +30,11 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.core.kv_cache import slots_of
-from kernels.paged_attention_torch import TokenSlots, token_slots
+from kernels.paged_varlen_attention_torch import VarlenIndex, paged_varlen_index
 
 
 def is_decode(query_len: int, context_len: int) -> bool:
-    """The one prefill-vs-decode rule: a row decodes when it computes one token on top of cached context."""
+    """A row decodes when it computes one token on top of cached context (a label: every row attends alike)."""
     return query_len == 1 and context_len > 0
 
 
@@ -48,49 +46,42 @@ class ForwardMeta:
       positions      int64 [T]      position of each new token inside its sequence (for rotary embeddings)
       slot_mapping   int64 [T]      cache slot = block_id * block_size + offset for each new token; < 0 skips
       cu_seqlens_q   int32 [S + 1]  prefix sums of query_lens (new tokens per sequence)
-      cu_seqlens_k   int32 [S + 1]  prefix sums of seq_lens (whole context per sequence, incl. new tokens)
       max_seqlen_q   int            max(query_lens)
-      max_seqlen_k   int            max(seq_lens)
-      block_tables   int32 [S, max_blocks]  physical block ids per sequence (pad with 0; never read past seq_len)
+      block_tables   int32 [S, max_blocks]  physical block ids per sequence (padded with 0; entries a sliding
+                                    window freed hold -1: the kernel never reads outside the window)
       seq_lens       int32 [S]      context_lens + query_lens: tokens in the cache after this step's store
-      is_prefill     bool           False only when every row decodes (`is_decode`): a pure decode step
-      has_context    bool           True when some sequence has cached tokens before this step (prefill only)
-      context_slot_mapping int64 [sum(seq_lens)] | None  cache slot of every context token, sequence by
-                                    sequence; needed when has_context (gathers K/V for varlen attention)
-      mixed          MixedSplit | None  set by `build` for a prefill step that also holds decode rows: the
-                                    decode rows then take the paged path and only the prompt rows the varlen one
+      max_seqlen_k   int            max(seq_lens)
       backend        str            kernels.ops backend of the step: "torch", "triton" or "auto"
+      host           (cu_seqlens_q, seq_lens) as Python lists, so the step's plan needs no device read
 
-    The decode gather index every layer needs is computed on first use and cached on the instance, so the
-    layers of one step share it.
+    The torch backend's plan of the step (`varlen_index`: the grouping and the decode gather index) is built
+    on first use and cached on the instance, so the layers of one step share it.
     """
 
     positions: torch.Tensor
     slot_mapping: torch.Tensor
     cu_seqlens_q: torch.Tensor
-    cu_seqlens_k: torch.Tensor
     max_seqlen_q: int
-    max_seqlen_k: int
     block_tables: torch.Tensor
     seq_lens: torch.Tensor
-    is_prefill: bool
-    has_context: bool = False
-    context_slot_mapping: torch.Tensor | None = None
-    mixed: MixedSplit | None = None
+    max_seqlen_k: int
     backend: str = "auto"
-    _paged_index: TokenSlots | None = field(default=None, init=False, repr=False, compare=False)
+    host: tuple[list[int], list[int]] | None = None
+    _index: tuple[tuple, VarlenIndex] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def paged_index(self, block_size: int, heads: tuple[int, int] | None = None) -> TokenSlots:
-        """The decode index of this step (kernels/paged_attention_torch.py), built once, shared by layers.
+    def varlen_index(
+        self, block_size: int, heads: tuple[int, int] | None, sliding_window: int | None, kv_fp8: bool
+    ) -> VarlenIndex:
+        """This step's `kernels.paged_varlen_attention_torch.paged_varlen_index`, built once, shared by layers.
 
-        heads: the layers' (Hq, Hkv), for the index of the CPU sparse path (`use_sparse`) as well.
+        heads: the layers' (Hq, Hkv) when they take the CPU sparse decode path (`use_sparse`), else None.
         """
-        index = self._paged_index
-        built_for = None if index is None else (index.block_size, index.sparse[:2] if index.sparse else None)
-        if built_for != (block_size, heads):
-            index = token_slots(self.block_tables, self.seq_lens, block_size, heads)
-            self._paged_index = index
-        return index
+        key = (block_size, heads, sliding_window, kv_fp8)
+        if self._index is None or self._index[0] != key:
+            index = paged_varlen_index(self.cu_seqlens_q, self.seq_lens, self.block_tables, block_size, heads,
+                                       sliding_window, kv_fp8, host=self.host)  # fmt: skip
+            self._index = (key, index)
+        return self._index[1]
 
     @property
     def num_seqs(self) -> int:
@@ -121,49 +112,34 @@ class ForwardMeta:
 
         query_lens[i]: new tokens of sequence i this step (>= 1); context_lens[i]: tokens of sequence i already
         in the cache (num_computed_tokens); block_tables[i]: its physical blocks, enough for
-        context_lens[i] + query_lens[i] tokens. The step is a pure decode when every row `is_decode`;
-        otherwise it is a prefill (possibly mixed with decodes).
+        context_lens[i] + query_lens[i] tokens (leading entries may be -1: blocks a sliding window freed).
         """
         _check_counts(query_lens, context_lens, block_tables, block_size)
-        decode = [i for i, (q, c) in enumerate(zip(query_lens, context_lens, strict=True)) if is_decode(q, c)]
-        is_prefill = len(decode) < len(query_lens)
-        has_context = is_prefill and any(c > 0 for c in context_lens)
-        positions, slots, context_slots, seq_lens = _slots(
-            query_lens, context_lens, block_tables, block_size, has_context
-        )
+        positions: list[int] = []
+        slots: list[int] = []
+        seq_lens: list[int] = []
+        for q_len, ctx_len, table in zip(query_lens, context_lens, block_tables, strict=True):
+            seq_len = ctx_len + q_len
+            positions.extend(range(ctx_len, seq_len))
+            slots.extend(slots_of(table, ctx_len, seq_len, block_size))  # only the new tokens' slots
+            seq_lens.append(seq_len)
         max_blocks = max(1, max(len(t) for t in block_tables))
         padded = [list(t) + [0] * (max_blocks - len(t)) for t in block_tables]
-        cu_q = [0, *itertools.accumulate(query_lens)]
 
         def tensor(values: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype, device=device)
 
-        def part(rows: list[int]) -> ForwardMeta:  # the step restricted to some of its sequences
-            lists = ([values[i] for i in rows] for values in (query_lens, context_lens, block_tables))
-            return cls.build(*lists, block_size, device, backend)
-
-        mixed = None
-        if has_context and decode:
-            # A prefill step that carries decodes: split it so only the prompt rows pay for varlen attention.
-            decoding = set(decode)
-            prompt = [i for i in range(len(query_lens)) if i not in decoding]
-            prompt_tokens = [t for i in prompt for t in range(cu_q[i], cu_q[i + 1])]
-            mixed = MixedSplit(tensor([cu_q[i] for i in decode], torch.int64), part(decode),
-                               tensor(prompt_tokens, torch.int64), part(prompt))  # fmt: skip
+        cu_q = [0, *itertools.accumulate(query_lens)]
         return cls(
             positions=tensor(positions, torch.int64),
             slot_mapping=tensor(slots, torch.int64),
             cu_seqlens_q=tensor(cu_q, torch.int32),
-            cu_seqlens_k=tensor([0, *itertools.accumulate(seq_lens)], torch.int32),
             max_seqlen_q=max(query_lens),
-            max_seqlen_k=max(seq_lens),
             block_tables=tensor(padded, torch.int32),
             seq_lens=tensor(seq_lens, torch.int32),
-            is_prefill=is_prefill,
-            has_context=has_context,
-            context_slot_mapping=tensor(context_slots, torch.int64) if has_context else None,
-            mixed=mixed,
+            max_seqlen_k=max(seq_lens),
             backend=backend,
+            host=(cu_q, seq_lens),
         )
 
 
@@ -189,42 +165,3 @@ def _check_counts(
                 f"sequence {i}: block table has {len(table)} blocks of {block_size} slots but needs "
                 f"{ctx_len + q_len} tokens; allocate more blocks before the step"
             )
-
-
-def _slots(
-    query_lens: Sequence[int],
-    context_lens: Sequence[int],
-    block_tables: Sequence[Sequence[int]],
-    block_size: int,
-    has_context: bool,
-) -> tuple[list[int], list[int], list[int], list[int]]:
-    """(positions, slot_mapping, context_slot_mapping, seq_lens) as lists; context slots only if has_context."""
-    positions: list[int] = []
-    slots: list[int] = []
-    context_slots: list[int] = []
-    seq_lens: list[int] = []
-    for q_len, ctx_len, table in zip(query_lens, context_lens, block_tables, strict=True):
-        seq_len = ctx_len + q_len
-        # Only the positions a step needs: the new ones, plus the whole context when varlen attention gathers it.
-        first = 0 if has_context else ctx_len
-        seq_slots = slots_of(table, first, seq_len, block_size)
-        positions.extend(range(ctx_len, seq_len))
-        slots.extend(seq_slots[ctx_len - first :])
-        if has_context:
-            context_slots.extend(seq_slots)
-        seq_lens.append(seq_len)
-    return positions, slots, context_slots, seq_lens
-
-
-@dataclass(slots=True)
-class MixedSplit:
-    """A mixed step cut in two: decode rows (one new token each) and prompt rows, each with its own metadata.
-
-    decode_rows  int64 [Sd]  packed index of each decode sequence's token; `decode` is their pure-decode meta
-    prompt_rows  int64 [Tp]  packed indices of the prompt tokens, in order; `prompt` is their prefill meta
-    """
-
-    decode_rows: torch.Tensor
-    decode: ForwardMeta
-    prompt_rows: torch.Tensor
-    prompt: ForwardMeta

@@ -5,8 +5,8 @@ scheduler (engine/core/scheduler.py). A request walks through the code like this
 1. `LLM.add_request` / `generate` encode the prompt and queue a `Sequence` (engine/core/sequence.py) that
    carries everything about the request: token ids, sampling parameters, its RNG, the prompt text.
 2. `LLM.step` asks `Scheduler.schedule` for a batch: a `SchedulerOutput` listing `ScheduledSequence`s.
-3. `ModelRunner.run` packs their new tokens into one `ForwardMeta` (engine/forward_meta.py, which also
-   decides prefill vs decode), runs the model's forward once (engine/model/llama.py) and samples
+3. `ModelRunner.run` packs their new tokens into one `ForwardMeta` (engine/forward_meta.py: every kind of
+   step is one paged attention call), runs the model's forward once (engine/model/llama.py) and samples
    (engine/sampling.py) for every sequence that reached its last token.
 4. `Scheduler.update` appends the tokens, applies stop rules and frees finished requests' blocks.
 Continuous batching as in Orca (Yu et al., OSDI 2022) over PagedAttention memory (Kwon et al., SOSP 2023);
@@ -30,27 +30,20 @@ import torch
 
 from engine.core.block_manager import BlockManager
 from engine.core.kv_cache import PagedKVCache
+from engine.core.kv_cache import kv_cache_dtype as kv_cache_torch_dtype
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import Sequence, check_block_size
 from engine.memory import kv_bytes_per_token
+from engine.memory.footprint import kv_blocks_from_budget
+from engine.memory.window import kv_blocks_per_seq
 from engine.model.loader import load_model
 from engine.model.tokenizer import ByteBPETokenizer
 from engine.outputs import RequestOutput, StepTrace
-from engine.runner import ModelRunner, auto_num_blocks, model_spec
+from engine.runner import ModelRunner, auto_num_blocks, model_spec, parse_dtype, resolve_device
 from engine.sampling import SamplingParams, make_generator
 from kernels.backend import resolve_backend
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
 Prompt = str | list[int]
-
-
-def _parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(_DTYPES)} or a torch.dtype")
-    return _DTYPES[dtype]
 
 
 def _check_limits(max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int | None,
@@ -67,26 +60,6 @@ def _check_limits(max_num_seqs: int, max_num_batched_tokens: int, max_model_len:
             raise ValueError(f"{name}={value!r} must be an integer >= 1 ({hint})")
     if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
         raise ValueError(f"gpu_memory_utilization={util!r} must be a fraction in (0, 1], e.g. 0.9")
-
-
-def _resolve_device(device: torch.device | str | None) -> torch.device:
-    """The engine's device: CUDA when present for None; a CUDA device that is not there is a ValueError."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:N'") from exc
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"device={device!r} but torch sees no CUDA device (torch.cuda.is_available() is False: no GPU, or "
-                "a CPU-only torch build); use device='cpu', or device=None to pick the CPU"
-            )
-        count = torch.cuda.device_count()
-        if dev.index is not None and dev.index >= count:
-            raise ValueError(f"device={device!r} but only {count} CUDA device(s) are visible: cuda:0..cuda:{count - 1}")
-    return dev
 
 
 class LLM:
@@ -106,35 +79,31 @@ class LLM:
         dtype: torch.dtype | str | None = None,
         gpu_memory_utilization: float = 0.9,
         preloaded: tuple | None = None,
+        kv_cache_dtype: str = "auto",
+        kv_cache_memory_bytes: int | None = None,
     ) -> None:
         """preloaded: a (model, config, tokenizer) from load_model, shared read-only between engines (the app
-        loads weights once per process); the model must already live on this engine's device."""
+        loads weights once per process); the model must already live on this engine's device.
+        kv_cache_dtype: "auto" (the model's dtype) or "fp8" (float8 e4m3 K/V with per-layer scales).
+        kv_cache_memory_bytes: the KV pool's byte budget (vLLM's name) instead of sizing it from the device."""
         check_block_size(block_size)
         _check_limits(max_num_seqs, max_num_batched_tokens, max_model_len, num_gpu_blocks, gpu_memory_utilization)
-        self.device = _resolve_device(device)
+        kv_cache_torch_dtype(kv_cache_dtype, torch.float32)  # a bad name fails before the model loads
+        self.device = resolve_device(device)
         self.backend = resolve_backend(backend, self.device)  # once: every step's ForwardMeta carries it
         try:
-            self.model, self.config, self.tokenizer = preloaded or load_model(model, self.device, _parse_dtype(dtype))
+            self.model, self.config, self.tokenizer = preloaded or load_model(model, self.device, parse_dtype(dtype))
         except FileNotFoundError as exc:  # a user's bad path: a ValueError like every other bad argument
             raise ValueError(str(exc)) from exc
         self.dtype = self.model.lm_head.weight.dtype
+        self.kv_cache_dtype = kv_dtype = kv_cache_torch_dtype(kv_cache_dtype, self.dtype)
         self.block_size = block_size
-        spec = model_spec(self.config)  # the memory model's view of this model: KV bytes, activations
-        self.kv_bytes_per_token = kv_bytes_per_token(spec, self.dtype.itemsize)
-        limit = self.config.max_model_len
-        if max_model_len is not None and not 1 <= max_model_len <= limit:
-            raise ValueError(
-                f"max_model_len={max_model_len} must be in 1..{limit} (the model's max_position_embeddings"
-                f"{' / sliding window' if self.config.sliding_window else ''})"
-            )
-        if num_gpu_blocks is None:
-            num_gpu_blocks = auto_num_blocks(
-                spec, self.dtype.itemsize, block_size, self.device, max_model_len or limit,
-                max_num_seqs, max_num_batched_tokens, gpu_memory_utilization,
-            )  # fmt: skip
-        self.max_model_len = self._fit_max_model_len(max_model_len, num_gpu_blocks)
-        self.runner = ModelRunner(self.model, num_gpu_blocks, block_size, self.device, self.backend)
-        self.block_manager = BlockManager(num_gpu_blocks, block_size, enable_prefix_caching)
+        window = self.config.sliding_window
+        num_gpu_blocks = self._size_cache(num_gpu_blocks, kv_cache_memory_bytes, max_model_len, max_num_seqs,
+                                          max_num_batched_tokens, gpu_memory_utilization)  # fmt: skip
+        self.max_model_len = self._fit_max_model_len(max_model_len, num_gpu_blocks, max_num_batched_tokens)
+        self.runner = ModelRunner(self.model, num_gpu_blocks, block_size, self.device, self.backend, kv_dtype)
+        self.block_manager = BlockManager(num_gpu_blocks, block_size, enable_prefix_caching, window)
         sched_cfg = SchedulerConfig(max_num_seqs, max_num_batched_tokens, self.max_model_len)
         self.scheduler = Scheduler(sched_cfg, self.block_manager)
         eos = set(self.config.eos_token_ids)
@@ -145,16 +114,47 @@ class LLM:
         self._requests: dict[int, Sequence] = {}  # every request added and not yet released
         self._step = 0
 
-    def _fit_max_model_len(self, max_model_len: int | None, num_gpu_blocks: int) -> int:
-        """The model's limit unless the cache is smaller; a requested length the cache cannot hold is an error."""
+    def _size_cache(self, num_gpu_blocks: int | None, budget: int | None, max_model_len: int | None,
+                    max_num_seqs: int, max_num_batched_tokens: int, util: float) -> int:  # fmt: skip
+        """Checks max_model_len against the model; the pool's blocks: given, from a byte budget, or sized."""
+        spec = model_spec(self.config)  # the memory model's view of this model: KV bytes, activations
+        self.kv_bytes_per_token = kv_bytes_per_token(spec, self.kv_cache_dtype.itemsize)
+        limit = self.config.max_model_len
+        if max_model_len is not None and not 1 <= max_model_len <= limit:
+            raise ValueError(f"max_model_len={max_model_len} must be in 1..{limit} (max_position_embeddings)")
+        if budget is not None:
+            whole = isinstance(budget, int) and not isinstance(budget, bool)
+            blocks = kv_blocks_from_budget(budget, self.kv_bytes_per_token, self.block_size) if whole else 0
+            if num_gpu_blocks is not None or blocks < 1:
+                raise ValueError(
+                    f"kv_cache_memory_bytes={budget!r} must be a whole number of bytes holding at least one block "
+                    f"({self.kv_bytes_per_token * self.block_size} bytes), given without num_gpu_blocks"
+                )
+            return blocks
+        if num_gpu_blocks is not None:
+            return num_gpu_blocks
+        return auto_num_blocks(
+            spec, self.kv_cache_dtype.itemsize, self.block_size, self.device, max_model_len or limit, max_num_seqs,
+            max_num_batched_tokens, util,
+        )  # fmt: skip
+
+    def _fit_max_model_len(self, max_model_len: int | None, num_gpu_blocks: int, max_num_batched_tokens: int) -> int:
+        """The model's limit unless the cache is smaller; a requested length the cache cannot hold is an error.
+
+        A sliding-window sequence holds at most its window's blocks (`kv_blocks_per_seq`), so its length is
+        bounded by max_position_embeddings only once the cache holds one window."""
         capacity = num_gpu_blocks * self.block_size
+        window = self.config.sliding_window
+        need = kv_blocks_per_seq(max_model_len or self.config.max_model_len, self.block_size, window,
+                                 max_num_batched_tokens)  # fmt: skip
         if max_model_len is None:
-            return min(self.config.max_model_len, capacity)
-        if max_model_len > capacity:
+            return self.config.max_model_len if need <= num_gpu_blocks else min(self.config.max_model_len, capacity)
+        if need > num_gpu_blocks:
             raise ValueError(
                 f"max_model_len={max_model_len} is larger than the maximum number of tokens the KV cache can hold "
-                f"({num_gpu_blocks} blocks x {self.block_size} = {capacity}); lower max_model_len or raise "
-                "num_gpu_blocks"
+                f"({num_gpu_blocks} blocks x {self.block_size} = {capacity}"
+                f"{f'; with the {window}-token sliding window a sequence needs {need} blocks' if window else ''}); "
+                "lower max_model_len or raise num_gpu_blocks"
             )
         return max_model_len
 

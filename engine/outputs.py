@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.core.block_manager import BlockInfo, BlockUsage
+from engine.core.block_usage import BlockInfo, BlockUsage
 from engine.forward_meta import is_decode
 
 if TYPE_CHECKING:

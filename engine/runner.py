@@ -12,7 +12,10 @@ The runner also owns the paged KV cache, sized here through the memory model (en
 the one place for KV bytes per token, the activation reserve and budget -> blocks): on CUDA,
 `gpu_memory_utilization` of the device's memory minus what is already in use (weights, other processes),
 one step's activation peak and `CUDA_OVERHEAD_BYTES`; on CPU, `CPU_KV_BUDGET_BYTES`. Either is capped at
-what `max_num_seqs` sequences of `max_model_len` tokens can use.
+what `max_num_seqs` sequences of `max_model_len` tokens can use (for a sliding-window model, of the blocks
+one sequence can hold at most: `engine.memory.window.kv_blocks_per_seq`). The cache's element type is
+the model's dtype or fp8 (`kv_cache_dtype`, engine/core/kv_cache.py); an fp8 cache's per-layer scales
+travel to the model beside the K/V tensors.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from engine.core.kv_cache import PagedKVCache
 from engine.core.scheduler import ScheduledSequence, SchedulerOutput
 from engine.forward_meta import ForwardMeta
 from engine.memory import ModelSpec, kv_blocks_from_budget, kv_budget_bytes, kv_bytes_per_token, model_from_config
+from engine.memory.window import kv_blocks_per_seq
 from engine.model.config import ModelConfig
 from engine.model.llama import CausalLM
 from engine.sampling import sample
@@ -31,6 +35,36 @@ CPU_KV_BUDGET_BYTES = 256 * 2**20  # documented CPU default: small enough for a 
 # On CUDA, beyond the activation peak: allocator slack plus one step's fp32 logits and sampler temporaries
 # (the CUDA context and the weights are already counted in the memory the device reports in use).
 CUDA_OVERHEAD_BYTES = 256 * 2**20
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(device: torch.device | str | None) -> torch.device:
+    """The engine's device: CUDA when present for None; a CUDA device that is not there is a ValueError."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device={device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:N'") from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r} but torch sees no CUDA device (torch.cuda.is_available() is False: no GPU, or "
+                "a CPU-only torch build); use device='cpu', or device=None to pick the CPU"
+            )
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"device={device!r} but only {count} CUDA device(s) are visible: cuda:0..cuda:{count - 1}")
+    return dev
+
+
+def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    """The model dtype an LLM was asked for: a torch.dtype, one of DTYPES' names, or None (the checkpoint's)."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)} or a torch.dtype")
+    return DTYPES[dtype]
 
 
 def model_spec(config: ModelConfig) -> ModelSpec:
@@ -60,7 +94,10 @@ def auto_num_blocks(
         budget = CPU_KV_BUDGET_BYTES
     # More than max_num_seqs full-length sequences can never be resident at once; a bigger pool would only
     # cost memory and make every allocator snapshot the playground draws longer.
-    budget = min(budget, max_num_seqs * max_model_len * per_token)
+    per_seq = max_model_len
+    if spec.sliding_window is not None:  # a windowed sequence never holds more than its window's blocks
+        per_seq = kv_blocks_per_seq(max_model_len, block_size, spec.sliding_window, max_num_batched_tokens) * block_size
+    budget = min(budget, max_num_seqs * per_seq * per_token)
     num_blocks = kv_blocks_from_budget(budget, per_token, block_size)
     if num_blocks < 1:
         raise ValueError(
@@ -73,8 +110,17 @@ def auto_num_blocks(
 class ModelRunner:
     """Runs scheduled steps of one model over its own paged KV cache."""
 
-    def __init__(self, model: CausalLM, num_blocks: int, block_size: int, device: torch.device, backend: str) -> None:
-        """backend: an already resolved kernels backend ("torch" or "triton") for `device`."""
+    def __init__(
+        self,
+        model: CausalLM,
+        num_blocks: int,
+        block_size: int,
+        device: torch.device,
+        backend: str,
+        kv_dtype: torch.dtype | None = None,
+    ) -> None:
+        """backend: an already resolved kernels backend ("torch" or "triton") for `device`; kv_dtype: the cache's
+        element type (None: the model's dtype; torch.float8_e4m3fn for an fp8 cache)."""
         cfg = model.config
         self.model = model
         self.device = device
@@ -82,7 +128,7 @@ class ModelRunner:
         self.block_size = block_size
         self.kv_cache = PagedKVCache(
             cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
-            dtype=model.lm_head.weight.dtype, device=device,
+            dtype=kv_dtype or model.lm_head.weight.dtype, device=device,
         )  # fmt: skip
 
     def prepare(self, scheduled: list[ScheduledSequence]) -> tuple[torch.Tensor, ForwardMeta]:
@@ -102,7 +148,7 @@ class ModelRunner:
         """Run one scheduled step; returns each scheduled sequence's sampled token (None after a partial chunk)."""
         self.kv_cache.copy_blocks(out.copies)
         input_ids, meta = self.prepare(out.scheduled)
-        logits = self.model(input_ids, meta, self.kv_cache.kv_caches)  # [S, vocab]
+        logits = self.model(input_ids, meta, self.kv_cache.kv_caches, self.kv_cache.kv_scales)  # [S, vocab]
         return self.sample(out.scheduled, logits)
 
     def sample(self, scheduled: list[ScheduledSequence], logits: torch.Tensor) -> list[int | None]:

@@ -8,6 +8,8 @@ twin is kernels/store_kv_torch.py.
 
 k/v [num_tokens, Hkv, D]; k_cache/v_cache [num_blocks, block_size, Hkv, D]; slot_mapping int32/int64
 [num_tokens]. kernels/ops.py validates inputs (slots in range and distinct) before the launcher runs.
+An fp8 cache (`torch.float8_e4m3fn`) gets `clamp(x / scale, +-448)` with the per-tensor scales `k_scale` /
+`v_scale` (1-element float32 tensors read on the device), as the torch twin does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from kernels.backend import HAS_TRITON
 from kernels.checks import check_last_stride
+from kernels.store_kv_torch import FP8_DTYPE, FP8_MAX
 
 if HAS_TRITON:
     import triton
@@ -28,6 +31,8 @@ if HAS_TRITON:
         k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
         v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
         slot_mapping_ptr,  # [num_tokens] int32 or int64
+        k_scale_ptr,  # [1] float32 (read only when QUANT)
+        v_scale_ptr,  # [1] float32 (read only when QUANT)
         stride_kt,
         stride_kh,
         stride_vt,
@@ -43,6 +48,8 @@ if HAS_TRITON:
         BLOCK_H: tl.constexpr,
         BLOCK_D: tl.constexpr,
         BLOCK_SIZE: tl.constexpr,
+        QUANT: tl.constexpr,
+        FP8_MAX: tl.constexpr,
     ):
         token = tl.program_id(0).to(tl.int64)
         slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
@@ -59,14 +66,26 @@ if HAS_TRITON:
         v = tl.load(v_ptr + token * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
         k_dst = k_cache_ptr + block * stride_kcb + offset * stride_kcs + offs_h[:, None] * stride_kch + offs_d[None, :]
         v_dst = v_cache_ptr + block * stride_vcb + offset * stride_vcs + offs_h[:, None] * stride_vch + offs_d[None, :]
-        tl.store(k_dst, k, mask=mask)
-        tl.store(v_dst, v, mask=mask)
+        if QUANT:  # fp8 cache: divide by the tensor's scale and saturate to the e4m3 range
+            k = tl.clamp(k.to(tl.float32) / tl.load(k_scale_ptr), -FP8_MAX, FP8_MAX)
+            v = tl.clamp(v.to(tl.float32) / tl.load(v_scale_ptr), -FP8_MAX, FP8_MAX)
+        tl.store(k_dst, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
+        tl.store(v_dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
 
 
 def store_kv_triton(
-    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
     """Triton store: one program per token copies its [Hkv, D] key and value rows into their slot."""
+    quant = k_cache.dtype == FP8_DTYPE
+    if quant and (k_scale is None or v_scale is None or k_scale.numel() != 1 or v_scale.numel() != 1):
+        raise ValueError("an fp8 cache needs k_scale and v_scale, one float32 scale each (shape [] or [1])")
     if not HAS_TRITON:
         raise ValueError("store_kv_triton needs triton; install it (Linux) or use backend='torch'")
     check_last_stride(k=k, v=v, k_cache=k_cache, v_cache=v_cache)
@@ -80,6 +99,8 @@ def store_kv_triton(
         k_cache,
         v_cache,
         slot_mapping,
+        k_scale if quant else slot_mapping,  # any pointer when not quantizing: never read
+        v_scale if quant else slot_mapping,
         k.stride(0),
         k.stride(1),
         v.stride(0),
@@ -95,4 +116,6 @@ def store_kv_triton(
         BLOCK_H=triton.next_power_of_2(num_kv_heads),
         BLOCK_D=triton.next_power_of_2(head_dim),
         BLOCK_SIZE=k_cache.shape[1],
+        QUANT=quant,
+        FP8_MAX=FP8_MAX,
     )

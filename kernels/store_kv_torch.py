@@ -4,28 +4,55 @@ Same contract as kernels/store_kv.py (vLLM's `reshape_and_cache`; PagedAttention
 token i's key and value rows go to slot `slot_mapping[i] = block_id * block_size + offset` of the pool; a
 negative slot is a padding token and is skipped. k/v [num_tokens, Hkv, D]; k_cache/v_cache
 [num_blocks, block_size, Hkv, D]; kernels/ops.py validates inputs (slots in range and distinct).
+
+An fp8 cache (`torch.float8_e4m3fn`, vLLM's `kv_cache_dtype="fp8"`) stores `clamp(x / scale, +-448)` with
+one float32 scale per layer or per KV head (`k_scale`, `v_scale`: tensors, so a scale set on the device
+needs no host sync); the attention kernels multiply by the scale when they read. CPU torch has no indexing
+kernels for fp8, so the rows are written through a uint8 view of the same bytes.
 """
 
 from __future__ import annotations
 
 import torch
 
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448: the largest finite e4m3 value
+
+
+def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [..., Hkv, D] / scale saturated to the e4m3 range, as float8_e4m3fn (past +-448 clamps, never inf).
+
+    scale: one per tensor (shape [] / [1]) or one per KV head ([Hkv])."""
+    return (x.float() / scale.float().reshape(-1, 1)).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+
 
 def store_kv_torch(
-    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
-    """Scatter the rows of k/v into the caches in place."""
+    """Scatter the rows of k/v into the caches in place; quantized with k_scale / v_scale for an fp8 cache."""
     slots = slot_mapping.long()
     keep = slots >= 0
     if not bool(keep.all()):
         slots, k, v = slots[keep], k[keep], v[keep]
     if slots.numel() == 0:
         return
-    for src, cache in ((k, k_cache), (v, v_cache)):
+    for src, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        if cache.dtype == FP8_DTYPE:
+            if scale is None:
+                raise ValueError("an fp8 cache needs k_scale and v_scale (1-element float32 tensors)")
+            rows, cache = quantize_fp8(src, scale).view(torch.uint8), cache.view(torch.uint8)
+        else:
+            rows = src.to(cache.dtype)
         if cache.is_contiguous():
             # One row copy per token into the flat [num_slots, Hkv, D] view of the pool.
-            cache.view(-1, cache.shape[2], cache.shape[3]).index_copy_(0, slots, src.to(cache.dtype))
+            cache.view(-1, cache.shape[2], cache.shape[3]).index_copy_(0, slots, rows)
         else:
             # A strided cache has no flat view; index it by (block, offset) so the writes land in place.
             block_size = cache.shape[1]
-            cache[slots // block_size, slots % block_size] = src.to(cache.dtype)
+            cache[slots // block_size, slots % block_size] = rows

@@ -6,79 +6,40 @@ to a physical block (`engine.core.kv_cache.slots_of` gives its cache slots). Que
 `can_allocate` / `allocate_sequence` (admit, reusing cached prefix blocks), `can_append` / `append_slots`
 (returns the copy-on-write (src, dst) block copies to make first); a mutation that cannot fit raises
 OutOfBlocksError and changes nothing. The caller advances seq.num_computed_tokens; the manager never does.
+With a sliding window (engine/core/sliding_window.py) admission and growth first free the blocks no query
+of the sequence can see any more; their table entries become `FREED`. Snapshots and usage numbers are
+engine/core/block_usage.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from engine.core.admission import fits
 from engine.core.block_allocator import BlockAllocator, OutOfBlocksError, compute_block_hash
+from engine.core.block_usage import BlockInfo, BlockUsage, pool_usage, snapshot_blocks
 from engine.core.sequence import Sequence
+from engine.core.sliding_window import FREED, free_outside_window
+
+__all__ = ["BlockInfo", "BlockManager", "BlockUsage", "FREED"]
 
 FullBlock = tuple[int, int, tuple[int, ...]]  # (index in the block table, chained hash, token ids)
-
-
-@dataclass(slots=True)  # not frozen: frozen dataclasses build ~6x slower, and snapshot() makes one per block
-class BlockInfo:
-    """One physical block as the lessons draw it (a read-only record)."""
-
-    block_id: int
-    ref_count: int
-    owners: tuple[int, ...]  # seq_ids whose block table holds this block
-    num_filled: int  # slots holding (or being written with) a token; block_size for a cached free block
-    block_hash: int | None  # prefix-cache hash, None when not cached
-
-    @property
-    def state(self) -> str:
-        """ "used" (referenced), "cached" (free but reusable prefix) or "free"."""
-        if self.ref_count > 0:
-            return "used"
-        return "cached" if self.block_hash is not None else "free"
-
-
-@dataclass(frozen=True, slots=True)
-class BlockUsage:
-    """Pool-wide numbers: what is allocated, what holds tokens, and the internal waste in between."""
-
-    num_blocks: int
-    block_size: int
-    num_used_blocks: int  # ref count > 0
-    num_free_blocks: int  # includes cached blocks nobody references
-    num_cached_free_blocks: int
-    allocated_slots: int  # num_used_blocks * block_size
-    used_slots: int  # slots holding a token (a shared block counts once)
-    bytes_per_slot: int = 0
-
-    @property
-    def internal_fragmentation_slots(self) -> int:
-        """Allocated slots holding no token (the tail of each sequence's last block)."""
-        return self.allocated_slots - self.used_slots
-
-    @property
-    def internal_fragmentation_bytes(self) -> int:
-        """Internal fragmentation in bytes (0 unless bytes_per_slot was given)."""
-        return self.internal_fragmentation_slots * self.bytes_per_slot
-
-    @property
-    def allocated_bytes(self) -> int:
-        """Allocated slots in bytes."""
-        return self.allocated_slots * self.bytes_per_slot
-
-    @property
-    def used_bytes(self) -> int:
-        """Used slots in bytes."""
-        return self.used_slots * self.bytes_per_slot
 
 
 class BlockManager:
     """Block tables, prefix hits and copy-on-write for sequences over one BlockAllocator."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False, sliding_window: int | None = None
+    ) -> None:
+        """sliding_window: the model's attention window W (None: every query sees every earlier token)."""
+        if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
+                                           or sliding_window < 1):  # fmt: skip
+            raise ValueError(f"sliding_window={sliding_window!r} must be an integer >= 1 or None")
         self.allocator = BlockAllocator(num_blocks, block_size, enable_prefix_caching)
         self.block_size = block_size
         self.num_blocks = num_blocks
+        self.sliding_window = sliding_window
         self.sequences: dict[int, Sequence] = {}  # sequences holding blocks
         self._num_slots: dict[int, int] = {}  # seq_id -> positions covered by its last allocation
         self._hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of its leading published blocks
@@ -170,8 +131,13 @@ class BlockManager:
         return shared, last - len(table) if last > len(table) else 0
 
     def can_append(self, seq: Sequence, num_new_tokens: int = 1) -> bool:
-        """Whether `append_slots(seq, num_new_tokens)` would find enough free blocks."""
+        """Whether `append_slots(seq, num_new_tokens)` would find enough free blocks.
+
+        With a sliding window it first frees the blocks no coming query of `seq` sees (as append_slots would):
+        they count as free, and dropping them changes nothing the sequence can read.
+        """
         shared, grow = self._append_plan(seq, num_new_tokens)
+        self._free_outside_window(seq)
         return len(shared) + grow <= self.allocator.num_free_blocks
 
     def allocate_sequence(self, seq: Sequence, num_new_tokens: int | None = None) -> int:
@@ -188,13 +154,26 @@ class BlockManager:
         self.sequences[seq.seq_id] = seq
         self._hashes[seq.seq_id] = hashes
         self._num_slots[seq.seq_id] = num_cached + n
+        self._free_outside_window(seq)  # cached prefix blocks the first new token cannot see
         return num_cached
+
+    def _free_outside_window(self, seq: Sequence) -> int:
+        """Return the blocks wholly outside every coming query's window to the allocator (sliding window only).
+
+        Full computed blocks are published first, so a block the window drops stays findable as a prefix."""
+        if self.sliding_window is None:
+            return 0
+        self.cache_computed_blocks(seq)
+        return free_outside_window(
+            seq.block_table, seq.num_computed_tokens, self.sliding_window, self.block_size, self.allocator.free
+        )
 
     def append_slots(self, seq: Sequence, num_new_tokens: int = 1) -> list[tuple[int, int]]:
         """Give the next `num_new_tokens` positions cache slots; returns (src, dst) block copies to perform."""
         self.cache_computed_blocks(seq)
         shared, grow = self._append_plan(seq, num_new_tokens)
         alloc, table = self.allocator, seq.block_table
+        self._free_outside_window(seq)
         if len(shared) + grow > alloc.num_free_blocks:
             raise OutOfBlocksError(len(shared) + grow, alloc.num_free_blocks, alloc.num_blocks)
         copies: list[tuple[int, int]] = []
@@ -223,7 +202,8 @@ class BlockManager:
                 f"child sequence {child.seq_id} must start with parent {parent.seq_id}'s {n} computed tokens"
             )
         for block_id in parent.block_table:
-            self.allocator.incref(block_id)
+            if block_id != FREED:
+                self.allocator.incref(block_id)
         child.block_table = list(parent.block_table)
         child.num_computed_tokens, child.num_cached_tokens = n, parent.num_cached_tokens
         self.sequences[child.seq_id] = child
@@ -237,7 +217,8 @@ class BlockManager:
         self.cache_computed_blocks(seq)
         # Reverse order: the tail of a prefix is freed first, so LRU eviction takes it before the head.
         for block_id in reversed(seq.block_table):
-            self.allocator.free(block_id)
+            if block_id != FREED:
+                self.allocator.free(block_id)
         seq.block_table = []
         del self.sequences[seq.seq_id], self._hashes[seq.seq_id], self._num_slots[seq.seq_id]
 
@@ -253,48 +234,10 @@ class BlockManager:
             self.allocator.cache_block(table[i], block_hash, chunk)
             hashes.append(block_hash)
 
-    def _filled(self) -> tuple[dict[int, list[int]], dict[int, int]]:
-        """owners and filled-slot count of every referenced block (a shared block: max over owners)."""
-        owners: dict[int, list[int]] = {}
-        filled: dict[int, int] = {}
-        bs = self.block_size
-        for seq_id, seq in self.sequences.items():
-            n = self._num_slots[seq_id]
-            full = n // bs  # blocks before this index are full; the one at it holds n % bs slots
-            for i, block_id in enumerate(seq.block_table):
-                f = bs if i < full else (n - full * bs if i == full else 0)
-                seen = owners.get(block_id)
-                if seen is None:
-                    owners[block_id] = [seq_id]
-                    filled[block_id] = f
-                else:  # shared: count its slots once, as the fullest owner sees them
-                    seen.append(seq_id)
-                    if f > filled[block_id]:
-                        filled[block_id] = f
-        return owners, filled
-
     def snapshot(self) -> list[BlockInfo]:
         """Every physical block in id order, with owners and filled slots."""
-        owners, filled = self._filled()
-        alloc, bs = self.allocator, self.block_size
-        refs, hashes = alloc.ref_counts, alloc.block_hashes
-        # A cached free block still holds a full block of tokens; a plain free one holds none.
-        return [
-            BlockInfo(b, refs[b], tuple(owners.get(b, ())), filled.get(b, 0 if h is None else bs), h)
-            for b, h in enumerate(hashes)
-        ]
+        return snapshot_blocks(self.allocator, self.sequences.values(), self._num_slots)
 
     def usage(self, bytes_per_slot: int = 0) -> BlockUsage:
         """Pool-wide allocated / used slots and internal fragmentation (bytes if bytes_per_slot given)."""
-        alloc = self.allocator
-        used_blocks = alloc.num_blocks - alloc.num_free_blocks
-        return BlockUsage(
-            num_blocks=alloc.num_blocks,
-            block_size=self.block_size,
-            num_used_blocks=used_blocks,
-            num_free_blocks=alloc.num_free_blocks,
-            num_cached_free_blocks=alloc.num_evictable_blocks,
-            allocated_slots=used_blocks * self.block_size,
-            used_slots=sum(self._filled()[1].values()),
-            bytes_per_slot=bytes_per_slot,
-        )
+        return pool_usage(self.allocator, self.sequences.values(), self._num_slots, bytes_per_slot)

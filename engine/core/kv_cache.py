@@ -6,10 +6,21 @@ PagedAttention (Kwon et al., SOSP 2023): every layer owns K and V tensors
 `engine.core.block_manager.BlockManager`. Its size in bytes is `engine.memory.footprint.kv_bytes`, the
 formula the memory lessons teach, so the cache the engine allocates is the cache the course computes.
 
+fp8 KV cache (vLLM's `kv_cache_dtype="fp8"`): K and V are stored as `torch.float8_e4m3fn`, one byte per
+element, with one float32 scale per layer for K and one for V (`.scales [L, 2, 1]`, `.kv_scales`). A scale
+is computed at the layer's first write, on the device and without a host sync (`calibrate_scale`), and
+then stays fixed: scale = amax(first K or V written) * FP8_HEADROOM / 448, so values up to FP8_HEADROOM
+times the first write's largest fit the e4m3 range (larger ones saturate at +-448 * scale). Fixed scales keep
+every stored token decodable with the scale it was written with; e4m3's relative step (2^-3) is the same
+across its whole normal range, so the headroom costs no precision for typical values. `kernels.ops.store_kv`
+quantizes with it and the attention kernel dequantizes.
+
 Public API:
     slots_of(block_table, start, stop, block_size) -> list[int]    cache slots of positions start..stop-1
+    KV_CACHE_DTYPES; kv_cache_dtype(name, model_dtype) -> torch.dtype;  calibrate_scale(scale, x)
     PagedKVCache(num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype=float32, device="cpu")
         .kv  [L, 2, num_blocks, block_size, Hkv, D];  .kv_caches  list of (k_cache, v_cache) per layer
+        .kv_scales  list of (k_scale, v_scale) per layer for an fp8 cache, else None
         .k_cache(layer), .v_cache(layer), .copy_blocks([(src, dst), ...]), .bytes_per_slot, .nbytes
     build_slot_mapping(seqs, num_new_tokens, device="cpu", dtype=int64) -> [sum(num_new_tokens)]
     build_block_tables(seqs, device="cpu", max_num_blocks=None, pad_value=0) -> int32 [S, max_blocks]
@@ -25,7 +36,41 @@ import torch
 from engine.core.sequence import Sequence, check_block_size
 from engine.memory.footprint import kv_bytes
 
-__all__ = ["PagedKVCache", "build_block_tables", "build_seq_lens", "build_slot_mapping", "slots_of"]
+__all__ = [
+    "FP8_HEADROOM",
+    "KV_CACHE_DTYPES",
+    "PagedKVCache",
+    "build_block_tables",
+    "build_seq_lens",
+    "build_slot_mapping",
+    "calibrate_scale",
+    "kv_cache_dtype",
+    "slots_of",
+]
+
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")  # vLLM's names: "auto" = the model's dtype; fp8 = e4m3
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_HEADROOM = 4.0  # the first write's amax maps to 448 / 4: later values up to 4x larger still fit
+
+
+def kv_cache_dtype(name: object, model_dtype: torch.dtype) -> torch.dtype:
+    """The cache's element type for vLLM's `kv_cache_dtype` name; a ValueError lists the accepted names."""
+    if name not in KV_CACHE_DTYPES:
+        raise ValueError(
+            f"kv_cache_dtype={name!r} is not supported; use one of {', '.join(map(repr, KV_CACHE_DTYPES))} "
+            "('auto' keeps the model's dtype, 'fp8' stores K/V as float8 e4m3 with per-layer scales)"
+        )
+    return model_dtype if name == "auto" else FP8_DTYPE
+
+
+def calibrate_scale(scale: torch.Tensor, x: torch.Tensor) -> None:
+    """Set an unset (zero) 1-element fp8 scale from x: amax(x) * FP8_HEADROOM / 448 (1.0 if x is all zero).
+
+    A set scale is left alone. Runs on the device with no host sync, so the engine calls it on every write.
+    """
+    fresh = x.detach().abs().amax().float().reshape(1) * (FP8_HEADROOM / torch.finfo(FP8_DTYPE).max)
+    fresh = torch.where(fresh > 0, fresh, torch.ones_like(fresh))
+    scale.copy_(torch.where(scale > 0, scale, fresh))
 
 
 def _check_positive(**values: object) -> None:
@@ -66,6 +111,11 @@ class PagedKVCache:
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = [
             (self.kv[layer, 0], self.kv[layer, 1]) for layer in range(num_layers)
         ]
+        # fp8: per-layer K and V scales, 0 until the layer's first write sets them (calibrate_scale).
+        self.scales = torch.zeros(num_layers, 2, 1, dtype=torch.float32, device=device) if self.is_fp8 else None
+        self.kv_scales: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        if self.scales is not None:
+            self.kv_scales = [(self.scales[layer, 0], self.scales[layer, 1]) for layer in range(num_layers)]
 
     def __repr__(self) -> str:
         return (
@@ -77,6 +127,11 @@ class PagedKVCache:
     def dtype(self) -> torch.dtype:
         """Element type of the cache."""
         return self.kv.dtype
+
+    @property
+    def is_fp8(self) -> bool:
+        """True for an fp8 cache (values stored divided by the layer's scale)."""
+        return self.kv.dtype == FP8_DTYPE
 
     @property
     def num_slots(self) -> int:
@@ -116,7 +171,8 @@ class PagedKVCache:
         src_idx = torch.tensor([src for src, _ in copies], dtype=torch.long, device=device)
         dst_idx = torch.tensor(dsts, dtype=torch.long, device=device)
         # Gather first, then scatter: a block that is both a source and a destination reads its old rows.
-        self.kv[:, :, dst_idx] = self.kv[:, :, src_idx]  # [L, 2, n_copies, block_size, Hkv, D]
+        kv = self.kv.view(torch.uint8) if self.is_fp8 else self.kv  # CPU torch cannot index fp8: copy the bytes
+        kv[:, :, dst_idx] = kv[:, :, src_idx]  # [L, 2, n_copies, block_size, Hkv, D]
 
 
 def _counts(seqs: Seq[Sequence], num_new_tokens: Seq[int] | None) -> list[int]:

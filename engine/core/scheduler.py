@@ -18,8 +18,9 @@ One step, in order:
 its new-token count and what it already had cached) per sequence in the step. After the model runs,
 `update()` advances the counters, appends sampled tokens, applies stop rules and frees finished requests.
 A request is never lost or duplicated: it is always in exactly one of `waiting`, `running` or finished.
-Requests that could never fit (longer than `max_model_len`, which must itself fit in the cache) are
-rejected when added. The admission and preemption rule itself is engine/core/admission.py.
+Requests that could never fit (longer than `max_model_len`, which must itself fit in the cache; with a
+sliding window, only its window's blocks must) are rejected when added. The admission and preemption
+rule itself is engine/core/admission.py.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from engine.core.admission import admission_headroom, may_admit, preemption_victim, watermark_blocks
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, SequenceStatus
+from engine.core.sliding_window import kv_blocks_per_seq
 from engine.sampling import SamplingParams
 
 
@@ -99,7 +101,10 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
         capacity = block_manager.num_blocks * block_manager.block_size
-        if config.max_model_len > capacity:
+        # One sequence of max_model_len tokens must fit; a sliding window caps what it holds at its window.
+        need = kv_blocks_per_seq(config.max_model_len, block_manager.block_size, block_manager.sliding_window,
+                                 config.max_num_batched_tokens)  # fmt: skip
+        if need > block_manager.num_blocks:
             raise ValueError(
                 f"max_model_len={config.max_model_len} is larger than the KV cache can hold "
                 f"({block_manager.num_blocks} blocks x {block_manager.block_size} = {capacity} tokens); "

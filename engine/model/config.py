@@ -39,7 +39,7 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     qkv_bias: bool = False  # Qwen2, or Llama with attention_bias
     o_bias: bool = False  # Llama with attention_bias also biases o_proj; Qwen2 does not
-    sliding_window: int | None = None  # Mistral: each token sees only the last `sliding_window` tokens
+    sliding_window: int | None = None  # Mistral: the token at position p sees keys p - W + 1 .. p only
     architecture: str = "LlamaForCausalLM"
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -86,9 +86,8 @@ class ModelConfig:
 
     @property
     def max_model_len(self) -> int:
-        """Longest context the engine serves: max positions, capped by the sliding window (not implemented)."""
-        if self.sliding_window is not None:
-            return min(self.max_position_embeddings, self.sliding_window)
+        """Longest context the engine serves: max_position_embeddings (a sliding window does not cap it: the
+        kernels mask keys outside the window and the block manager frees their blocks)."""
         return self.max_position_embeddings
 
     @classmethod

@@ -275,10 +275,11 @@ def test_text_prompt_without_tokenizer(tiny, tmp_path):
 @requires_triton
 def test_triton_path_matches_torch_path(tiny, monkeypatch):
     import kernels.paged_attention
+    import kernels.paged_varlen_attention
     import kernels.store_kv
     import kernels.varlen_attention
 
-    calls = {"varlen": 0, "paged": 0, "store": 0}
+    calls = {"varlen": 0, "paged": 0, "paged_varlen": 0, "store": 0}
 
     def spy(module, name, key):
         fn = getattr(module, name)
@@ -291,15 +292,17 @@ def test_triton_path_matches_torch_path(tiny, monkeypatch):
 
     spy(kernels.varlen_attention, "varlen_attention_triton", "varlen")
     spy(kernels.paged_attention, "paged_attention_triton", "paged")
+    spy(kernels.paged_varlen_attention, "paged_varlen_attention_triton", "paged_varlen")
     spy(kernels.store_kv, "store_kv_triton", "store")
     prompts = [list(range(1, 8)), [40, 41, 42]]
     # A budget of 5 tokens chunks the 7-token prompt: fresh prefill, prefill over cached context, decode.
     kw = dict(device=DEVICE, dtype="float32", block_size=4, num_gpu_blocks=16, max_num_batched_tokens=5)
     expected = [o.token_ids for o in LLM(str(tiny), backend="torch", **kw).generate(prompts, greedy(3))]
-    assert calls == {"varlen": 0, "paged": 0, "store": 0}
+    assert calls == {"varlen": 0, "paged": 0, "paged_varlen": 0, "store": 0}
     got = [o.token_ids for o in LLM(str(tiny), backend="triton", **kw).generate(prompts, greedy(3))]
     assert got == expected
-    assert min(calls.values()) > 0
+    # Every step, prefill, chunk or decode, is one paged varlen call per layer; the old kernels are unused.
+    assert calls["paged_varlen"] == calls["store"] > 0 and calls["varlen"] == calls["paged"] == 0
 
 
 # Half-precision logits of the tiny model (|logits| ~ 1) differ from fp32 by <= 0.01 on CPU in bf16 (measured
@@ -348,20 +351,22 @@ def assert_follows_fp32_greedy(half: LLM, fp32: LLM, prompts: list[list[int]], n
 
 
 def test_cpu_sparse_decode_builds_one_index_per_step_and_matches_the_gather_path(tiny, monkeypatch):
-    """fp32 decode on CPU reads the cache in place (kernels/paged_attention_torch.py's sparse path) through one
-    index per step shared by every layer; the greedy tokens equal those of the gather path."""
-    import engine.forward_meta
+    """fp32 decode rows on CPU read the cache in place (kernels/paged_attention_torch.py's sparse path, inside
+    the one paged varlen call) through one index per step shared by every layer (ForwardMeta.varlen_index);
+    the greedy tokens equal those of the gather path."""
     import engine.model.llama
     import kernels.paged_attention_torch as paged_torch
+    import kernels.paged_varlen_attention_torch as varlen_torch
 
     built = []
-    token_slots = engine.forward_meta.token_slots
+    token_slots = paged_torch.token_slots
 
     def spy(block_tables, seq_lens, block_size, heads=None):
         built.append(heads)
         return token_slots(block_tables, seq_lens, block_size, heads)
 
-    monkeypatch.setattr(engine.forward_meta, "token_slots", spy)
+    monkeypatch.setattr(paged_torch, "token_slots", spy)
+    monkeypatch.setattr(varlen_torch, "token_slots", spy)
     prompts = [list(range(1, 8)), [40, 41, 42], list(range(50, 70))]  # ragged: padding scored and masked
     kw = dict(device="cpu", dtype="float32", block_size=4, num_gpu_blocks=32, backend="torch")
     llm = LLM(str(tiny), **kw)

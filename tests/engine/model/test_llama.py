@@ -1,9 +1,10 @@
 """engine/model/llama.py against Hugging Face transformers on tiny random checkpoints (transformers is test-only).
 
-Checks the serving path (packed prefill, chunked prefill on top of cached context, mixed prefill + decode,
-paged decode) through shuffled block tables, the tests' plain reference forward (reference_llama.py) and
-the demo's training forward (scripts/train_demo.py), for Llama (GQA, untied, Llama-3 rope scaling), Qwen2
-(q/k/v biases, tied) and Mistral (sliding window).
+Checks the serving path (one paged varlen attention call per layer for packed prefill, chunked prefill on top
+of cached context, mixed prefill + decode and decode; Mistral far past its sliding window with the blocks
+behind the window freed) through shuffled block tables, the tests' plain reference forward
+(reference_llama.py) and the demo's training forward (scripts/train_demo.py), for Llama (GQA, untied, Llama-3
+rope scaling), Qwen2 (q/k/v biases, tied) and Mistral (sliding window).
 """
 
 from __future__ import annotations
@@ -170,14 +171,28 @@ def test_llama3_rope_scaling_changes_frequencies():
     assert medium.any() and bool(((scaled[medium] < plain[medium]) & (scaled[medium] > plain[medium] / 8)).all())
 
 
-def test_sliding_window_is_rejected_beyond_the_window(tmp_path):
-    save_tiny(tmp_path, "mistral")
+def test_sliding_window_past_the_window_matches_transformers(tmp_path):
+    """Mistral (window 48) far past its window: chunks, a mixed step and decodes; freed table entries are -1."""
+    hf = save_tiny(tmp_path, "mistral")
     ours, _, _ = load_model(tmp_path)
-    assert ours.config.max_model_len == 48
-    runner = PagedRunner(ours, block_size=16)
-    runner.step({0: list(range(48))})
-    with pytest.raises(ValueError, match="max_model_len <= 48"):
-        runner.step({0: [1]})
+    assert ours.config.sliding_window == 48 and ours.config.max_model_len == 128  # the window no longer caps it
+    seq = torch.randint(0, TINY["vocab_size"], (100,), generator=torch.Generator().manual_seed(4)).tolist()
+    runner = PagedRunner(ours, block_size=4)
+    runner.step({0: seq[:30], 1: seq[:3]})
+    logits = runner.step({0: seq[30:70], 1: seq[3:4]})  # a chunk past the window beside a decode
+    torch.testing.assert_close(logits[0], hf_last_logits(hf, seq[:70]), atol=5e-5, rtol=1e-4)
+    for n in range(70, 75):
+        # Blocks wholly before every coming query's window: freed, as the block manager does (-1, NaN slots).
+        table = runner.tables[0]
+        for i in range(max(0, n - 48 + 1) // 4):
+            if table[i] >= 0:
+                for k_cache, v_cache in runner.caches:
+                    k_cache[table[i]].fill_(float("nan"))
+                    v_cache[table[i]].fill_(float("nan"))
+            table[i] = -1
+        logits = runner.step({0: seq[n : n + 1], 1: seq[4 + n - 70 : 5 + n - 70]})
+        torch.testing.assert_close(logits[0], hf_last_logits(hf, seq[: n + 1]), atol=5e-5, rtol=1e-4)
+    assert runner.tables[0][:5] == [-1] * 5
 
 
 def test_bad_inputs_are_clear_errors(pair):
@@ -215,26 +230,31 @@ def test_triton_interpreter_path_matches_torch(tmp_path):
         torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
+@requires_triton
+def test_triton_interpreter_path_matches_torch_past_the_window(tmp_path):
+    save_tiny(tmp_path, "mistral")  # window 48
+    model, _, _ = load_model(tmp_path)
+    runs = [PagedRunner(model, block_size=16, num_blocks=8, backend=b) for b in ("torch", "triton")]
+    seq = list(range(1, 61))
+    for chunks in ({0: seq[:40], 1: [9, 8]}, {0: seq[40:], 1: [7]}, {0: [6], 1: [5]}):
+        expected, actual = (r.step(chunks) for r in runs)
+        torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
 def test_forward_meta_build_fields():
     meta = ForwardMeta.build(query_lens=[3, 1], context_lens=[0, 5], block_tables=[[2], [0, 7]], block_size=4)
     # Slots from the block tables expanded to one slot per position (independent of build's loop).
     expanded = [torch.tensor(t).repeat_interleave(4) * 4 + torch.arange(4).repeat(len(t)) for t in ([2], [0, 7])]
     assert meta.slot_mapping.tolist() == expanded[0][:3].tolist() + expanded[1][5:6].tolist()
-    assert meta.context_slot_mapping.tolist() == expanded[0][:3].tolist() + expanded[1][:6].tolist()
     assert meta.positions.tolist() == [0, 1, 2, 5]
-    assert meta.cu_seqlens_q.tolist() == [0, 3, 4] and meta.cu_seqlens_k.tolist() == [0, 3, 9]
+    assert meta.cu_seqlens_q.tolist() == [0, 3, 4]
     assert meta.seq_lens.tolist() == [3, 6] and (meta.max_seqlen_q, meta.max_seqlen_k) == (3, 6)
     assert meta.block_tables.tolist() == [[2, 0], [0, 7]] and meta.block_tables.dtype == torch.int32
-    assert meta.is_prefill and meta.has_context and meta.last_token_indices.tolist() == [2, 3]
-    assert (
-        meta.mixed is not None
-        and meta.mixed.decode_rows.tolist() == [3]
-        and meta.mixed.prompt_rows.tolist() == [0, 1, 2]
-    )
-    assert meta.backend == "auto" and meta.mixed.decode.backend == meta.mixed.prompt.backend == "auto"
-    decode = ForwardMeta.build([1, 1], [3, 6], [[2], [0, 7]], block_size=4, backend="torch")
-    assert not decode.is_prefill and not decode.has_context and decode.context_slot_mapping is None
-    assert decode.backend == "torch"
+    assert meta.last_token_indices.tolist() == [2, 3] and meta.backend == "auto"
+    # A mixed step is one batch: no split, no gathered context; freed (-1) table entries pass through.
+    windowed = ForwardMeta.build([1, 1], [3, 6], [[2], [-1, 7]], block_size=4, backend="torch")
+    assert windowed.block_tables.tolist() == [[2, 0], [-1, 7]] and windowed.slot_mapping.tolist() == [11, 30]
+    assert windowed.backend == "torch" and windowed.num_seqs == 2 and windowed.num_tokens == 2
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -253,7 +273,6 @@ def test_rope_tables_rotate_like_the_textbook_formula(dtype):
 def test_one_prefill_or_decode_rule():
     # One new token on top of cached context decodes; a fresh 1-token prompt and any chunk are prefill.
     assert is_decode(1, 5) and not is_decode(1, 0) and not is_decode(2, 5)
-    assert ForwardMeta.build([1], [0], [[0]], block_size=4).is_prefill  # a 1-token prompt
 
 
 @pytest.mark.parametrize(

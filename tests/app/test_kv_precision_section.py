@@ -1,0 +1,46 @@
+"""The shared KV-precision section (ui/kv_precision.py) in AppTest, over a tiny model folder.
+
+A two-line script calls `kv_precision_section("gqa", model=<tiny folder>)`; clicking the run button runs
+the real engine with both caches, and switching the radio shows each precision's own measured numbers.
+"""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.tiny_model import make_tiny_model
+
+TEXT = "def add(a, b):\n    return a + b\n" * 20 + "class Stack:\n    pass\n" * 20
+
+
+@pytest.fixture(scope="module")
+def at(tmp_path_factory):
+    folder = make_tiny_model(tmp_path_factory.mktemp("tiny_kv"), TEXT)
+    script = f"from ui.kv_precision import kv_precision_section\nkv_precision_section('gqa', model={str(folder)!r})\n"
+    app = AppTest.from_string(script, default_timeout=120)
+    app.run()
+    assert not app.exception and not app.error
+    return app
+
+
+def metrics(app: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in app.metric}
+
+
+def test_nothing_runs_until_the_button(at):
+    assert not at.metric and "Runs 4 prompts" in at.caption[0].value
+
+
+def test_fp8_quarters_the_bytes_and_shows_the_agreement(at):
+    at.button(key="gqa_kv_precision_run").click().run()
+    assert not at.exception and not at.error
+    full = metrics(at)
+    assert full["KV bytes / token"] == "256" and "Top-1 agreement" not in full  # 2 x 2 layers x 2 heads x 8 x 4 B
+    at.radio(key="gqa_kv_precision").set_value("fp8").run()
+    assert not at.exception
+    fp8 = metrics(at)
+    assert fp8["KV bytes / token"] == "64"
+    assert int(fp8["Tokens in the budget"].replace(",", "")) == 4 * int(full["Tokens in the budget"].replace(",", ""))
+    agreement = float(fp8["Top-1 agreement"].rstrip("%"))
+    assert 50.0 <= agreement <= 100.0 and "/ 4" in fp8["Identical generations"]

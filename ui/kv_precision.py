@@ -1,0 +1,65 @@
+"""A Streamlit section, shared by lessons 2 and 6: choose the KV cache precision, backed by a real engine run.
+
+`kv_precision_section(page_id)` runs the demo model twice on the same prompts and the same KV byte budget,
+once with a full-precision cache and once with vLLM's fp8 cache (lessons/labs/kv_precision.py does the
+work and is cached per process), then shows the choice: KV bytes per token, blocks and tokens the budget
+holds, and what fp8 costs (top-1 agreement with full precision, largest logit difference, identical
+greedy generations). Widget keys start with the page id, so two pages never share state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from lessons.labs import kv_precision as lab
+from ui.page import show_error
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _compare(model: str) -> dict[str, Any]:
+    """The lab's comparison, once per model per process (a pure function of its arguments)."""
+    return lab.compare(model, lab.PAGE_PROMPTS, lab.PAGE_MAX_TOKENS)
+
+
+def kv_precision_section(page_id: str, model: str = "demo") -> None:
+    """The KV-precision choice with its measured bytes, capacity and agreement (model: 'demo' or a folder)."""
+    st.subheader("KV cache precision, measured on the engine")
+    st.markdown(
+        "vLLM's `--kv-cache-dtype fp8` stores K and V as 8-bit floats (e4m3) with one scale per layer. "
+        "Each token then needs half the bytes of bf16 (a quarter of fp32), so the same memory holds twice "
+        "(four times) the tokens. What does it cost? Run the same prompts through both caches."
+    )
+    names = {"auto": "full precision (auto)", "fp8": "fp8 (e4m3 + scales)"}
+    choice = st.radio("KV cache precision", lab.CHOICES, key=f"{page_id}_kv_precision", horizontal=True,
+                      format_func=names.get)  # fmt: skip
+    ran = st.session_state.get(f"{page_id}_kv_precision_ran", False)
+    if st.button("Run both caches on the engine", key=f"{page_id}_kv_precision_run"):
+        st.session_state[f"{page_id}_kv_precision_ran"] = ran = True
+    if not ran:
+        st.caption(f"Runs {len(lab.PAGE_PROMPTS)} prompts x {lab.PAGE_MAX_TOKENS} tokens twice (a few seconds).")
+        return
+    try:
+        with st.spinner("Running the engine with both KV caches…"):
+            result = _compare(model)
+    except (ValueError, FileNotFoundError) as exc:
+        show_error(f"The engine run failed: {exc}", "install the demo model (python -m scripts.train_demo) or retry")
+        return
+    shown = lab.summary(result, choice)
+    cols = st.columns(3)
+    cols[0].metric("KV bytes / token", f"{shown['kv_bytes_per_token']:,}")
+    cols[1].metric("Tokens in the budget", f"{shown['token_capacity']:,}")
+    cols[2].metric("Blocks in the budget", f"{shown['num_gpu_blocks']:,}")
+    if choice == "fp8":
+        cols = st.columns(3)
+        cols[0].metric("Top-1 agreement", f"{shown['top1_agreement']:.1%}")
+        cols[1].metric("Max |logit difference|", f"{shown['max_logit_error']:.3f}")
+        cols[2].metric("Identical generations", f"{shown['identical_generations']} / {result['num_prompts']}")
+    st.dataframe(lab.pool_rows(result), hide_index=True, key=f"{page_id}_kv_precision_table")
+    st.caption(
+        f"Same {result['budget_bytes'] // 2**20} MiB KV budget for both. fp8 holds {result['blocks_ratio']:.0f}x "
+        f"the blocks of this model's {result['auto']['kv_cache_dtype']} cache (2x of bf16 on a GPU); along "
+        f"full precision's greedy path its top token agrees at {result['top1_agreement']:.1%} of "
+        f"{result['positions']} positions."
+    )
