@@ -5,6 +5,7 @@ import streamlit as st
 from engine.memory.catalog import MODELS
 from lessons.labs import gqa as lab
 from ui import charts_attention
+from ui.kv_precision import kv_precision_section
 from ui.page import (
     backend_info,
     lesson_check,
@@ -66,6 +67,13 @@ st.markdown(
     f"{fp.bytes_per_token:,} bytes per token.** A calculator that multiplies by the {spec.num_heads} *query* heads "
     f"instead gets {fp.naive_bytes_per_token:,} bytes — {fp.overcount:,.0f}× too much at G = {groups}."
 )
+if fp.held_tokens < fp.context_len:
+    st.info(
+        f"{spec.name} uses sliding-window attention (window {spec.sliding_window:,} tokens): a token never attends "
+        f"further back, so a paged engine frees the blocks behind the window and each user holds the KV of its last "
+        f"{fp.held_tokens:,} tokens (plus at most one partly used block), not all {fp.context_len:,} — the footprint "
+        "above counts that cap (Jiang et al., 2023, Mistral 7B; vLLM V1 sizes windowed layers the same way)."
+    )
 if context > spec.max_context:
     st.warning(f"{spec.name} was trained for at most {spec.max_context:,} tokens; the footprint is still computed.")
 
@@ -137,6 +145,8 @@ show_chart(
     f"gqa-run-{model}-G{groups}",
     "gqa_run",
 )
+
+kv_precision_section(PAGE)
 
 sources(PAGE)
 lesson_check(PAGE)

@@ -159,6 +159,16 @@ st.caption(
     "Drawn from engine.core.block_manager.BlockManager.snapshot()."
 )
 
+st.subheader("Sliding windows: blocks behind the window go back to the pool")
+prose(PAGE, "Sliding windows")
+rows = lab.window_rows(block_size)
+show_table(rows, f"window-blocks-{block_size}", "paged_window", "blocks per sequence")
+st.caption(
+    f"Mistral-7B, block size {block_size}, during decode: full attention keeps every block; with the 4,096-token "
+    "window the engine frees the blocks behind it, so one sequence holds the same few blocks at any length "
+    "(engine/core/sliding_window.py; the count is engine/memory/window.py's, the same as vLLM V1's)."
+)
+
 st.subheader("Sharing: fork, copy-on-write and the prefix cache")
 prose(PAGE, "Sharing")
 stages = run_or_stop(_sharing, block_size)

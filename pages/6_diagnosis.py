@@ -8,6 +8,7 @@ import streamlit as st
 from engine.memory.catalog import GPUS, MODELS
 from lessons.diagnosis import get_scenario, lab, own_log, scenario_ids, symptoms, vllm_command
 from ui import charts_memory
+from ui.kv_precision import kv_precision_section
 from ui.page import (
     download_rows,
     lesson_check,
@@ -180,5 +181,7 @@ def _own_server() -> None:
 
 
 _own_server()
+kv_precision_section(PAGE)
+
 sources(PAGE)
 lesson_check(PAGE)

@@ -73,16 +73,17 @@ class KvFootprint:
     naive_bytes_per_token: int  # uses query heads instead of KV heads: the common calculator bug
     context_len: int
     users: int
+    held_tokens: int  # tokens of KV one user holds: the context, or a sliding-window model's window (Mistral)
 
     @property
     def total_bytes(self) -> int:
-        """KV bytes for `users` sequences of `context_len` tokens each."""
-        return self.bytes_per_token * self.context_len * self.users
+        """KV bytes for `users` sequences of `context_len` tokens (a windowed model keeps only its window)."""
+        return self.bytes_per_token * self.held_tokens * self.users
 
     @property
     def naive_total_bytes(self) -> int:
         """What a calculator that ignores KV heads would claim for the same load."""
-        return self.naive_bytes_per_token * self.context_len * self.users
+        return self.naive_bytes_per_token * self.held_tokens * self.users
 
     @property
     def overcount(self) -> float:
@@ -99,9 +100,9 @@ def footprint(model: str, groups: int, kv_dtype: str = "bf16", context_len: int 
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
     spec = _spec(model, groups)
     b = dtype_bytes(kv_dtype)
-    return KvFootprint(
-        model, groups, spec.num_heads, spec.kv_bytes_per_token(b), spec.kv_bytes_per_token_mha(b), context_len, users
-    )
+    held = context_len if spec.sliding_window is None else min(context_len, spec.sliding_window)
+    mha = spec.kv_bytes_per_token_mha(b)
+    return KvFootprint(model, groups, spec.num_heads, spec.kv_bytes_per_token(b), mha, context_len, users, held)
 
 
 def footprint_rows(model: str, kv_dtype: str = "bf16", context_len: int = 8192, users: int = 1) -> list[dict]:

@@ -22,6 +22,7 @@ from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, check_block_size
 from engine.memory.catalog import MODELS
 from engine.memory.measure import default_device, time_interleaved
+from engine.memory.window import kv_blocks_per_seq
 from engine.sim.simulate import simulate_model
 from engine.sim.traces import generate_trace
 from kernels import ops
@@ -277,6 +278,19 @@ def sharing_demo(block_size: int) -> list[SharingStage]:
     return stages
 
 
+def window_rows(block_size: int, model: str = "mistral-7b", contexts: tuple[int, ...] = (2048, 8192, 32768)) -> list:
+    """Blocks one sequence of a sliding-window model holds during decode, against full attention's count.
+
+    The engine frees the blocks wholly behind the window (engine/core/sliding_window.py); the count is the
+    memory model's (engine/memory/window.py, vLLM V1's), one new token per step.
+    """
+    window = MODELS[model].sliding_window
+    if window is None:
+        raise ValueError(f"model {model!r} has no sliding window; use one whose config.json sets sliding_window")
+    return [{"context (tokens)": n, "blocks, full attention": kv_blocks_per_seq(n, block_size),
+             f"blocks, window {window:,}": kv_blocks_per_seq(n, block_size, window, 1)} for n in contexts]  # fmt: skip
+
+
 __all__ = ["BLOCK_SIZES", "DEFAULT_BLOCK_SIZE", "DEFAULT_MAX_CONTEXT", "MAX_CONTEXTS", "VLLM_BLOCK_SIZES",
            "PoolPicture", "SharingStage", "allocator_picture", "claims", "kernel_costs", "kernel_inputs", "peak_row",
-           "sharing_demo", "sweep", "sweep_row", "vllm_accepts"]  # fmt: skip
+           "sharing_demo", "sweep", "sweep_row", "vllm_accepts", "window_rows"]  # fmt: skip

@@ -138,3 +138,13 @@ def test_layout_shapes_name_every_dimension():
     assert "stride 0" in shapes["key / value (as the kernel sees them)"]
     with pytest.raises(ValueError, match="use one of"):
         lab.layout_shapes(32, 3, 128, 64)
+
+
+def test_a_sliding_window_model_shows_its_capped_kv(app_test):
+    at = app_test("gqa", timeout=120)
+    at.run()
+    at.selectbox(key="gqa_model").set_value("mistral-7b").run()
+    assert not at.exception
+    assert any("sliding-window attention (window 4,096 tokens)" in i.value for i in at.info)
+    at.selectbox(key="gqa_model").set_value("llama-3-8b").run()
+    assert not any("sliding-window" in i.value for i in at.info)

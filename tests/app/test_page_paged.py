@@ -71,3 +71,12 @@ def test_throughput_carries_the_kernel_cost_and_vllm_refusals_are_marked(at):
         at.select_slider(key="paged_block").set_value(bs).run()
         assert not at.exception and len(refusals()) == 1 and words in refusals()[0]
         assert {m.label: m.value for m in at.metric}["vLLM accepts this block size"] != "yes"
+
+
+def test_the_sliding_window_table_follows_the_block_size(app_test):
+    at = app_test("paged", timeout=180)
+    at.run()
+    assert not at.exception
+    table = next(d for d in at.dataframe if "blocks, window 4,096" in d.value.columns)
+    full, windowed = table.value["blocks, full attention"].tolist(), table.value["blocks, window 4,096"].tolist()
+    assert windowed[-1] < full[-1] and windowed[-1] == windowed[-2]  # capped at the window, whatever the length

@@ -94,3 +94,12 @@ def test_claims_compare_the_right_sides_at_the_page_defaults(monkeypatch, dec, p
     assert (found["gqa_decode"]["holds"], found["gqa_prefill"]["holds"]) == holds
     assert found["gqa_decode"]["speedup"] == round(dec[1] / dec[0], 3)
     assert all(isinstance(e["claim"], str) and isinstance(e["holds"], bool) for e in found.values())
+
+
+def test_footprint_caps_a_sliding_window_model_at_its_window():
+    windowed = lab.footprint("mistral-7b", 8, "bf16", 32768, 2)
+    full = lab.footprint("llama-3-8b", 8, "bf16", 32768, 2)  # same KV shape per token, no window
+    assert windowed.bytes_per_token == full.bytes_per_token == 128 * 1024
+    assert windowed.held_tokens == 4096 and full.held_tokens == 32768
+    assert windowed.total_bytes == 128 * 1024 * 4096 * 2
+    assert lab.footprint("mistral-7b", 8, "bf16", 1000, 1).held_tokens == 1000  # inside the window: all of it

@@ -139,3 +139,16 @@ def test_claims_report_the_peak_of_the_charged_sweep(monkeypatch):
     entry = lab.claims()["paged"]
     assert entry["kernel_cost_vs_best"] == cost and entry["holds"] is (entry["peak_block_size"] >= 8)
     assert entry["peak_block_size"] >= 16 and entry["tokens_per_s"][1] < entry["tokens_per_s"][16]
+
+
+def test_window_rows_cap_a_windowed_model_near_its_window():
+    rows = lab.window_rows(16, "mistral-7b", (2048, 8192, 32768))
+    window = "blocks, window 4,096"
+    assert [r["blocks, full attention"] for r in rows] == [128, 512, 2048]  # ceil(n / 16)
+    assert rows[0][window] == 128  # shorter than the window: nothing to free
+    assert rows[1][window] == rows[2][window] == 4096 // 16 + 1  # capped: the window plus one partial block
+
+
+def test_window_rows_refuse_a_model_without_a_window():
+    with pytest.raises(ValueError, match="no sliding window"):
+        lab.window_rows(16, "llama-3-8b")
