@@ -3,12 +3,12 @@
 PagedAttention (Kwon et al., SOSP 2023, §4) cuts the KV cache into fixed-size blocks; a sequence's block
 table maps logical block i to a physical block anywhere in the pool, so only the last block of a sequence
 can be partly empty. Smaller blocks waste less but make longer tables and read the cache in smaller
-contiguous pieces (§7.2). The sweep carries both sides: `kernel_costs` times the project's own paged decode
-kernel (`kernels.ops.paged_attention`: the torch twin on CPU, Triton on a GPU) per block size on this
-machine, over a shuffled pool (a busy server's blocks lie anywhere), and `sweep` replays one trace through
-`engine.sim.simulate` (the engine's block manager) per block size with each step's KV reads charged at that
-measured cost. Everything else drawn here comes from `engine.core.block_manager.BlockManager` /
-`engine.core.block_allocator.BlockAllocator`, the allocator the engine schedules with. No Streamlit.
+contiguous pieces (§7.2). The sweep carries both sides: `kernel_costs` (lessons/labs/paged_kernel.py) times
+the project's own paged attention in decode per block size on this machine and fits a per-token plus
+per-block cost to it, and `sweep` replays one trace through `engine.sim.simulate` (the engine's block
+manager) per block size with each step's KV reads charged at that cost. Everything else drawn here comes
+from `engine.core.block_manager.BlockManager` / `engine.core.block_allocator.BlockAllocator`, the allocator
+the engine schedules with. No Streamlit.
 """
 
 from __future__ import annotations
@@ -16,81 +16,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import torch
-
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, check_block_size
 from engine.memory.catalog import MODELS
-from engine.memory.measure import default_device, time_interleaved
+from engine.memory.measure import default_device
 from engine.memory.window import kv_blocks_per_seq
 from engine.sim.simulate import simulate_model
 from engine.sim.traces import generate_trace
-from kernels import ops
+from lessons.labs.paged_kernel import (
+    BLOCK_SIZES,
+    KERNEL_CONTEXT,
+    KERNEL_SEQS,
+    VLLM_BLOCK_SIZES,
+    fitted_costs,
+    kernel_costs,
+    kernel_inputs,
+    vllm_accepts,
+)
 
-BLOCK_SIZES: tuple[int, ...] = tuple(1 << i for i in range(9))  # 1, 2, 4, ..., 256 (engine.core.sequence's range)
 MAX_CONTEXTS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CONTEXT = 16, 2048  # the page's defaults (ui/links.py reads them)
 MODEL, GPU = "llama-2-13b", "a100-40gb"  # the vLLM paper's OPT-13B / A100 40GB setting, with a Llama shape
 TABLE_ENTRY_BYTES = 4  # block tables are int32 on the GPU
 NAMES = "ABCDEFGH"
-# vLLM's CacheConfig types block_size as Literal[1, 8, 16, 32, 64, 128] (vllm/config.py, 2025) and later
-# Literal[1, 8, 16, 32, 64, 128, 256] (vllm/config/cache.py); 2 and 4 were never accepted. On CUDA its
-# FlashAttention backend declares kernel block sizes that are multiples of 16 (get_supported_kernel_block_sizes).
-VLLM_BLOCK_SIZES: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
-# The timed decode batch: the demo model's attention shape (the model this engine runs here), fp32 on CPU.
-KERNEL_SEQS, KERNEL_CONTEXT, KERNEL_REPEATS = 8, 2048, 25
-
-
-def vllm_accepts(block_size: int) -> str:
-    """Whether vLLM takes this --block-size: "yes", "not on FlashAttention" (not a multiple of 16) or "no"."""
-    if block_size not in VLLM_BLOCK_SIZES:
-        return "no"
-    return "yes" if block_size % 16 == 0 else "not on FlashAttention"
-
-
-def kernel_inputs(block_size: int, num_seqs: int = KERNEL_SEQS, context: int = KERNEL_CONTEXT, seed: int = 0,
-                  device: str = "cpu") -> tuple[torch.Tensor, ...]:  # fmt: skip
-    """(q, k_cache, v_cache, block_tables, seq_lens) of one decode step in blocks of block_size, demo shape.
-
-    Every sequence holds `context` tokens in ceil(context / block_size) blocks; the physical blocks are a
-    seeded permutation of the pool, so consecutive logical blocks sit anywhere (as after hours of traffic).
-    """
-    spec = MODELS["demo"]
-    per_seq = -(-context // check_block_size(block_size))
-    gen = torch.Generator().manual_seed(seed)
-    shape = (num_seqs * per_seq, block_size, spec.num_kv_heads, spec.head_dim)
-    k, v = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
-    tables = torch.randperm(num_seqs * per_seq, generator=gen).to(torch.int32).view(num_seqs, per_seq)
-    q = torch.randn(num_seqs, spec.num_heads, spec.head_dim, generator=gen)
-    lens = torch.full((num_seqs,), context, dtype=torch.int32)
-    return tuple(t.to(device) for t in (q, k, v, tables, lens))
-
-
-def kernel_costs(
-    block_sizes: tuple[int, ...] = BLOCK_SIZES, num_seqs: int = KERNEL_SEQS, context: int = KERNEL_CONTEXT,
-    repeats: int = KERNEL_REPEATS,
-) -> list[dict[str, float | str]]:  # fmt: skip
-    """Time kernels.ops.paged_attention once per block size on this machine (interleaved, fastest of repeats).
-
-    Each call also builds its gather index from the block table, as a decode step does once for its layers.
-    On a CPU the kernel runs on one thread and is charged its CPU time: a machine shared with other programs
-    cannot give two cores' wall time steadily enough to tell block sizes apart. On a GPU: wall time, synced.
-    Rows: block size, ms per call, ns per cached token, cost vs the fastest block size, vLLM's verdict.
-    """
-    device = default_device()
-    args = {bs: kernel_inputs(bs, num_seqs, context, device=device) for bs in block_sizes}
-    fns = {bs: (lambda a=a: ops.paged_attention(*a)) for bs, a in args.items()}
-    threads = torch.get_num_threads()
-    try:
-        if device == "cpu":
-            torch.set_num_threads(1)
-        seconds = time_interleaved(fns, repeats, 1, device, "min", "cpu" if device == "cpu" else "wall")
-    finally:
-        torch.set_num_threads(threads)
-    best = min(seconds.values())
-    return [{"block size": bs, "kernel ms": 1e3 * t, "ns per cached token": 1e9 * t / (num_seqs * context),
-             "kernel cost vs best": t / best, "vLLM accepts": vllm_accepts(bs)}
-            for bs, t in seconds.items()]  # fmt: skip
 
 
 def sweep(max_model_len: int, dataset: str = "sharegpt", num_requests: int = 150, rate: float = 8.0,
@@ -144,7 +92,7 @@ def peak_row(rows: list[dict[str, float | str]], column: str = "tokens/s") -> di
 def claims() -> dict[str, dict]:
     """Page 5 at its defaults: does tokens/s, with this machine's measured kernel cost, peak at a block size >= 8?"""
     costs = kernel_costs()
-    factors = {int(r["block size"]): float(r["kernel cost vs best"]) for r in costs}
+    factors = fitted_costs(costs)
     rows = sweep(DEFAULT_MAX_CONTEXT, kernel=factors)
     best, free = peak_row(rows), peak_row(rows, "tokens/s, free kernel")
     return {"paged": {
@@ -153,7 +101,8 @@ def claims() -> dict[str, dict]:
         "peak_block_size": best["block size"],
         "peak_without_kernel_cost": free["block size"],
         "tokens_per_s": {r["block size"]: round(float(r["tokens/s"]), 1) for r in rows},
-        "kernel_cost_vs_best": {bs: round(f, 3) for bs, f in factors.items()},
+        "kernel_cost_vs_best": {r["block size"]: round(float(r["kernel cost vs best"]), 3) for r in costs},
+        "kernel_cost_fitted": {bs: round(f, 3) for bs, f in factors.items()},
         "kernel_ns_per_token": {r["block size"]: round(float(r["ns per cached token"]), 3) for r in costs},
         "kernel_shape": f"{KERNEL_SEQS} seqs x {KERNEL_CONTEXT} tokens, demo heads, {default_device()}"
         + (", 1 thread, CPU time" if default_device() == "cpu" else ""),
@@ -293,4 +242,4 @@ def window_rows(block_size: int, model: str = "mistral-7b", contexts: tuple[int,
 
 __all__ = ["BLOCK_SIZES", "DEFAULT_BLOCK_SIZE", "DEFAULT_MAX_CONTEXT", "MAX_CONTEXTS", "VLLM_BLOCK_SIZES",
            "PoolPicture", "SharingStage", "allocator_picture", "claims", "kernel_costs", "kernel_inputs", "peak_row",
-           "sharing_demo", "sweep", "sweep_row", "vllm_accepts", "window_rows"]  # fmt: skip
+           "sharing_demo", "sweep", "sweep_row", "vllm_accepts", "window_rows", "fitted_costs"]  # fmt: skip

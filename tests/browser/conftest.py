@@ -27,9 +27,18 @@ VIEWPORT = {"width": 1280, "height": 860}
 UNSETTLED = '[data-testid="stSkeleton"], [data-stale="true"], [data-testid="stSpinner"]'
 
 
+MAX_SHOT_HEIGHT = 14_000  # px: a whole lesson page fits; anything longer is cut
+WHOLE_HEIGHT_JS = """() => {
+  const main = document.querySelector('[data-testid="stMain"]');
+  const block = document.querySelector('[data-testid="stMainBlockContainer"]');
+  return Math.ceil(Math.max(main ? main.scrollHeight : 0, block ? block.scrollHeight + 120 : 0));
+}"""
+
+
 def settle(pg, timeout_ms: float = 60_000) -> None:
     """Wait until a full script run has finished, the app is idle and nothing on screen is a placeholder."""
-    pg.wait_for_function("window.__kvFinished > 0", timeout=timeout_ms, polling=50)
+    # a context made without the `page` fixture's init scripts has no counter: then the idle wait must do
+    pg.wait_for_function("window.__kvFinished === undefined || window.__kvFinished > 0", timeout=timeout_ms, polling=50)
     wait_for_app(pg, timeout_ms)
     pg.wait_for_function(f"!document.querySelector({UNSETTLED!r})", timeout=timeout_ms, polling=50)
 
@@ -84,10 +93,19 @@ def shoot():
     """``shoot(page, name)`` saves a viewport PNG to test-artifacts/screenshots/NAME.png."""
     SHOTS.mkdir(parents=True, exist_ok=True)
 
-    def _shoot(pg, name: str) -> Path:
+    def _shoot(pg, name: str, whole: bool = False) -> Path:
+        """Viewport PNG; `whole=True` grows the viewport to the page's full height first (Streamlit scrolls
+        inside stMain, so Playwright's own full_page shot would still stop at the window's edge)."""
         settle(pg)
         path = SHOTS / f"{name}.png"
+        size = pg.viewport_size
+        if whole:
+            height = pg.evaluate(WHOLE_HEIGHT_JS)
+            pg.set_viewport_size({"width": size["width"], "height": min(max(height, size["height"]), MAX_SHOT_HEIGHT)})
+            settle(pg)  # a taller window re-lays out the charts
         pg.screenshot(path=str(path), full_page=False, animations="disabled")
+        if whole:
+            pg.set_viewport_size(size)
         return path
 
     return _shoot

@@ -41,5 +41,5 @@ def test_every_page_loads_without_errors(page, shoot):
         errors = error_texts(page)
         if errors:
             failures[title] = failures.get(title, []) + errors
-        shoot(page, f"page-{slug(urlparse(href).path)}")
+        shoot(page, f"page-{slug(urlparse(href).path)}", whole=True)
     assert not failures, f"pages showing errors: {failures}"

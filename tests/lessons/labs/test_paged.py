@@ -132,13 +132,15 @@ def test_kernel_cost_slows_the_kv_reads_and_moves_the_peak():
 
 
 def test_claims_report_the_peak_of_the_charged_sweep(monkeypatch):
-    cost = {bs: (1.5 if bs < 16 else 1.0) for bs in lab.BLOCK_SIZES}
-    rows = [{"block size": bs, "kernel cost vs best": f, "ns per cached token": 10 * f} for bs, f in cost.items()]
+    ns = {bs: 10 + 8 / bs for bs in lab.BLOCK_SIZES}  # a per-token and a per-block cost, as the fit assumes
+    rows = [{"block size": bs, "kernel cost vs best": t / ns[256], "ns per cached token": t} for bs, t in ns.items()]
     monkeypatch.setattr(lab, "kernel_costs", lambda: rows)
     monkeypatch.setattr(lab, "DEFAULT_MAX_CONTEXT", 512)
     entry = lab.claims()["paged"]
-    assert entry["kernel_cost_vs_best"] == cost and entry["holds"] is (entry["peak_block_size"] >= 8)
-    assert entry["peak_block_size"] >= 16 and entry["tokens_per_s"][1] < entry["tokens_per_s"][16]
+    assert entry["kernel_cost_vs_best"] == {bs: round(t / ns[256], 3) for bs, t in ns.items()}
+    assert entry["kernel_cost_fitted"][1] == pytest.approx(18 / (10 + 8 / 256), abs=1e-3)
+    assert entry["holds"] is (entry["peak_block_size"] >= 8)
+    assert entry["peak_block_size"] >= 8 and entry["tokens_per_s"][1] < entry["tokens_per_s"][16]
 
 
 def test_window_rows_cap_a_windowed_model_near_its_window():
@@ -152,3 +154,23 @@ def test_window_rows_cap_a_windowed_model_near_its_window():
 def test_window_rows_refuse_a_model_without_a_window():
     with pytest.raises(ValueError, match="no sliding window"):
         lab.window_rows(16, "llama-3-8b")
+
+
+def test_fitted_costs_recover_a_per_block_cost_and_ignore_one_noisy_point():
+    # t = 10 + 4 / bs ns per token, exactly: the fit returns it relative to the cheapest (largest) block size
+    rows = [{"block size": bs, "ns per cached token": 10 + 4 / bs} for bs in lab.BLOCK_SIZES]
+    fit = lab.fitted_costs(rows)
+    for bs in lab.BLOCK_SIZES:
+        assert fit[bs] == pytest.approx((10 + 4 / bs) / (10 + 4 / 256))
+    assert all(fit[a] >= fit[b] for a, b in zip(lab.BLOCK_SIZES, lab.BLOCK_SIZES[1:], strict=False))  # monotone
+    # one block size timed 15% fast by noise does not make it the cheapest
+    noisy = [dict(r, **{"ns per cached token": r["ns per cached token"] * (0.85 if r["block size"] == 4 else 1)})
+             for r in rows]  # fmt: skip
+    assert lab.fitted_costs(noisy)[4] > lab.fitted_costs(noisy)[16]
+
+
+def test_fitted_costs_are_flat_when_no_per_block_cost_shows():
+    rows = [{"block size": bs, "ns per cached token": 10 - 1 / bs} for bs in (1, 16, 256)]  # small blocks faster
+    assert set(lab.fitted_costs(rows).values()) == {1.0}
+    with pytest.raises(ValueError, match=">= 2 block sizes"):
+        lab.fitted_costs(rows[:1])

@@ -1,0 +1,102 @@
+"""Page 5's kernel side: what the project's paged attention costs per block size on this machine.
+
+`kernel_costs` times `kernels.ops.paged_varlen_attention` in decode (one query per sequence, the call every
+engine step makes: the torch twin on CPU, Triton on a GPU) at each block size over a shuffled pool, and
+`fitted_costs` turns the timings into a smooth cost model, t(block size) = a + b / block size: a per-token
+cost a (reading K/V) plus a per-block cost b (one block-table lookup and one gather per block — the
+table-access overhead Kwon et al., SOSP 2023, §7.1 and §7.2 describe). One timing per block size on a shared
+machine wobbles by ±10%; the least-squares fit over all nine sizes does not let one noisy point move the
+sweep's peak. No Streamlit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.core.sequence import check_block_size
+from engine.memory.catalog import MODELS
+from engine.memory.measure import default_device, time_interleaved
+from kernels import ops
+
+BLOCK_SIZES: tuple[int, ...] = tuple(1 << i for i in range(9))  # 1, 2, 4, ..., 256 (engine.core.sequence's range)
+# vLLM's CacheConfig types block_size as Literal[1, 8, 16, 32, 64, 128] (vllm/config.py, 2025) and later
+# Literal[1, 8, 16, 32, 64, 128, 256] (vllm/config/cache.py); 2 and 4 were never accepted. On CUDA its
+# FlashAttention backend declares kernel block sizes that are multiples of 16 (get_supported_kernel_block_sizes).
+VLLM_BLOCK_SIZES: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
+# The timed decode batch: the demo model's attention shape (the model this engine runs here), fp32 on CPU.
+KERNEL_SEQS, KERNEL_CONTEXT, KERNEL_REPEATS = 8, 2048, 25
+
+
+def vllm_accepts(block_size: int) -> str:
+    """Whether vLLM takes this --block-size: "yes", "not on FlashAttention" (not a multiple of 16) or "no"."""
+    if block_size not in VLLM_BLOCK_SIZES:
+        return "no"
+    return "yes" if block_size % 16 == 0 else "not on FlashAttention"
+
+
+def kernel_inputs(block_size: int, num_seqs: int = KERNEL_SEQS, context: int = KERNEL_CONTEXT, seed: int = 0,
+                  device: str = "cpu") -> tuple[torch.Tensor, ...]:  # fmt: skip
+    """(q, k_cache, v_cache, block_tables, seq_lens) of one decode step in blocks of block_size, demo shape.
+
+    Every sequence holds `context` tokens in ceil(context / block_size) blocks; the physical blocks are a
+    seeded permutation of the pool, so consecutive logical blocks sit anywhere (as after hours of traffic).
+    """
+    spec = MODELS["demo"]
+    per_seq = -(-context // check_block_size(block_size))
+    gen = torch.Generator().manual_seed(seed)
+    shape = (num_seqs * per_seq, block_size, spec.num_kv_heads, spec.head_dim)
+    k, v = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    tables = torch.randperm(num_seqs * per_seq, generator=gen).to(torch.int32).view(num_seqs, per_seq)
+    q = torch.randn(num_seqs, spec.num_heads, spec.head_dim, generator=gen)
+    lens = torch.full((num_seqs,), context, dtype=torch.int32)
+    return tuple(t.to(device) for t in (q, k, v, tables, lens))
+
+
+def kernel_costs(
+    block_sizes: tuple[int, ...] = BLOCK_SIZES, num_seqs: int = KERNEL_SEQS, context: int = KERNEL_CONTEXT,
+    repeats: int = KERNEL_REPEATS,
+) -> list[dict[str, float | str]]:  # fmt: skip
+    """Time the engine's decode attention (ops.paged_varlen_attention, one query per sequence) per block size.
+
+    Each call also builds its gather index from the block table, as a decode step does once for its layers.
+    On a CPU the kernel runs on one thread and is charged its CPU time: a machine shared with other programs
+    cannot give two cores' wall time steadily enough to tell block sizes apart. On a GPU: wall time, synced.
+    Rows: block size, ms per call, ns per cached token, cost vs the fastest block size, vLLM's verdict.
+    """
+    device = default_device()
+    args = {bs: kernel_inputs(bs, num_seqs, context, device=device) for bs in block_sizes}
+    cu = torch.arange(num_seqs + 1, dtype=torch.int32, device=device)  # one query per sequence: decode
+    fns = {bs: (lambda q, k, v, t, lens: lambda: ops.paged_varlen_attention(q, k, v, cu, lens, t, 1))(*a)
+           for bs, a in args.items()}  # fmt: skip
+    threads = torch.get_num_threads()
+    try:
+        if device == "cpu":
+            torch.set_num_threads(1)
+        seconds = time_interleaved(fns, repeats, 1, device, "min", "cpu" if device == "cpu" else "wall")
+    finally:
+        torch.set_num_threads(threads)
+    best = min(seconds.values())
+    return [{"block size": bs, "kernel ms": 1e3 * t, "ns per cached token": 1e9 * t / (num_seqs * context),
+             "kernel cost vs best": t / best, "vLLM accepts": vllm_accepts(bs)}
+            for bs, t in seconds.items()]  # fmt: skip
+
+
+def fitted_costs(rows: list[dict[str, float | str]]) -> dict[int, float]:
+    """Block size -> the fitted kernel cost a + b / block size relative to its cheapest block size.
+
+    Least squares over the rows' "ns per cached token" against 1 / block size. A negative per-block cost b
+    (none measurable) is clipped to 0, giving a flat line (every factor 1.0): the sweep then charges nothing.
+    """
+    if len(rows) < 2:
+        raise ValueError(f"fitting a + b / block size needs timings at >= 2 block sizes, got {len(rows)}")
+    xs = [1.0 / int(r["block size"]) for r in rows]
+    ys = [float(r["ns per cached token"]) for r in rows]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx) if sxx else 0.0
+    a = my - b * mx
+    if a <= 0:  # a per-token cost must be positive; all the time is per block: cost proportional to 1 / bs
+        a, b = 1e-9, max(ys) * min(int(r["block size"]) for r in rows)
+    model = {int(r["block size"]): a + b / int(r["block size"]) for r in rows}
+    best = min(model.values())
+    return {bs: t / best for bs, t in model.items()}
