@@ -28,7 +28,7 @@ import triton.language as tl
 
 from kernels.backend import triton_interpreting
 from kernels.checks import check_last_stride, default_scale
-from kernels.varlen_attention import tile_config
+from kernels.varlen_attention import softmax_update, tile_config
 
 
 @triton.jit
@@ -92,14 +92,7 @@ def _paged_key_tile(
         if HAS_WINDOW:
             visible = visible & (key[None, :] > pos[:, None] - window)
         s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    # A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps exp2 finite (it gives 0).
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-    return acc, l_i, m_new
+    return softmax_update(s, v, acc, l_i, m_i, DOT_PRECISION=DOT_PRECISION)
 
 
 # Public (not `_`-prefixed) so tests can compile it ahead of time without a GPU.

@@ -43,6 +43,21 @@ def tile_config(dtype: torch.dtype, head_dim_p2: int) -> tuple[int, int, int, in
 
 
 @triton.jit
+def softmax_update(s, v, acc, l_i, m_i, DOT_PRECISION: tl.constexpr):
+    """One online-softmax step: fold a tile's log2-scaled scores `s` [ROWS, BLOCK_N] (-inf where masked) and its
+    values `v` [BLOCK_N, D] into the running max `m_i`, denominator `l_i` and numerator `acc` (shared by the
+    varlen and paged varlen kernels)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps exp2 finite (it gives 0).
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return acc, l_i, m_new
+
+
+@triton.jit
 def _attend_key_tile(
     q,  # [ROWS, HEAD_DIM_P2] query rows of this program
     acc,  # [ROWS, HEAD_DIM_P2] fp32 running numerator
@@ -95,14 +110,7 @@ def _attend_key_tile(
         if CAUSAL:
             visible = visible & (key[None, :] <= tok[:, None] + diag)
         s = tl.where(visible, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    # A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps exp2 finite (it gives 0).
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-    return acc, l_i, m_new
+    return softmax_update(s, v, acc, l_i, m_i, DOT_PRECISION=DOT_PRECISION)
 
 
 # Public (not `_`-prefixed) because tests compile it ahead of time for sm_90 without a GPU.
