@@ -272,6 +272,9 @@ http {{
 }}
 """
 UPSTREAM_HEADER = "X-KVLab-Upstream"  # loopback runs only: which replica answered (the benchmark's bookkeeping)
+# deploy/nginx.conf is a template: its ${KVLAB_...} names and their defaults, the same as compose.yaml's lb
+# service (tests/deploy/test_nginx_headers.py checks that the two agree).
+NGINX_TEMPLATE_DEFAULTS = {"KVLAB_FRAME_ANCESTORS": "'self'"}
 
 
 def find_nginx() -> str | None:
@@ -293,11 +296,34 @@ def _replace_line(text: str, pattern: str, lines: list[str]) -> str:
     return re.sub(pattern, "\n".join(indent + line for line in lines), text, count=1, flags=re.MULTILINE)
 
 
-def loopback_nginx_conf(app_ports: list[int], listen_port: int, prefix: Path) -> str:
+def fill_nginx_template(text: str, values: dict[str, str] | None = None) -> str:
+    """``text`` with every ``${KVLAB_NAME}`` replaced, as the nginx image's envsubst does in compose:
+    ``values`` over NGINX_TEMPLATE_DEFAULTS. nginx's own ``$variables`` (lower case) are left alone.
+    ValueError for a value that could break out of its quoted nginx string, or for a template name that
+    has no value (compose.yaml and NGINX_TEMPLATE_DEFAULTS must name the same variables)."""
+    import re
+
+    merged = {**NGINX_TEMPLATE_DEFAULTS, **(values or {})}
+    for name, value in merged.items():
+        if re.search(r'["\\$;{}\x00-\x1f]', value):
+            raise ValueError(f"{name}={value!r}: quotes, backslashes, $, ;, braces and control characters are refused")
+
+    def fill(m: re.Match) -> str:
+        if m.group(1) not in merged:
+            raise ValueError(f"deploy/nginx.conf uses ${{{m.group(1)}}}, which has no value (NGINX_TEMPLATE_DEFAULTS)")
+        return merged[m.group(1)]
+
+    return re.sub(r"\$\{(KVLAB_[A-Z0-9_]*)\}", fill, text)
+
+
+def loopback_nginx_conf(
+    app_ports: list[int], listen_port: int, prefix: Path, template_values: dict[str, str] | None = None
+) -> str:
     """deploy/nginx.conf for a loopback run: the upstream lists the replicas' 127.0.0.1 ports, the server
     listens on 127.0.0.1:``listen_port``, and responses name the replica that answered (UPSTREAM_HEADER).
-    Everything else (cookie, hashing, websocket headers, timeouts) is the deployment's own text."""
-    site = NGINX_SITE.read_text()
+    Its template variables get ``template_values`` or their defaults (``fill_nginx_template``). Everything
+    else (cookie, hashing, websocket headers, security headers, limits, timeouts) is the deployment's own text."""
+    site = fill_nginx_template(NGINX_SITE.read_text(), template_values)
     site = _replace_line(site, r"^\s*server app:8501;.*$", [f"server {HOST}:{p};" for p in app_ports])
     site = _replace_line(site, r"^\s*listen 80;.*$", [f"listen {HOST}:{listen_port};"])
     site = _replace_line(
@@ -310,10 +336,13 @@ def loopback_nginx_conf(app_ports: list[int], listen_port: int, prefix: Path) ->
 
 
 @contextlib.contextmanager
-def nginx_balancer(app_ports: list[int], timeout_s: float = 30.0) -> Iterator[dict[str, Any]]:
+def nginx_balancer(
+    app_ports: list[int], timeout_s: float = 30.0, template_values: dict[str, str] | None = None
+) -> Iterator[dict[str, Any]]:
     """nginx with the project's sticky-session config in front of ``app_ports``, on a free loopback port;
     yields ``url``, ``port``, ``pid`` and ``prefix`` (its folder: config, logs); stopped and its folder
-    deleted afterwards. RuntimeError when nginx is missing or does not start (its error log in the message)."""
+    deleted afterwards. ``template_values`` as in ``loopback_nginx_conf``. RuntimeError when nginx is
+    missing or does not start (its error log in the message)."""
     import tempfile
 
     binary = find_nginx()
@@ -324,7 +353,7 @@ def nginx_balancer(app_ports: list[int], timeout_s: float = 30.0) -> Iterator[di
     try:
         port = free_port()
         conf = prefix / "nginx.conf"
-        conf.write_text(loopback_nginx_conf(app_ports, port, prefix))
+        conf.write_text(loopback_nginx_conf(app_ports, port, prefix, template_values))
         cmd = [binary, "-p", str(prefix), "-c", str(conf), "-g", "daemon off;"]
         with open(prefix / "stdout.log", "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from bench.app_server import NGINX_SITE, find_nginx, loopback_nginx_conf
+from bench.app_server import NGINX_SITE, fill_nginx_template, find_nginx, loopback_nginx_conf
 from bench.classroom_scale import Learner, lost_in_database, plan, run_scale
 from progress.store import ProgressStore
 from tests.pg import require_nginx, require_postgres
@@ -22,7 +22,8 @@ from tests.pg import require_nginx, require_postgres
 def test_loopback_config_is_the_deploy_file_with_loopback_addresses(tmp_path):
     conf = loopback_nginx_conf([8001, 8002], 9000, tmp_path)
     lines = set(conf.splitlines())
-    kept = [ln for ln in NGINX_SITE.read_text().splitlines() if "app:8501" not in ln and "listen 80;" not in ln]
+    site = fill_nginx_template(NGINX_SITE.read_text())  # its ${KVLAB_...} names filled, as compose does
+    kept = [ln for ln in site.splitlines() if "app:8501" not in ln and "listen 80;" not in ln]
     assert all(("    " + ln if ln.strip() else "") in lines for ln in kept)  # every other line verbatim
     directives = "\n".join(ln.split("#", 1)[0] for ln in conf.splitlines())  # comments may name the old lines
     assert "server 127.0.0.1:8001;" in directives and "server 127.0.0.1:8002;" in directives
