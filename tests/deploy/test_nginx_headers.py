@@ -1,0 +1,245 @@
+"""deploy/nginx.conf's security headers and request limits, through the real nginx in front of one real replica.
+
+Every response (the page, the health check, a static asset, a 404, nginx's own error pages) carries
+X-Content-Type-Options, Referrer-Policy and a Content-Security-Policy whose frame-ancestors come from
+KVLAB_FRAME_ANCESTORS; a huge request line, a huge header and an oversize body are refused by nginx itself,
+and the replica never sees them; the websocket still upgrades. The config is a template (compose.yaml
+fills it with the nginx image's envsubst): the loopback copy fills the same names and nothing else.
+
+Needs Debian's nginx (scripts/install_nginx.sh): without it the live tests skip, and fail under CI (tests/pg.py).
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import re
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.app_server import (
+    HOST,
+    NGINX_SITE,
+    NGINX_TEMPLATE_DEFAULTS,
+    ROOT,
+    fill_nginx_template,
+    find_nginx,
+    free_port,
+    loopback_nginx_conf,
+    nginx_balancer,
+    running_app,
+)
+from tests.pg import require_nginx
+
+COURSE = "'self' https://course.example.org"
+SECURITY = ("X-Content-Type-Options", "Referrer-Policy", "Content-Security-Policy", "Permissions-Policy")
+
+
+def _directives(conf: str) -> str:
+    return "\n".join(ln.split("#", 1)[0] for ln in conf.splitlines())
+
+
+# --- The template: filled like compose fills it, checked by nginx -----------------------------------------
+
+
+def test_the_template_fills_kvlab_names_and_leaves_nginx_variables_alone(tmp_path):
+    raw = NGINX_SITE.read_text()
+    assert "${KVLAB_FRAME_ANCESTORS}" in _directives(raw)
+    default = _directives(loopback_nginx_conf([8001], 9000, tmp_path))
+    custom = _directives(loopback_nginx_conf([8001], 9000, tmp_path, {"KVLAB_FRAME_ANCESTORS": COURSE}))
+    assert """add_header Content-Security-Policy "frame-ancestors 'self'" always;""" in default
+    assert f'add_header Content-Security-Policy "frame-ancestors {COURSE}" always;' in custom
+    assert "${" not in default and "${" not in custom  # nothing left for nginx to misread as its own variable
+    # Line for line the same text, but for the template names: nginx's $http_host, $request_id ... stay.
+    filled = fill_nginx_template(raw, {"KVLAB_FRAME_ANCESTORS": COURSE}).splitlines()
+    for before, after in zip(raw.splitlines(), filled, strict=True):
+        assert after == before.replace("${KVLAB_FRAME_ANCESTORS}", COURSE)
+    assert "proxy_set_header Host $http_host;" in custom and '"kvlab_route=$request_id; Path=/' in custom
+    # Only ${KVLAB_...} names change, exactly like the image's envsubst with NGINX_ENVSUBST_FILTER=KVLAB_.
+    assert (
+        fill_nginx_template("$host ${host} $HOME ${HOME} ${KVLAB_FRAME_ANCESTORS}")
+        == "$host ${host} $HOME ${HOME} 'self'"
+    )
+
+
+@pytest.mark.parametrize(
+    "bad", ["'self'\" always; add_header X-Evil \"1", "'self'; script-src *", "$http_host", "a\nb"]
+)
+def test_a_value_that_could_break_out_of_its_nginx_string_is_refused(bad):
+    with pytest.raises(ValueError, match="KVLAB_FRAME_ANCESTORS"):
+        fill_nginx_template(NGINX_SITE.read_text(), {"KVLAB_FRAME_ANCESTORS": bad})
+
+
+def test_a_template_name_without_a_value_is_an_error():
+    with pytest.raises(ValueError, match="KVLAB_NOT_DEFINED"):
+        fill_nginx_template("add_header X ${KVLAB_NOT_DEFINED};")
+
+
+def test_compose_fills_the_same_names_with_the_same_defaults():
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    lb, app = compose["services"]["lb"], compose["services"]["app"]
+    assert "./deploy/nginx.conf:/etc/nginx/templates/default.conf.template:ro" in lb["volumes"]
+    assert lb["environment"]["NGINX_ENVSUBST_FILTER"] == "KVLAB_"
+    used = set(re.findall(r"\$\{(KVLAB_[A-Z0-9_]*)\}", _directives(NGINX_SITE.read_text())))
+    assert used == set(NGINX_TEMPLATE_DEFAULTS)
+    for name, default in NGINX_TEMPLATE_DEFAULTS.items():
+        assert lb["environment"][name] == f"${{{name}:-{default}}}"
+    # A class deployment cannot start without its secrets.
+    assert app["environment"]["KVLAB_TEACHER_KEY"] == "${KVLAB_TEACHER_KEY:?set KVLAB_TEACHER_KEY}"
+    assert app["environment"]["KVLAB_MODEL_DIRS"] == "${KVLAB_MODEL_DIRS:-}"  # no model folders unless set
+
+
+def test_the_filled_config_passes_nginx_own_check(tmp_path):
+    require_nginx()
+    for values in (None, {"KVLAB_FRAME_ANCESTORS": COURSE}):
+        conf = tmp_path / "nginx.conf"
+        conf.write_text(loopback_nginx_conf([8001], 9000, tmp_path, values))
+        done = subprocess.run(
+            [find_nginx(), "-t", "-p", str(tmp_path), "-c", str(conf)], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+
+
+# --- Live: nginx in front of one replica ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def replica(tmp_path_factory):
+    require_nginx()
+    work = tmp_path_factory.mktemp("nginx-headers")
+    with running_app(work / "data", work / "streamlit.log") as url:
+        yield {"url": url, "port": int(url.rsplit(":", 1)[1])}
+
+
+def _get(url: str, path: str) -> tuple[int, http.client.HTTPMessage, bytes]:
+    try:
+        with urllib.request.urlopen(url + path, timeout=10) as resp:
+            return resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read()
+
+
+def _raw(port: int, data: bytes) -> tuple[int, http.client.HTTPMessage]:
+    """Send ``data`` as it is (nginx may answer and close before it has all of it); the status and headers."""
+    with socket.create_connection((HOST, port), timeout=10) as s:
+        try:
+            s.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused early: the answer is already on its way
+        reply = b""
+        while b"\r\n\r\n" not in reply and (chunk := s.recv(65536)):
+            reply += chunk
+    head = reply.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    status_line, _, header_text = head.partition("\r\n")
+    return int(status_line.split()[1]), http.client.parse_headers(io.BytesIO(header_text.encode() + b"\r\n\r\n"))
+
+
+def _logged(log: Path, pattern: str, count: int, timeout_s: float = 5.0) -> list[str]:
+    """The access-log lines matching ``pattern``, once there are ``count`` (nginx logs a refused request when
+    the client has gone, after its lingering close) or ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = [re.sub(r"(.)\1{40,}", r"\1...", ln) for ln in log.read_text().splitlines() if re.search(pattern, ln)]
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.1)
+
+
+def _assert_security_headers(headers: http.client.HTTPMessage, frame_ancestors: str, what: str) -> None:
+    for name in SECURITY:
+        assert len(headers.get_all(name) or []) == 1, f"{what}: {name} {headers.get_all(name)}"
+    assert headers["X-Content-Type-Options"] == "nosniff", what
+    assert headers["Referrer-Policy"] == "same-origin", what
+    assert headers["Content-Security-Policy"] == f"frame-ancestors {frame_ancestors}", what
+    assert "camera=()" in headers["Permissions-Policy"], what
+    assert headers.get("X-Frame-Options") is None, what  # superseded by frame-ancestors; would contradict it
+    assert headers.get("Strict-Transport-Security") is None, what  # plain http: no HSTS
+    assert headers.get("Server") == "nginx", what  # server_tokens off: no version
+
+
+def test_every_response_carries_the_security_headers(replica):
+    with nginx_balancer([replica["port"]]) as lb:
+        status, headers, page = _get(lb["url"], "/")
+        assert status == 200
+        _assert_security_headers(headers, "'self'", "/")
+        asset = re.search(rb'src="\.?/?(static/[^"]+\.js)"', page)
+        assert asset, page[:500]
+        for path, expected in [
+            ("/_stcore/health", 200),
+            ("/" + asset.group(1).decode(), 200),
+            ("/media/nope.png", 404),
+        ]:
+            status, headers, _ = _get(lb["url"], path)
+            assert status == expected, path
+            _assert_security_headers(headers, "'self'", path)
+    with nginx_balancer([free_port()]) as dead:  # nginx's own error page: no replica behind it
+        status, headers, _ = _get(dead["url"], "/")
+        assert status == 502
+        _assert_security_headers(headers, "'self'", "502 page")
+
+
+def test_a_course_site_allowed_to_embed_the_lessons_reaches_the_header(replica):
+    with nginx_balancer([replica["port"]], template_values={"KVLAB_FRAME_ANCESTORS": COURSE}) as lb:
+        status, headers, _ = _get(lb["url"], "/?embed=true")
+        assert status == 200
+        _assert_security_headers(headers, COURSE, "/?embed=true")
+        status, headers = _raw(lb["port"], b"GET /?q=" + b"x" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 414
+        _assert_security_headers(headers, COURSE, "414 page")
+
+
+def test_oversize_requests_are_refused_by_nginx_and_the_replica_stays_healthy(replica):
+    with nginx_balancer([replica["port"]]) as lb:
+        host = f"Host: {HOST}:{lb['port']}\r\n".encode()
+        refused = {
+            "1 MB query string": _raw(lb["port"], b"GET /?q=" + b"x" * 1_000_000 + b" HTTP/1.1\r\n" + host + b"\r\n"),
+            "20 KB header": _raw(lb["port"], b"GET / HTTP/1.1\r\n" + host + b"X-Big: " + b"y" * 20_000 + b"\r\n\r\n"),
+            "40 KB of headers": _raw(
+                lb["port"],
+                b"GET / HTTP/1.1\r\n"
+                + host
+                + b"".join(b"X-H%d: %s\r\n" % (i, b"z" * 4000) for i in range(10))
+                + b"\r\n",
+            ),
+            "6 MB body": _raw(
+                lb["port"], b"POST /_stcore/upload_file HTTP/1.1\r\n" + host + b"Content-Length: 6291456\r\n\r\n"
+            ),
+        }
+        statuses = {what: status for what, (status, _) in refused.items()}
+        assert statuses == {"1 MB query string": 414, "20 KB header": 400, "40 KB of headers": 400, "6 MB body": 413}
+        for what, (_, headers) in refused.items():
+            _assert_security_headers(headers, "'self'", what)
+        rejected = _logged(lb["prefix"] / "access.log", r'" (400|413|414) ', 4)
+        assert len(rejected) == 4 and all("upstream=-" in ln for ln in rejected), rejected  # never proxied
+        assert _get(replica["url"], "/_stcore/health")[0] == 200
+        assert _get(lb["url"], "/_stcore/health")[0] == 200
+
+
+def test_the_websocket_still_upgrades_through_nginx(replica):
+    with nginx_balancer([replica["port"]]) as lb:
+        conn = http.client.HTTPConnection(HOST, lb["port"], timeout=10)
+        try:
+            conn.request(
+                "GET",
+                "/_stcore/stream",
+                headers={
+                    "Upgrade": "websocket",
+                    "Connection": "Upgrade",
+                    "Sec-WebSocket-Version": "13",
+                    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                    "Sec-WebSocket-Protocol": "streamlit",
+                    "Origin": lb["url"],
+                },
+            )
+            resp = conn.getresponse()
+            assert resp.status == 101, (resp.status, resp.read()[:300])
+            assert resp.headers["Upgrade"].lower() == "websocket"
+        finally:
+            conn.close()
