@@ -25,9 +25,13 @@ from engine.sim.traces import DATASETS
 from lessons.diagnosis import scenario_ids
 from lessons.diagnosis.lab import MAX_VARIANT
 from lessons.labs import bandwidth, fragmentation, gqa, packing, paged, playground
+from ui.inert import inert_md, prose_md
 
 Earlier = Mapping[str, Any]  # the values of the parameters before this one
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+_BLANKS = " \t\r\n"  # the only characters trimmed from a value's ends (no-break, ideographic spaces are refused)
+_INT = re.compile(r"[+-]?[0-9]{1,18}")  # ASCII digits only: no "６４", "٦٤", "6_4", "1e3", inner spaces
+_FLOAT = re.compile(r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})")  # "0.5", ".5", "5."; no exponent
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,9 @@ class Param:
 
     def parse(self, raw: str, earlier: Earlier) -> Any:
         """The value ``raw`` stands for; ValueError when it is not one the setting accepts."""
-        text = raw.strip()
+        text = raw.strip(_BLANKS)
+        if not text.isascii():  # every accepted value is ASCII; "K" (Kelvin sign) must not lower() into "k"
+            raise ValueError("the value holds a character outside ASCII (type digits 0-9 and plain letters)")
         if self.kind is bool:
             if text.lower() not in _TRUE + _FALSE:
                 raise ValueError(raw)
@@ -108,13 +114,14 @@ class Param:
 
 
 def _number(text: str, kind: type) -> float:
-    """An int ("64") or a finite float ("0.5") from ``text``; ValueError otherwise."""
-    if kind is int:
-        if not re.fullmatch(r"[+-]?\d+", text):
-            raise ValueError(text)
-        return int(text)
-    value = float(text)  # ValueError for text that is not a number
-    if not math.isfinite(value):
+    """An int ("64", "+64", "-1") or a float ("0.5", ".5") in ASCII digits from ``text``; ValueError otherwise.
+
+    Python's own int() and float() also take "６４" (any script's digits), "6_4", " 6 ", "1e3", "inf" and
+    "nan"; a link takes none of them."""
+    if not (_INT if kind is int else _FLOAT).fullmatch(text):
+        raise ValueError(text)
+    value = int(text) if kind is int else float(text)
+    if not math.isfinite(value):  # unreachable with 18 digits at most; kept as the contract
         raise ValueError(text)
     return value
 
@@ -151,7 +158,7 @@ def resolve(spec: LinkSpec, query: Mapping[str, str]) -> tuple[dict[str, Any], d
     """(values, notes), both by parameter name: each absent parameter takes its default, each bad one its
     default plus a note naming the parameter, the bad value and what it accepts. Never raises for a bad value."""
     values: dict[str, Any] = {}
-    notes: dict[str, str] = {}
+    notes: dict[str, str] = {}  # Markdown: trusted words, the raw value only as an `inert_md` code span
     for p in spec.params:
         default = p.default_for(values)
         raw = query.get(p.name)
@@ -162,9 +169,11 @@ def resolve(spec: LinkSpec, query: Mapping[str, str]) -> tuple[dict[str, Any], d
             values[p.name] = p.parse(raw, values)
         except ValueError as exc:
             values[p.name] = default
-            accepted = f"{exc}; it takes {p.accepts}" if p.check is not None else f"it takes {p.accepted(values)}"
-            shown = f"`{encode(default)}`"
-            notes[p.name] = f"Link parameter `{p.name}={raw}` is not valid ({accepted}); showing the default, {shown}."
+            why = f"{prose_md(exc)}; it takes {p.accepts}" if p.check is not None else f"it takes {p.accepted(values)}"
+            notes[p.name] = (
+                f"Link parameter `{p.name}` has the value {inert_md(raw)}, which is not valid ({why}); "
+                f"showing the default, {inert_md(encode(default))}."
+            )
     return values, notes
 
 

@@ -10,6 +10,7 @@ from streamlit.source_util import page_icon_and_name
 from engine.memory.catalog import MODELS
 from ui import links
 from ui.course import COURSE, ROOT, page
+from ui.inert import inert_md
 
 LESSON_PAGES = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis")
 
@@ -74,8 +75,8 @@ def test_a_bad_value_falls_back_to_the_default_with_a_note(page_id, name, raw, a
     values, notes = links.resolve(spec, {name: raw})
     assert values == links.resolve(spec, {})[0]  # every setting at its default
     assert list(notes) == [name]
-    assert f"`{name}={raw}`" in notes[name] and accepted in notes[name]
-    assert f"showing the default, `{links.encode(values[name])}`" in notes[name]
+    assert f"Link parameter `{name}` has the value {inert_md(raw)}," in notes[name] and accepted in notes[name]
+    assert f"showing the default, {inert_md(links.encode(values[name]))}" in notes[name]
 
 
 def test_one_bad_parameter_does_not_reset_the_good_ones():
