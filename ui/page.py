@@ -24,6 +24,7 @@ from kernels.backend import describe
 from lessons import content, quizzes
 from ui import links
 from ui.export import rows_to_csv, to_json
+from ui.inert import prose_md
 from ui.predict import prediction_exercise, prediction_teaser
 from ui.progress import ensure_progress, mark_visited, record_quiz
 
@@ -86,9 +87,14 @@ def sources(page_id: str) -> None:
             st.markdown(text)
 
 
-def show_error(message: str, hint: str | None = None) -> None:
-    """A learner-facing error: what is wrong and how to fix it (never a traceback)."""
-    st.error(f"{message}\n\n**How to fix:** {hint}" if hint else message)
+def show_error(message: object, hint: str | None = None) -> None:
+    """A learner-facing error: what is wrong and how to fix it (never a traceback).
+
+    ``message`` is shown inertly (`ui.inert.prose_md`): an exception's text often quotes the bad value a
+    learner typed, so it is never read as Markdown, LaTeX, an icon or a link. ``hint`` is the course's own
+    Markdown and is rendered as such."""
+    body = prose_md(message)
+    st.error(f"{body}\n\n**How to fix:** {hint}" if hint else body)
 
 
 def run_or_stop(fn: Callable[..., T], *args: Any, hint: str | None = None, **kwargs: Any) -> T:
@@ -96,7 +102,7 @@ def run_or_stop(fn: Callable[..., T], *args: Any, hint: str | None = None, **kwa
     try:
         return fn(*args, **kwargs)
     except ValueError as exc:
-        show_error(str(exc), hint)
+        show_error(exc, hint)
         st.stop()
         raise  # unreachable: st.stop() raises; keeps type checkers honest
 

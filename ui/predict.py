@@ -14,6 +14,7 @@ import streamlit as st
 
 from lessons import predictions
 from lessons.predictions import PredictionResult
+from ui.inert import prose_md
 from ui.progress import ensure_progress, record_prediction
 
 
@@ -54,7 +55,7 @@ def prediction_exercise(page_id: str) -> PredictionResult | None:
         try:
             result = predictions.check(page_id, value)
         except ValueError as exc:
-            st.error(f"{str(exc)[:1].upper()}{str(exc)[1:]}.", icon="⚠️")
+            st.error(prose_md(f"{str(exc)[:1].upper()}{str(exc)[1:]}."), icon="⚠️")
             return None
         record_prediction(page_id, result.record())
     elif saved is not None and value == saved:
