@@ -32,21 +32,35 @@ SWEEP_BATCH, SWEEP_LONGEST = 8, 256  # the sweep: one request of SWEEP_LONGEST t
 SWEEP_FRACTIONS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # padding fractions aimed at
 
 
+_LENGTH = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: int() would also take "５", "٥" and "1_000"
+_SEPARATORS = re.compile(r"[,; \t\r\n]+")  # ASCII only: a no-break or ideographic space is not a separator
+
+
+def _quoted(part: str, limit: int = 24) -> str:
+    """A bad part for an error message: repr (hidden characters escaped), shortened."""
+    return repr(part) if len(part) <= limit else f"{part[:limit]!r}… ({len(part):,} characters)"
+
+
 def parse_lengths(text: str, max_requests: int = MAX_REQUESTS, max_length: int = MAX_LENGTH) -> list[int]:
-    """Request lengths from text like "5, 12 3" (commas or spaces); ValueError says what to type instead."""
-    parts = [p for p in re.split(r"[,\s;]+", text.strip()) if p]
+    """Request lengths from text like "5, 12 3" (commas, semicolons or spaces); ValueError says what to type
+    instead. Lengths are ASCII digits with an optional sign; nothing else (no "５", "1_000", "1e3", "6\u200f")."""
+    if not isinstance(text, str):
+        raise ValueError(f"the lengths must be text, got {type(text).__name__}; type numbers separated by commas")
+    parts = [p for p in _SEPARATORS.split(text) if p]
     if not parts:
         raise ValueError("the length list is empty; type one or more request lengths, e.g. 5, 12, 3")
+    if len(parts) > max_requests:
+        raise ValueError(f"{len(parts)} requests is too many for a live run; give at most {max_requests}")
     lengths = []
     for p in parts:
-        if not re.fullmatch(r"[+-]?\d+", p):
-            raise ValueError(f"{p!r} is not a whole number; type lengths as integers separated by commas")
+        if not _LENGTH.fullmatch(p):
+            raise ValueError(f"{_quoted(p)} is not a whole number; type lengths as integers separated by commas")
+        if len(p.lstrip("+-").lstrip("0")) > len(str(max_length)):  # no 5,000-digit int() for a typo
+            raise ValueError(f"length {_quoted(p)} is outside 1 … {max_length}; every request needs at least one token")
         n = int(p)
         if not 1 <= n <= max_length:
             raise ValueError(f"length {n} is outside 1 … {max_length}; every request needs at least one token")
         lengths.append(n)
-    if len(lengths) > max_requests:
-        raise ValueError(f"{len(lengths)} requests is too many for a live run; give at most {max_requests}")
     if sum(lengths) > MAX_TOTAL:
         raise ValueError(f"the lengths add up to {sum(lengths)} tokens; keep the total at most {MAX_TOTAL}")
     return lengths
