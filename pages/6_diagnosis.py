@@ -8,6 +8,7 @@ import streamlit as st
 from engine.memory.catalog import GPUS, MODELS
 from lessons.diagnosis import get_scenario, lab, own_log, scenario_ids, symptoms, vllm_command
 from ui import charts_memory
+from ui.inert import prose_md
 from ui.kv_precision import kv_precision_section
 from ui.page import (
     download_rows,
@@ -148,6 +149,8 @@ def _own_server() -> None:
     if not (pasted.strip() or oom.strip()):
         return
     log = own_log.read_paste(pasted, oom)
+    for doubt in log.doubts:  # the course's own words about a figure beyond any GPU (no pasted text in them)
+        st.warning(doubt, icon=":material/report:")
     if not log.recognised:
         st.info(log.message, icon=":material/help:")
         return
@@ -161,8 +164,8 @@ def _own_server() -> None:
     start = min(log.max_model_len or 4096, 10_000_000)
     length = int(c2.number_input("Request length (tokens)", 1, 10_000_000, start, step=256, key="diag_paste_len"))
     show_table(own_log.found_rows(log), "your-vllm-log", "diag_paste_found", "what your log says")
-    for error in log.errors:
-        st.warning(error, icon=":material/error:")
+    for error in log.errors:  # a line of the learner's paste: shown as text, never as Markdown
+        st.warning(f"Your log reports: {prose_md(error)}", icon=":material/error:")
     rows = own_log.memory_rows(log)
     if rows:
         fig = charts_memory.memory_breakdown(rows, "Your GPU's memory, from the log")

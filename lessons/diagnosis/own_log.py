@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from engine.memory.catalog import MODELS, GiB
 from engine.memory.footprint import kv_bytes_per_token
 from engine.memory.startup import cudagraph_capture_sizes
-from lessons.diagnosis.readlog import VllmLog, read_vllm_log
+from lessons.diagnosis.readlog import MAX_BYTES_PER_TOKEN, MAX_TOKENS, MIN_BYTES_PER_TOKEN, VllmLog, read_vllm_log
 from lessons.diagnosis.scenarios import CHAT_REPOS
 
 BLOCK = 16  # vLLM's default block size on CUDA
@@ -108,23 +108,32 @@ def memory_rows(log: VllmLog) -> list[dict[str, float | str]]:
 
 
 def kv_pool(log: VllmLog, model: str | None = None) -> KvPool | None:
-    """Tokens the KV pool holds and bytes per token, from the log (or the catalog model); None if unknown."""
-    tokens, source = None, ""
-    if log.kv_cache_tokens:
-        tokens, source = log.kv_cache_tokens, "GPU KV cache size"
-    elif log.num_gpu_blocks:
-        tokens, source = log.num_gpu_blocks * BLOCK, f"# GPU blocks x {BLOCK} tokens"
-    elif log.max_concurrency and log.max_model_len:
-        tokens, source = int(log.max_concurrency * log.max_model_len), "Maximum concurrency x max_model_len"
-    elif found := [
-        int(g) for e in log.errors for m in [_ERROR_TOKENS.search(e)] if m for g in [m.group(1) or m.group(2)]
-    ]:
-        tokens, source = found[-1], "the tokens the start-up error says fit"
+    """Tokens the KV pool holds and bytes per token, from the log (or the catalog model); None if unknown.
+
+    A source that gives more tokens than any GPU holds (`readlog.MAX_TOKENS`: max_concurrency x max_model_len
+    can) is passed over, and bytes per token no model has (a 0.0001 GiB pool of 99,999 tokens) count as unknown."""
+    candidates = [
+        (log.kv_cache_tokens, "GPU KV cache size"),
+        (None if log.num_gpu_blocks is None else log.num_gpu_blocks * BLOCK, f"# GPU blocks x {BLOCK} tokens"),
+        (
+            int(log.max_concurrency * log.max_model_len) if log.max_concurrency and log.max_model_len else None,
+            "Maximum concurrency x max_model_len",
+        ),
+        *(
+            (int(g), "the tokens the start-up error says fit")
+            for e in reversed(log.errors)
+            for m in [_ERROR_TOKENS.search(e)]
+            if m
+            for g in [m.group(1) or m.group(2)]
+        ),
+    ]
+    tokens, source = next(((t, s) for t, s in candidates if t and t <= MAX_TOKENS), (None, ""))
     per_token = None
     if model is not None:
         per_token = float(kv_bytes_per_token(model))
     elif tokens and log.kv_cache_gib:
         per_token = log.kv_cache_gib * GiB / tokens
+        per_token = per_token if MIN_BYTES_PER_TOKEN <= per_token <= MAX_BYTES_PER_TOKEN else None
     if tokens is None and per_token and log.kv_cache_gib is not None:
         tokens, source = int(log.kv_cache_gib * GiB // per_token), "Available KV cache memory / KV per token"
     return None if tokens is None else KvPool(tokens, per_token, source)

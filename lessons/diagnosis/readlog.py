@@ -4,8 +4,11 @@
 "Maximum concurrency" figure, CUDA graph memory, the profiling fields (total, utilization, peak torch,
 non-torch) and the recognised error lines, each None when the log does not say it. When several start-ups are
 pasted, the last value of each field wins. Nothing here raises on what a learner can paste: garbage, binary
-bytes or a huge file give a `VllmLog` whose `message` says what was (not) found. The formats follow real logs
-from public vLLM issues (tests/lessons/diagnosis/fixtures/ holds them, each with its issue URL).
+bytes or a huge file give a `VllmLog` whose `message` says what was (not) found. A figure beyond any GPU
+(`LIMITS`; e.g. 10^14 KV tokens, 10^9 GiB of weights, a negative size, a utilization above 1) is left out with a
+note in `doubts`, and figures that cannot all be true together (weights larger than the GPU) get a note too.
+The formats follow real logs from public vLLM issues (tests/lessons/diagnosis/fixtures/ holds them, each with
+its issue URL).
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import math
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["MAX_LOG_CHARS", "VllmLog", "read_vllm_log"]
+__all__ = ["LIMITS", "MAX_GPU_GIB", "MAX_LOG_CHARS", "MAX_MODEL_LEN", "MAX_TOKENS", "VllmLog", "read_vllm_log"]
 
 MAX_LOG_CHARS = 2_000_000  # a start-up log is a few hundred KB; more is read up to this many characters
-_NUM = r"(\d[\d,]{0,24}(?:\.\d{1,12})?)(?![\d,])"  # bounded: a pasted wall of digits is not a number
+# bounded (a pasted wall of digits is not a number); a sign and an exponent are read so LIMITS can refuse them
+_NUM = r"(-?\d[\d,]{0,24}(?:\.\d{1,12})?(?:[eE][+-]?\d{1,4})?)(?![\d,])"
 _UNITS = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "GB": 1.0}
 _SIZE = _NUM + r"\s*(KiB|MiB|GiB|GB)"
 
@@ -61,6 +65,58 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
     "oom_allocated_gib": (r"Of the allocated memory " + _SIZE, r"; " + _SIZE + r" already allocated"),
 }
 _INTS = ("kv_cache_tokens", "num_gpu_blocks", "max_model_len")
+
+# What a real server can print, per figure: (lowest, highest, what the highest stands for). Beyond it the line
+# is misread, edited or made up, and the page would compute nonsense (or overflow a table) from it.
+MAX_GPU_GIB = 1024.0  # memory of one GPU; the largest today hold 288 GB
+MAX_TOKENS = 10**10  # KV tokens one GPU could hold: 1,024 GiB at about 100 bytes per token
+MAX_MODEL_LEN = 10**8  # context length; the longest models read 10 million tokens
+MAX_ALLOC_GIB = 2.0**20  # what one PyTorch allocation may ask for (a bug can ask for far more than the card)
+_GPU = (0.0, MAX_GPU_GIB, f"any GPU's memory ({MAX_GPU_GIB:,.0f} GiB)")
+LIMITS: dict[str, tuple[float, float, str]] = {
+    "weights_gb": _GPU,
+    "kv_cache_gib": _GPU,
+    "kv_cache_tokens": (0, MAX_TOKENS, f"the KV tokens any GPU holds ({MAX_TOKENS:,})"),
+    "num_gpu_blocks": (0, MAX_TOKENS, f"the KV blocks any GPU holds ({MAX_TOKENS:,})"),
+    "max_model_len": (1, MAX_MODEL_LEN, f"any model's context ({MAX_MODEL_LEN:,} tokens)"),
+    "max_concurrency": (0.0, float(MAX_TOKENS), f"the requests any GPU holds ({MAX_TOKENS:,})"),
+    "cuda_graph_gib": _GPU,
+    "total_gib": (1 / 1024, MAX_GPU_GIB, _GPU[2]),
+    "gpu_memory_utilization": (0.01, 1.0, "the whole GPU (1.0)"),
+    "peak_torch_gib": _GPU,
+    "non_torch_gib": _GPU,
+    "activation_gib": _GPU,
+    "oom_tried_gib": (0.0, MAX_ALLOC_GIB, f"any allocation PyTorch attempts ({MAX_ALLOC_GIB:,.0f} GiB)"),
+    "oom_total_gib": (1 / 1024, MAX_GPU_GIB, _GPU[2]),
+    "oom_free_gib": _GPU,
+    "oom_allocated_gib": _GPU,
+}
+_WORDS = {
+    "weights_gb": "the weights",
+    "kv_cache_gib": "the KV cache",
+    "kv_cache_tokens": "the KV cache size",
+    "num_gpu_blocks": "the GPU blocks",
+    "max_model_len": "max_model_len",
+    "max_concurrency": "the maximum concurrency",
+    "cuda_graph_gib": "the CUDA graph memory",
+    "total_gib": "the total GPU memory",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "peak_torch_gib": "the peak torch memory",
+    "non_torch_gib": "the non-torch memory",
+    "activation_gib": "the activation peak",
+    "oom_tried_gib": "the OOM's allocation",
+    "oom_total_gib": "the OOM's total capacity",
+    "oom_free_gib": "the OOM's free memory",
+    "oom_allocated_gib": "the OOM's allocated memory",
+}
+_UNIT_WORDS = {
+    "kv_cache_tokens": "tokens",
+    "num_gpu_blocks": "blocks",
+    "max_model_len": "tokens",
+    "max_concurrency": "x",
+    "gpu_memory_utilization": "",
+}
+MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 16.0, float(2**30)  # K and V of one token: a tiny model .. beyond any
 _ERRORS = (  # anchors; the whole line around each is the error reported
     "is larger than the maximum number of tokens that can be stored in KV cache",
     "KV cache is needed, which is larger than the available KV cache memory",
@@ -70,10 +126,24 @@ _ERRORS = (  # anchors; the whole line around each is the error reported
 )
 MAX_ERROR_CHARS = 2000
 _MODEL_PATTERNS = (r"model='([\w./-]{1,200})'", r"vllm serve ([\w./-]{1,200})", r"model=([\w./-]{1,200}),")
-_V1_MARKS = ("Available KV cache memory", "GPU KV cache size", "V1 LLM engine", "EngineCore", "KV cache is needed",
-             "Estimated CUDA graph memory", "gpu_worker.py", "kv_cache_utils.py")  # fmt: skip
-_V0_MARKS = ("# CPU blocks", "kv_cache_size=", "reserved for KV Cache is", "is larger than the maximum number",
-             "executor_base.py", "# cuda blocks")  # fmt: skip
+_V1_MARKS = (
+    "Available KV cache memory",
+    "GPU KV cache size",
+    "V1 LLM engine",
+    "EngineCore",
+    "KV cache is needed",
+    "Estimated CUDA graph memory",
+    "gpu_worker.py",
+    "kv_cache_utils.py",
+)
+_V0_MARKS = (
+    "# CPU blocks",
+    "kv_cache_size=",
+    "reserved for KV Cache is",
+    "is larger than the maximum number",
+    "executor_base.py",
+    "# cuda blocks",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +171,7 @@ class VllmLog:
     version: str | None = None  # "V0", "V1" or None (not recognisable)
     message: str | None = None  # set when nothing (or only part) could be read
     found: tuple[str, ...] = field(default=())
+    doubts: tuple[str, ...] = ()  # figures left out as impossible, and figures that contradict each other
 
     @property
     def recognised(self) -> bool:
@@ -109,8 +180,9 @@ class VllmLog:
 
 
 def _number(text: str, unit: str | None) -> float:
+    """The figure in GiB (sizes) or as printed; "1e999" is inf, which `LIMITS` then refuses with a note."""
     value = float(text.replace(",", ""))
-    if not math.isfinite(value):
+    if math.isnan(value):
         raise ValueError(text)
     return value * _UNITS[unit] if unit else value
 
@@ -164,22 +236,109 @@ def _version(text: str) -> str | None:
     return "V0" if any(mark in text for mark in _V0_MARKS) else None
 
 
+def _capital(words: str) -> str:
+    return words[:1].upper() + words[1:]
+
+
+def _shown(name: str, value: float) -> str:
+    """A figure in words for a note: "99,999,999,999,999 tokens", "1e+09 GiB", "5.5"."""
+    unit = _UNIT_WORDS.get(name, "GiB")
+    if isinstance(value, int) or (abs(value) < 1e15 and value == int(value)):
+        number = f"{int(value):,}"
+    else:
+        number = f"{value:,.4g}" if abs(value) < 1e15 else f"{value:.3g}"
+    return f"{number}{unit}" if unit == "x" else f"{number} {unit}".rstrip()
+
+
+def _implausible(values: dict[str, float | int | None]) -> list[str]:
+    """Drop each figure outside `LIMITS` (in place) and say why, one note per figure."""
+    notes = []
+    for name, (low, high, what) in LIMITS.items():
+        value = values.get(name)
+        if value is None or low <= value <= high:
+            continue
+        values[name] = None
+        if value < 0:
+            why = "is negative, which no server reports for it"
+        elif value < low:
+            why = f"is below {low:g}, which no server reports for it"
+        else:
+            why = f"is more than {what}"
+        notes.append(
+            f"The line giving {_WORDS[name]} looks wrong: {_shown(name, value)} {why}. It is left out; "
+            "check that the line was pasted whole and unedited."
+        )
+    return notes
+
+
+def _contradictions(v: dict[str, float | int | None]) -> list[str]:
+    """Figures that cannot all be true of one GPU (each is kept: the page cannot tell which one is wrong)."""
+    notes = []
+    total = v.get("total_gib")
+    if total is not None:
+        for name in ("weights_gb", "kv_cache_gib", "peak_torch_gib", "cuda_graph_gib", "activation_gib"):
+            part = v.get(name)
+            if part is not None and part > total * 1.001:
+                notes.append(
+                    f"{_capital(_WORDS[name])} ({_shown(name, part)}) cannot be larger than the GPU's "
+                    f"total memory ({_shown('total_gib', total)}); one of the two lines is wrong."
+                )
+        parts = [v.get(n) for n in ("weights_gb", "activation_gib", "non_torch_gib", "cuda_graph_gib", "kv_cache_gib")]
+        stated = sum(p for p in parts if p is not None)
+        if not notes and stated > total * 1.001:
+            notes.append(
+                f"The parts the log states add up to {stated:,.2f} GiB, more than the GPU's total memory "
+                f"({_shown('total_gib', total)}); one of the lines is wrong."
+            )
+    oom_total = v.get("oom_total_gib")
+    for name in ("oom_free_gib", "oom_allocated_gib"):
+        part = v.get(name)
+        if oom_total is not None and part is not None and part > oom_total * 1.001:
+            notes.append(
+                f"{_capital(_WORDS[name])} ({_shown(name, part)}) cannot be larger than its total "
+                f"capacity ({_shown('oom_total_gib', oom_total)})."
+            )
+    tokens, kv = v.get("kv_cache_tokens"), v.get("kv_cache_gib")
+    if tokens and kv:
+        per_token = kv * 2**30 / tokens
+        if not MIN_BYTES_PER_TOKEN <= per_token <= MAX_BYTES_PER_TOKEN:
+            notes.append(
+                f"A KV cache of {_shown('kv_cache_gib', kv)} holding {tokens:,} tokens is {per_token:,.3g} "
+                f"bytes per token, which no model has ({MIN_BYTES_PER_TOKEN:g} … {MAX_BYTES_PER_TOKEN:,.0f});"
+                " one of the two lines is wrong."
+            )
+    return notes
+
+
 def read_vllm_log(text: object) -> VllmLog:
     """Parse a vLLM start-up log and/or a PyTorch OOM message; never raises on what a learner pastes."""
     body, note = _as_text(text)
-    values: dict[str, float | int | None] = {}
-    for name, patterns in _PATTERNS.items():
-        value = _last(body, patterns)
-        values[name] = int(value) if value is not None and name in _INTS else value
+    values: dict[str, float | int | None] = {name: _last(body, patterns) for name, patterns in _PATTERNS.items()}
+    doubts = _implausible(values)  # before int(): int(inf) raises, and 10^25 tokens would overflow a table
+    values.update({name: int(v) for name in _INTS if (v := values[name]) is not None})
+    doubts += _contradictions(values)
     errors = _errors(body)
     models = [m.group(1) for pattern in _MODEL_PATTERNS for m in [re.search(pattern, body)] if m]
     found = tuple(k for k, v in values.items() if v is not None)
     message = note
-    if not found and not errors:
+    if not found and not errors and doubts:
+        message = (
+            "Every figure read from the paste looks wrong (see the notes): nothing is left to draw or compute. "
+            "Paste the lines exactly as vLLM printed them."
+        )
+    elif not found and not errors:
         message = (
             "No vLLM start-up figures or known error lines found. Paste the lines vLLM prints while starting "
             "(e.g. 'Loading model weights took …', 'Available KV cache memory: … GiB', '# GPU blocks: …', "
             "'Maximum concurrency for … tokens per request') or a 'CUDA out of memory. Tried to allocate …' message."
         ) + (f" ({note})" if note else "")
     model = models[0] if models else None
-    return VllmLog(**values, errors=errors, model=model, version=_version(body), message=message, found=found)  # type: ignore[arg-type]
+    return VllmLog(
+        **values,
+        errors=errors,
+        model=model,
+        version=_version(body),
+        message=message,
+        found=found,  # type: ignore[arg-type]
+        doubts=tuple(doubts),
+    )

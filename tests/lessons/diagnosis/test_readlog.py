@@ -82,7 +82,8 @@ def test_the_last_start_up_wins_and_repeated_worker_errors_count_once():
 def test_garbage_gets_a_message_not_an_exception(junk):
     got = read_vllm_log(junk)
     assert isinstance(got, VllmLog) and not got.recognised and got.errors == ()
-    assert got.message and "No vLLM start-up figures" in got.message
+    # a figure beyond any GPU ("1e999 tokens") is read, refused and named in a note instead
+    assert got.message and ("No vLLM start-up figures" in got.message or ("looks wrong" in got.message and got.doubts))
     assert all(getattr(got, f) is None for f in FIELDS)
 
 
