@@ -1,8 +1,9 @@
 """The layout rules of docs/ARCHITECTURE.md, checked on the source so a change that breaks one fails here.
 
-Each rule is one small test: module size, function size, the engine's top level, the import direction of
-the layers, no private names across modules, Streamlit only in the app layer, and no reference to a file
-outside the repository.
+Each rule is one small test: function size, the engine's subsystem packages, the import direction of the
+layers, no private names across modules, Streamlit only in the app layer, and no reference to a file outside
+the repository. Files are split where they hold two concepts, never to meet a line count, so no rule here
+counts a module's lines or the engine's top-level files.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ("engine", "kernels", "lessons", "ui", "pages", "progress")
-MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60  # outside kernels/ (Triton kernels are long by nature) and bench/
-MAX_ENGINE_TOP_LEVEL = 6
 # Which top-level packages each layer may import (imports only point down).
 ALLOWED_IMPORTS = {
     "kernels": {"kernels"},
@@ -56,11 +55,6 @@ def _imports(tree: ast.AST) -> list[tuple[str, list[str]]]:
     return found
 
 
-def test_no_module_passes_the_size_limit():
-    big = [f"{_rel(p)} ({n})" for p in _modules(*LIBRARY) if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
-    assert not big, f"modules over {MAX_MODULE_LINES} lines (split them by concept): {big}"
-
-
 def test_no_function_passes_the_size_limit():
     long = []
     for path in _modules("engine", "lessons", "ui", "pages", "progress") + [ROOT / "app.py"]:
@@ -72,9 +66,7 @@ def test_no_function_passes_the_size_limit():
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
-def test_engine_top_level_is_small():
-    top = sorted(p.name for p in (ROOT / "engine").glob("*.py"))
-    assert len(top) <= MAX_ENGINE_TOP_LEVEL, f"engine/ has {len(top)} top-level modules: {top}"
+def test_engine_subsystems_are_packages():
     for package in ("core", "model", "attention", "memory", "sim"):
         assert (ROOT / "engine" / package / "__init__.py").is_file(), f"engine/{package}/ is not a package"
 
