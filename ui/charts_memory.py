@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 
 from ui.charts import DASHES, PALETTE, PATTERNS, labelled_grid, layout
+from ui.inert import LONG, plotly_text
 
 # Block states in the pool picture -> (heatmap value, word shown in the cell).
 STATE_VALUES: dict[str, float] = {"free": 0.0, "cached": 0.35, "used": 0.7, "shared": 1.0}
@@ -46,13 +47,18 @@ def block_table_picture(
         row_t = [""] * width
         for i, (block, n) in enumerate(zip(table[:width], fill[:width], strict=True)):
             row_v[i] = n / block_size
-            row_t[i] = f"→ {block}<br>{n}/{block_size}"
+            row_t[i] = f"→ {plotly_text(block)}<br>{n}/{block_size}"
         values.append(row_v)
         text.append(row_t)
     more = max(len(t) for t in tables.values()) - width
     suffix = f" (first {width} logical blocks; {more} more not drawn)" if more > 0 else ""
     fig = labelled_grid(
-        values, text, title + suffix, xlabels=[f"logical {i}" for i in range(width)], ylabels=names, colorscale="Blues"
+        values,
+        text,
+        title + suffix,
+        xlabels=[f"logical {i}" for i in range(width)],
+        ylabels=[plotly_text(n) for n in names],  # sequence names may come from a learner's run: shown as typed
+        colorscale="Blues",
     )
     fig.update_traces(zmin=0, zmax=1, hovertemplate="%{y}, %{x}: physical block %{text}<extra></extra>")
     return fig
@@ -83,9 +89,11 @@ def block_pool_grid(
             if state not in STATE_VALUES:
                 raise ValueError(f"block {b['block_id']}: unknown state {state!r}; use one of {list(STATE_VALUES)}")
             row_v[j] = STATE_VALUES[state]
-            owners = str(b.get("owners", "")) or "—"
+            owners = plotly_text(str(b.get("owners", "")), LONG) or "—"
             refs_txt = f" ×{refs}" if refs > 1 else ""
-            row_t[j] = f"#{b['block_id']} {state}{refs_txt}<br>{owners} {b['filled']}/{block_size}"
+            row_t[j] = (
+                f"#{plotly_text(b['block_id'])} {state}{refs_txt}<br>{owners} {plotly_text(b['filled'])}/{block_size}"
+            )
         values.append(row_v)
         text.append(row_t)
     ylabels = [f"blocks {s}–{min(s + columns, len(blocks)) - 1}" for s in range(0, len(blocks), columns)]
@@ -145,12 +153,13 @@ def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Fig
     fig = go.Figure()
     for i, r in enumerate(rows):
         gib = float(r["GiB"])  # type: ignore[arg-type]
+        part = plotly_text(str(r["part"]))  # parts are the course's words; escaped all the same
         fig.add_bar(
-            name=str(r["part"]),
+            name=part,
             y=["GPU memory"],
             x=[max(gib, 0.0)],
             orientation="h",
-            text=[f"{r['part']}: {gib:,.1f} GiB"],
+            text=[f"{part}: {gib:,.1f} GiB"],
             textposition="inside",
             marker={"color": PALETTE[i % len(PALETTE)], "pattern": {"shape": PATTERNS[i % len(PATTERNS)]}},
         )
@@ -162,7 +171,7 @@ def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Fig
 
 def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:
     """Add a dotted vertical marker with a text label (e.g. the scheduler step being inspected)."""
-    fig.add_vline(x=x, line={"color": PALETTE[7], "dash": "dot"}, annotation_text=label)
+    fig.add_vline(x=x, line={"color": PALETTE[7], "dash": "dot"}, annotation_text=plotly_text(label))
     return fig
 
 

@@ -87,3 +87,18 @@ def test_waste_by_policy_stacks_the_four_shares_per_server():
     assert list(fig.data[0].y) == ["static Max", "paged"] and fig.layout.barmode == "stack"
     with pytest.raises(ValueError, match="no rows"):
         cm.waste_by_policy([])
+
+
+def test_names_and_owners_from_a_run_are_shown_as_typed_not_as_plotly_markup():
+    evil = "<a href='https://evil.example'>x</a><img src=x><br><b>b</b>"
+    table = cm.block_table_picture({evil: [3]}, {evil: [2]}, 4, "t")
+    assert all("<a" not in str(y) and "&lt;a href=" in str(y) for y in table.data[0].y)
+    pool = cm.block_pool_grid(
+        [{"block_id": 0, "state": "used", "ref_count": 1, "owners": evil, "filled": 2}], 4, "pool"
+    )
+    cell = pool.data[0].text[0][0]
+    assert "&lt;a href=" in cell and "<a" not in cell and cell.count("<br>") == 1  # only the builder's own break
+    bar = cm.memory_breakdown([{"part": evil, "GiB": 1.0}], "mem")
+    assert "<" not in bar.data[0].name and "<" not in bar.data[0].text[0]
+    marked = cm.with_marker(bar, 0.5, evil)
+    assert all("<a" not in a.text for a in marked.layout.annotations)

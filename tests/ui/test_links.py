@@ -145,3 +145,78 @@ def test_readme_table_matches_the_specs():
 def test_unknown_parameter_name_is_a_valueerror():
     with pytest.raises(ValueError, match="paged has no parameter 'block'; use one of block_size, max_context"):
         links.SPECS["paged"].param("block")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "６４",
+        "٦٤",
+        "६४",
+        "6_4",
+        "64\u200f",
+        "\u200e64",
+        "6 4",
+        "64\u00a0",
+        "\u300064",
+        "1e3",
+        "6.4e1",
+        "0x40",
+        "inf",
+        "nan",
+        "-inf",
+        "6,4",
+        "1" * 40,
+        "+-64",
+        "64\x00",
+        "６٤",
+        "𝟔𝟒",
+    ],
+)
+def test_numbers_in_links_are_ascii_digits_only(raw):
+    # int() and float() take all of these (any script's digits, underscores, exponents, inf); a link does not
+    for spec, name in ((links.SPECS["bandwidth"], "batch"), (links.SPECS["fragmentation"], "rate")):
+        values, notes = links.resolve(spec, {name: raw})
+        assert list(notes) == [name] and values[name] == links.resolve(spec, {})[0][name], (name, raw)
+        assert inert_md(raw) in notes[name]
+
+
+def test_what_a_number_in_a_link_may_look_like():
+    # an optional sign, ASCII digits, a decimal point for floats; spaces, tabs and newlines around are trimmed
+    bandwidth, fragmentation = links.SPECS["bandwidth"], links.SPECS["fragmentation"]
+    for raw in ("64", "+64", "064", " 64 ", "\t64\n"):
+        assert links.resolve(bandwidth, {"batch": raw}) == ({**links.resolve(bandwidth, {})[0], "batch": 64}, {})
+    for raw, rate in (("4.5", 4.5), (".5", 0.5), ("4.", 4.0), ("+8", 8.0), ("8.00", 8.0)):
+        values, notes = links.resolve(fragmentation, {"rate": raw})
+        assert notes == {} and values["rate"] == rate, raw
+    assert list(links.resolve(bandwidth, {"batch": "-1"})[1]) == ["batch"]  # a sign is read, then the range refuses
+
+
+def test_choices_match_ascii_only():
+    # "K" (Kelvin sign) lowers to "k" and "ı" uppers to "I": a look-alike never selects a real choice
+    for raw in ("llama-3-8\u212ab", "fp\u0665", "ALP\u0391CA", "ｂｆ16"):
+        for spec in links.SPECS.values():
+            for p in spec.params:
+                if p.kind is str and p.check is None:
+                    values, notes = links.resolve(spec, {p.name: raw})
+                    assert list(notes) == [p.name], (p.name, raw)
+
+
+PAYLOAD = (
+    "[click](https://evil.example/x) ![i](https://evil.example/i.png) <img src=https://evil.example/h.png> "
+    "https://evil.example/auto :material/warning: $x^2$ ``` `` `\u202e"
+)
+
+
+@pytest.mark.parametrize("spec", links.SPECS.values(), ids=lambda s: s.page_id)
+def test_a_markdown_payload_is_only_ever_inside_code_spans(spec):
+    markdown_it = pytest.importorskip("markdown_it")
+    parser = markdown_it.MarkdownIt("commonmark")
+    _, notes = links.resolve(spec, {name: PAYLOAD for name in spec.names})
+    assert list(notes) == list(spec.names)
+    for name, note in notes.items():
+        tokens = [c for b in parser.parse(note) if b.type == "inline" for c in b.children]
+        assert {t.type for t in tokens} <= {"text", "code_inline"}, (name, note)
+        text = "".join(t.content for t in tokens if t.type == "text")
+        assert "evil" not in text and "$" not in text and ":material" not in text and "\u202e" not in note
+        assert f"`{name}`" in note  # the parameter is named (trusted: from the spec)
