@@ -94,7 +94,7 @@ def memory_rows(log: VllmLog) -> list[dict[str, float | str]]:
              ("KV cache", log.kv_cache_gib)]  # fmt: skip
     rows = [(p, g) for p, g in parts if g is not None]
     if not rows and log.oom_total_gib is not None:  # only a PyTorch OOM message
-        used = log.oom_total_gib - (log.oom_free_gib or 0.0)
+        used = max(log.oom_total_gib - (log.oom_free_gib or 0.0), 0.0)  # "free" above the total: flagged, not drawn
         rows = [("allocated by PyTorch", log.oom_allocated_gib or used)]
         rows.append(("other memory in use", max(used - rows[0][1], 0.0)))
         rows.append(("free", log.oom_free_gib or 0.0))

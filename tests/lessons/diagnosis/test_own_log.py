@@ -1,11 +1,16 @@
-"""Page 6's "diagnose your own server" logic on real logs: memory bar parts, room for requests, flag changes."""
+"""Page 6's "diagnose your own server" logic on real logs: memory bar parts, room for requests, flag changes;
+absurd figures (beyond any GPU, negative, contradicting each other) give notes, and no log ever raises."""
 
+import math
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from engine.memory.catalog import GiB
 from lessons.diagnosis import own_log, read_vllm_log
+from lessons.diagnosis.readlog import LIMITS, MAX_GPU_GIB, MAX_TOKENS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -78,3 +83,122 @@ def test_found_rows_and_model_guess():
     )
     assert own_log.guess_model(parsed) is None  # a quantized third-party repo is not a catalog checkpoint
     assert own_log.read_paste("", "").message and own_log.read_paste(None, None).message
+
+
+# --- absurd numbers: a note that the line looks wrong, never a crash ---------------------------------------
+
+INT64 = 2**63 - 1
+LINES = (  # the real line shapes read_vllm_log knows, with a number slot
+    "INFO [gpu_worker.py] Available KV cache memory: {f} GiB",
+    "INFO [kv_cache_utils.py] GPU KV cache size: {i} tokens",
+    "INFO [kv_cache_utils.py] Maximum concurrency for {i} tokens per request: {f}x",
+    "INFO [worker.py] Loading model weights took {f} GB",
+    "INFO [executor_base.py] # GPU blocks: {i}, # CPU blocks: 2048",
+    "INFO Memory profiling takes 5.2 seconds total_gpu_memory={f}GiB x gpu_memory_utilization={u} = 21.22GiB "
+    "model weights take {f}GiB; non_torch_memory takes {f}GiB; PyTorch activation peak memory takes {f}GiB; "
+    "the rest of the memory reserved for KV Cache is {f}GiB.",
+    "INFO [gpu_model_runner.py] Graph capturing finished in 12 secs, took {f} GiB",
+    "INFO Estimated CUDA graph memory: {f} GiB total",
+    "ValueError: The model's max seq len ({i}) is larger than the maximum number of tokens that can be stored in "
+    "KV cache ({i}). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing.",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {f} GiB. GPU 0 has a total capacity of {f} GiB "
+    "of which {f} GiB is free. Of the allocated memory {f} GiB is allocated by PyTorch",
+    "INFO Initializing a V1 LLM engine with config: model='meta-llama/Meta-Llama-3-8B-Instruct', max_seq_len={i}",
+)
+NUMBER = st.one_of(
+    st.integers(min_value=0, max_value=10**25).map(str),
+    st.integers(min_value=0, max_value=10**25).map(lambda n: f"{n:,}"),
+    st.floats(min_value=0, max_value=1e25, allow_nan=False).map(lambda x: f"{x:.2f}"),
+    st.sampled_from(["0", "0.00", "-3.2", "-1", "1e30", "1e999", "9" * 25, "1,2,,3", "0.0001"]),
+)
+
+
+@st.composite
+def logs(draw) -> str:
+    lines = draw(st.lists(st.sampled_from(LINES), min_size=1, max_size=8))
+    out = []
+    for line in lines:
+        for slot in ("{i}", "{f}", "{u}"):
+            while slot in line:
+                value = draw(NUMBER if slot != "{u}" else st.sampled_from(["0.9", "0.5", "5.5", "0", ".95", "1.0"]))
+                line = line.replace(slot, value, 1)
+        out.append(line)
+    return "\n".join(out)
+
+
+def table_safe(rows) -> None:
+    """What st.dataframe can show: ints within int64, finite floats."""
+    for row in rows:
+        for value in row.values():
+            if isinstance(value, int):
+                assert -INT64 <= value <= INT64, row
+            elif isinstance(value, float):
+                assert math.isfinite(value), row
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs(), st.integers(min_value=1, max_value=10_000_000), st.sampled_from([None, "llama-3-8b", "mistral-7b"]))
+@example(
+    "INFO GPU KV cache size: 99999999999999999999 tokens\nINFO Available KV cache memory: 6.87 GiB", 4096, None
+)  # the crash: 10^20 tokens overflowed the flag-change table (int64)
+@example("GPU 0 has a total capacity of 23.69 GiB of which 30.00 GiB is free", 4096, None)  # no negative part
+def test_any_log_of_real_lines_with_any_numbers_never_raises(text, length, model):
+    parsed = own_log.read_paste(text, "")
+    table_safe(own_log.found_rows(parsed))
+    rows = own_log.memory_rows(parsed)
+    table_safe(rows)
+    for row in rows:
+        assert 0 <= row["GiB"] <= 2 * MAX_GPU_GIB, row
+    pool = own_log.kv_pool(parsed, model)
+    if pool is not None:
+        assert 0 <= pool.tokens <= MAX_TOKENS
+        assert own_log.room_for(pool.tokens, length) >= 0
+        assert own_log.room_sentence(pool, length)
+    table_safe(own_log.suggestions(parsed, length, model))
+    for name in parsed.found:
+        value = getattr(parsed, name)
+        low, high, _ = LIMITS[name]
+        assert low <= value <= high, (name, value)  # nothing beyond any GPU is kept
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("GPU KV cache size: 99999999999999 tokens", "99,999,999,999,999 tokens is more than the KV tokens"),
+        ("Loading model weights took 1000000000 GiB", "1,000,000,000 GiB is more than any GPU's memory"),
+        ("Maximum concurrency for 2048 tokens per request: 1e30x", "1e+30x is more than"),
+        ("Maximum concurrency for 1000000000000 tokens per request: 2.00x", "1,000,000,000,000 tokens is more"),
+        ("max_seq_len=1000000000000", "max_model_len looks wrong"),
+        ("Available KV cache memory: -3.20 GiB", "-3.2 GiB is negative"),
+        ("total_gpu_memory=80GiB gpu_memory_utilization=1.50", "1.5 is more than the whole GPU"),
+    ],
+)
+def test_a_figure_beyond_any_gpu_is_left_out_with_a_note(text, words):
+    parsed = own_log.read_paste(text)
+    assert any(words in d and "looks wrong" in d for d in parsed.doubts), parsed.doubts
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("total_gpu_memory=23.58GiB gpu_memory_utilization=0.90 model weights take 40.00GiB", "weights (40 GiB)"),
+        ("total_gpu_memory=23.58GiB gpu_memory_utilization=0.90 reserved for KV Cache is 30GiB", "KV cache (30 GiB)"),
+        (
+            "total_gpu_memory=24GiB gpu_memory_utilization=0.90 model weights take 14GiB; reserved for KV Cache is "
+            "14GiB",
+            "add up to 28.00 GiB",
+        ),
+        ("GPU KV cache size: 99,999 tokens\nAvailable KV cache memory: 0.0001 GiB", "bytes per token"),
+        ("GPU 0 has a total capacity of 23.69 GiB of which 30.00 GiB is free", "free memory (30 GiB)"),
+    ],
+)
+def test_impossible_combinations_are_flagged(text, words):
+    parsed = own_log.read_paste(text)
+    assert any(words in d for d in parsed.doubts), parsed.doubts
+    table_safe(own_log.suggestions(parsed, 4096))
+
+
+def test_a_kv_pool_with_impossible_bytes_per_token_has_no_size():
+    parsed = own_log.read_paste("GPU KV cache size: 99,999 tokens\nAvailable KV cache memory: 0.0001 GiB")
+    pool = own_log.kv_pool(parsed)
+    assert pool.tokens == 99_999 and pool.bytes_per_token is None and own_log.suggestions(parsed, 4096) == []
