@@ -4,6 +4,7 @@ write the view back into the URL, and bad values show a warning and the defaults
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ui import links
 from ui.inert import inert_md
 
 # page id -> (query, widget key -> the value that widget must show)
@@ -164,3 +165,24 @@ def test_a_changed_model_starts_its_group_slider_at_the_models_own_default(app_t
     at.selectbox(key="gqa_model").set_value("qwen2.5-0.5b").run()
     assert not at.exception and at.session_state["gqa_groups_qwen2.5-0.5b"] == 2  # its real KV heads, not the link's
     assert at.query_params["model"] == "qwen2.5-0.5b" and at.query_params["groups"] == "2"
+
+
+PAYLOAD = (
+    "[click](https://evil.example/x) ![i](https://evil.example/i.png) <img src=https://evil.example/h.png> "
+    "https://evil.example/auto :material/warning: $x^2$ ``` `` `\u202e"
+)
+
+
+@pytest.mark.parametrize("page_id", sorted(links.SPECS))
+def test_a_markdown_payload_in_every_parameter_is_shown_only_as_code(app_test, page_id):
+    spec = links.SPECS[page_id]
+    at = opened(app_test, page_id, {name: PAYLOAD for name in spec.names})
+    notes = [w.value for w in at.warning if w.value.startswith("Link parameter")]
+    assert len(notes) == len(spec.names)
+    parser = pytest.importorskip("markdown_it").MarkdownIt("commonmark")
+    for note in notes:
+        tokens = [c for b in parser.parse(note) if b.type == "inline" for c in b.children]
+        assert {t.type for t in tokens} <= {"text", "code_inline"}, note
+        assert inert_md(PAYLOAD) in note  # the raw value, whole, as one code span
+        plain = "".join(t.content for t in tokens if t.type == "text")
+        assert "evil" not in plain and "$" not in plain and ":material" not in plain and "\u202e" not in note

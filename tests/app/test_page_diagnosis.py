@@ -114,3 +114,50 @@ def test_paste_garbage_gets_a_clear_message(at, junk):
     at.text_area(key="diag_paste_log").input(junk).run()
     assert not at.exception and not at.error
     assert any("No vLLM start-up figures" in i.value for i in at.info)
+
+
+def outside_code_spans(markdown: str) -> str:
+    """The text of ``markdown`` that CommonMark does not read as a code span (asserting nothing else is there)."""
+    parser = pytest.importorskip("markdown_it").MarkdownIt("commonmark")
+    tokens = [c for b in parser.parse(markdown) if b.type == "inline" for c in b.children]
+    kinds = {t.type for t in tokens} - {"text", "code_inline", "strong_open", "strong_close", "softbreak"}
+    assert not kinds, (kinds, markdown)
+    return "".join(t.content for t in tokens if t.type == "text")
+
+
+def test_paste_absurd_numbers_gets_notes_never_a_crash(at):
+    # two lines: 10^14 KV tokens and a concurrency of 1e30 (the crash was 10^20 tokens beside a KV size)
+    at.text_area(key="diag_paste_log").input(
+        "INFO GPU KV cache size: 99999999999999999999 tokens\nINFO Available KV cache memory: 6.87 GiB\n"
+        "INFO Maximum concurrency for 1000000000000 tokens per request: 1e30x\n"
+        "INFO Loading model weights took 1000000000 GiB\ntotal_gpu_memory=80GiB gpu_memory_utilization=1.5"
+    ).run()
+    assert not at.exception and not at.error
+    notes = [w.value for w in at.warning if "looks wrong" in w.value]
+    assert len(notes) == 5, notes  # tokens, max_model_len, concurrency, weights, utilization
+    at.selectbox(key="diag_paste_model").set_value("llama-3-8b").run()
+    assert not at.exception and not at.error
+    at.number_input(key="diag_paste_len").set_value(10_000_000).run()
+    assert not at.exception and not at.error
+
+
+def test_paste_impossible_combination_is_flagged(at):
+    at.text_area(key="diag_paste_log").input(
+        "total_gpu_memory=23.58GiB gpu_memory_utilization=0.90 model weights take 40.00GiB; reserved for KV Cache "
+        "is 30.00GiB"
+    ).run()
+    assert not at.exception and not at.error
+    assert any("cannot be larger than the GPU's total memory" in w.value for w in at.warning)
+
+
+def test_a_pasted_error_line_is_shown_as_text(at):
+    evil = "[click](https://evil.example/x) ![i](https://evil.example/i.png) :material/warning: $x^2$ ``` <b>b</b>"
+    at.text_area(key="diag_paste_log").input(
+        f"ValueError: The model's max seq len (40000) {evil} is larger than the maximum number of tokens that can be "
+        "stored in KV cache (23648)."
+    ).run()
+    assert not at.exception and not at.error
+    (shown,) = [w.value for w in at.warning if "Your log reports" in w.value]
+    plain = outside_code_spans(shown)
+    assert "max seq len (40000)" in plain and "evil" not in plain and "$" not in plain and ":material" not in plain
+    assert "https://evil.example/x" in shown  # still there to read, inside a code span

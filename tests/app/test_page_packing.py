@@ -123,3 +123,22 @@ def test_packed_run_agrees_with_padded_and_splits_back(lengths, causal):
     assert run.padded_shape == (len(lengths), 2, max(lengths), 8)
     assert [s[1] for s in run.segment_shapes] == lengths
     assert [r["tokens"] for r in run.segment_rows()] == lengths
+
+
+PAYLOAD = "[click](https://evil.example/x) ![i](https://evil.example/i.png) :material/warning: $x^2$ ``` <b>b</b>"
+
+
+@pytest.mark.parametrize("text", [f"5, {PAYLOAD}", "5, ６４", "5, 6_4", "64\u200f", "1e3", "9" * 5000])
+def test_a_payload_or_odd_number_in_the_lengths_box_gets_an_inert_error(at, text):
+    at.text_input(key="pack_lengths").set_value(text).run()
+    assert not at.exception
+    (error,) = [e.value for e in at.error]
+    assert "How to fix" in error
+    parser = pytest.importorskip("markdown_it").MarkdownIt("commonmark")
+    message = error.split("\n\n**How to fix:**")[0]  # the hint after it is the course's own Markdown
+    tokens = [c for b in parser.parse(message) if b.type == "inline" for c in b.children]
+    assert {t.type for t in tokens} <= {"text", "code_inline"}, message
+    plain = "".join(t.content for t in tokens if t.type == "text")
+    assert "evil" not in plain and "$" not in plain and "\u200f" not in error and len(error) < 1000
+    with pytest.raises(ValueError):
+        lab.parse_lengths(text)
