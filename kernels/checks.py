@@ -36,8 +36,13 @@ def check_same(names: str, tensors: list[torch.Tensor]) -> None:
 
 
 def check_heads(num_heads: int, num_kv_heads: int, head_dim: int, kv_name: str = "k") -> None:
-    """Hq is a multiple of Hkv (GQA) and the head dim is within what the kernels support."""
-    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+    """Hq is a multiple of Hkv (GQA), both at least 1, and the head dim is within what the kernels support."""
+    if num_heads < 1 or num_kv_heads < 1:
+        raise ValueError(
+            f"q has {num_heads} heads and {kv_name} has {num_kv_heads}; attention needs at least one query head "
+            f"and one KV head (shapes [tokens, heads >= 1, head_dim])"
+        )
+    if num_heads % num_kv_heads != 0:
         raise ValueError(
             f"q has {num_heads} heads but {kv_name} has {num_kv_heads}; Hq must be a multiple of Hkv (GQA groups)"
         )
@@ -56,16 +61,30 @@ def check_last_stride(**tensors: torch.Tensor) -> None:
             raise ValueError(f"{name}.stride(-1) is {t.stride(-1)} but must be 1 for Triton; pass {name}.contiguous()")
 
 
-def check_scale(scale: float | None, head_dim: int) -> float:
-    """A finite float softmax scale; None means head_dim ** -0.5."""
-    if scale is not None and (
-        isinstance(scale, torch.Tensor)
-        or not isinstance(scale, (int, float))
-        or scale != scale
-        or abs(scale) == float("inf")
-    ):
-        raise ValueError(f"scale={scale!r} must be a finite Python float (or None for head_dim ** -0.5)")
-    return default_scale(scale, head_dim)
+# The kernels compute scores in float32, so a scale must be a normal float32: a smaller one rounds to a
+# subnormal or to 0 (flushed to 0 where the GPU flushes subnormals), a larger one to inf; either makes
+# softmax's input NaN. No model's scale is anywhere near either end.
+FLOAT32 = torch.finfo(torch.float32)
+
+
+def check_scale(scale: object, head_dim: int) -> float:
+    """A finite softmax scale > 0 within float32's normal range (a Python int or float, not a bool); None
+    means head_dim ** -0.5. A scale <= 0 is refused: the torch backend's causal SDPA turns its masked scores
+    into NaN (-inf x 0), and a negative scale inverts attention, which no model means."""
+    if scale is None:
+        return default_scale(scale, head_dim)
+    fix = "must be a finite number > 0 (or None for head_dim ** -0.5)"
+    shown = repr(scale) if len(repr(scale)) <= 40 else f"{repr(scale)[:37]}..."
+    if isinstance(scale, bool) or isinstance(scale, torch.Tensor) or not isinstance(scale, (int, float)):
+        raise ValueError(f"scale={shown} {fix}; pass a Python float, e.g. scale=float(x)")
+    if not scale > 0 or scale == float("inf"):  # `not >` also catches NaN
+        raise ValueError(f"scale={shown} {fix}")
+    if not FLOAT32.tiny <= scale <= FLOAT32.max:  # compares an int too big for a float exactly
+        raise ValueError(
+            f"scale={shown} {fix}: the kernels compute in float32, so use a scale between "
+            f"{FLOAT32.tiny:.3g} and {FLOAT32.max:.3g}"
+        )
+    return float(scale)
 
 
 def default_scale(scale: float | None, head_dim: int) -> float:
@@ -109,7 +128,8 @@ def check_max_seqlen(name: str, value: object, starts: list[int]) -> int:
 
 
 def check_cache(k_cache: object, v_cache: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """Paged caches are 4-D [num_blocks, block_size, num_kv_heads, head_dim] of equal shape."""
+    """Paged caches are 4-D [num_blocks, block_size, num_kv_heads, head_dim] of equal shape, with at least one
+    slot per block, one KV head and one element per head (a 0 there would divide by zero or read nothing)."""
     layout = "[num_blocks, block_size, num_kv_heads, head_dim]"
     k_cache = check_tensor("k_cache", k_cache, 4, layout)
     v_cache = check_tensor("v_cache", v_cache, 4, layout)
@@ -117,4 +137,10 @@ def check_cache(k_cache: object, v_cache: object) -> tuple[torch.Tensor, torch.T
         raise ValueError(
             f"k_cache has shape {tuple(k_cache.shape)} but v_cache {tuple(v_cache.shape)}; they must match"
         )
+    for dim, name in ((1, "block_size"), (2, "num_kv_heads"), (3, "head_dim")):
+        if k_cache.shape[dim] < 1:
+            raise ValueError(
+                f"k_cache has {name}={k_cache.shape[dim]} (shape {tuple(k_cache.shape)}); a paged cache "
+                f"{layout} needs {name} >= 1"
+            )
     return k_cache, v_cache

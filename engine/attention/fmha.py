@@ -17,6 +17,7 @@ from itertools import accumulate
 import torch
 
 from engine.attention.attn_bias import BLOCK_DIAGONAL_BIASES, BlockDiagonalMask
+from kernels.checks import check_scale
 from kernels.ops import varlen_attention
 
 LAYOUTS = {3: "BMK [B, M, K]", 4: "BMHK [B, M, H, K]", 5: "BMGHK [B, M, G, H, K]"}
@@ -173,14 +174,23 @@ def memory_efficient_attention(
     p: float = 0.0,
     backend: str = "auto",
 ) -> torch.Tensor:
-    """Attention in xformers' layouts; output has the query's layout. Default scale K ** -0.5."""
+    """Attention in xformers' layouts; output has the query's layout. Default scale K ** -0.5.
+
+    scale must be a finite number > 0 (checked here, before any call: a bias whose blocks are all empty makes
+    no kernel call that would check it)."""
     _check_layouts(query, key, value, p)
+    check_scale(scale, max(query.shape[-1], 1))
     batch, len_q = query.shape[:2]
     len_k = key.shape[1]
     q, k, v = _packed_query(query), _kv_heads(key), _kv_heads(value)  # [B * M, Hq, K], [B * N, Hkv, K]
     if k.shape != v.shape:
         raise ValueError(
             "key and value carry their heads differently (one expanded, one not); expand both the same way"
+        )
+    if q.shape[1] < 1 or k.shape[1] < 1:
+        raise ValueError(
+            f"query has {q.shape[1]} heads and key {k.shape[1]}; attention needs at least one of each "
+            "(H >= 1 in BMHK / BMGHK, G >= 1 in BMGHK)"
         )
     if q.shape[1] % k.shape[1] != 0:
         raise ValueError(f"query has {q.shape[1]} heads but key has {k.shape[1]}; query heads must be a multiple")

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from kernels.ops import paged_attention, store_kv, varlen_attention
-from tests.conftest import DEVICE, requires_triton
+from tests.conftest import DEVICE, TRITON_OK, requires_triton
+
+TRITON_CHECKS = TRITON_OK  # the Triton backend's checks run (on CUDA, or on CPU through the interpreter)
 
 CU = torch.tensor([0, 2, 5], dtype=torch.int32)
 
@@ -210,3 +212,113 @@ def test_check_false_still_guards_the_triton_strides(op):
         call, name = lambda: store_kv(**args, backend="triton", check=False), "k_cache"
     with pytest.raises(ValueError, match=rf"{name}.stride\(-1\) is 2 but must be 1 for Triton"):
         call()
+
+
+# ---- scales and degenerate shapes, at every public entry point -------------------------------------------
+
+BAD_SCALES = [
+    (0.0, r"scale=0.0 must be a finite number > 0 \(or None for head_dim \*\* -0.5\)"),
+    (0, r"scale=0 must be a finite number > 0"),
+    (-0.0, r"scale=-0.0 must be a finite number > 0"),
+    (-0.125, r"scale=-0.125 must be a finite number > 0"),
+    (-1e30, r"scale=-1e\+30 must be a finite number > 0"),
+    (True, r"scale=True must be a finite number > 0 .*pass a Python float"),
+    (False, r"scale=False must be a finite number > 0"),
+    ("0.1", r"scale='0.1' must be a finite number > 0"),
+    (float("nan"), "scale=nan must be a finite number > 0"),
+    (float("-inf"), "scale=-inf must be a finite number > 0"),
+    (1e-45, r"scale=1e-45 .* the kernels compute in float32, so use a scale between 1.18e-38 and 3.4e\+38"),
+    (1e39, r"scale=1e\+39 .* float32"),
+    (10**400, r"scale=1000000000.*\.\.\. must be a finite number > 0 .* float32"),
+]
+
+
+def paged_varlen_args(**over):
+    """Valid paged varlen arguments: 2 sequences (5 tokens with 2 queries, 6 with 1) over 4 blocks of 4 slots."""
+    args = {
+        "q": torch.randn(3, 4, 8),
+        "k_cache": torch.randn(4, 4, 2, 8),
+        "v_cache": torch.randn(4, 4, 2, 8),
+        "cu_seqlens_q": torch.tensor([0, 2, 3], dtype=torch.int32),
+        "seq_lens": torch.tensor([5, 6], dtype=torch.int32),
+        "block_tables": torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+        "max_seqlen_q": 2,
+    }
+    args.update(over)
+    return args
+
+
+def entry_points():
+    """(name, call(**overrides)) for every public kernels.ops entry point that takes a scale."""
+    from kernels.ops import paged_varlen_attention
+
+    return [
+        ("varlen", lambda **o: varlen_attention(**varlen_args(**o), backend="torch")),
+        ("varlen causal", lambda **o: varlen_attention(**varlen_args(**o), causal=True, backend="torch")),
+        ("paged", lambda **o: paged_attention(**paged_args(**o), backend="torch")),
+        ("paged varlen", lambda **o: paged_varlen_attention(**paged_varlen_args(**o), backend="torch")),
+    ]
+
+
+@pytest.mark.parametrize(("scale", "match"), BAD_SCALES)
+def test_every_entry_point_refuses_a_bad_scale(scale, match):
+    """A scale <= 0 (causal SDPA gave NaN for it), a bool, NaN, inf or outside float32 is a ValueError."""
+    for _name, call in entry_points():
+        with pytest.raises(ValueError, match=match):
+            call(scale=scale)
+
+
+@pytest.mark.parametrize("scale", [1.2e-38, 1e-30, 0.125, 1, 1e30, 3.4e38])
+def test_extreme_but_valid_scales_are_accepted_and_finite(scale):
+    for name, call in entry_points():
+        out = call(scale=scale)
+        assert out.isfinite().all() or scale > 1e29, name  # from 1e30 on q . k x scale may overflow, as in fp32 math
+
+
+def test_backends_refuse_bad_scales_before_dispatch():
+    """The smallest positive step: scale > 0, not scale >= 0; and the check runs for the Triton backend too."""
+    args = varlen_args(scale=0.0)
+    with pytest.raises(ValueError, match="scale=0.0"):
+        varlen_attention(**args, backend="auto")
+    if TRITON_CHECKS:
+        with pytest.raises(ValueError, match="scale=0.0"):
+            paged_attention(**on_device(paged_args()), scale=0.0, backend="triton")
+
+
+DEGENERATE_CACHES = [
+    ((6, 0, 2, 8), r"k_cache has block_size=0 \(shape \(6, 0, 2, 8\)\); a paged cache .* needs block_size >= 1"),
+    ((6, 4, 0, 8), r"k_cache has num_kv_heads=0 .* needs num_kv_heads >= 1"),
+    ((6, 4, 2, 0), r"k_cache has head_dim=0 .* needs head_dim >= 1"),
+]
+
+
+@pytest.mark.parametrize(("shape", "match"), DEGENERATE_CACHES)
+def test_degenerate_caches_are_refused_everywhere(shape, match):
+    """Block size 0 divided by zero in the paged kernels; zero heads / head_dim failed inside torch reshapes."""
+    from kernels.ops import paged_varlen_attention
+
+    cache = {"k_cache": torch.randn(*shape), "v_cache": torch.randn(*shape)}
+    heads, dim = shape[2], shape[3]
+    with pytest.raises(ValueError, match=match):
+        paged_attention(**paged_args(q=torch.randn(2, max(heads, 1) * 2, dim), **cache), backend="torch")
+    with pytest.raises(ValueError, match=match):
+        paged_varlen_attention(**paged_varlen_args(q=torch.randn(3, max(heads, 1) * 2, dim), **cache), backend="torch")
+    kv = {"k": torch.randn(3, heads, dim), "v": torch.randn(3, heads, dim)}
+    with pytest.raises(ValueError, match=match):
+        store_kv(**store_args(**kv, **cache), backend="torch")
+
+
+@pytest.mark.parametrize(
+    ("q_heads", "kv_heads", "match"),
+    [(0, 2, "q has 0 heads and k has 2; attention needs at least one query head"), (4, 0, "k has 0; attention")],
+)
+def test_zero_heads_are_refused(q_heads, kv_heads, match):
+    q, k = torch.randn(5, q_heads, 8), torch.randn(5, kv_heads, 8)
+    with pytest.raises(ValueError, match=match):
+        varlen_attention(**varlen_args(q=q, k=k, v=k.clone()), backend="torch")
+
+
+def test_zero_head_dim_is_refused():
+    x = torch.randn(5, 2, 0)
+    with pytest.raises(ValueError, match="head_dim=0 is not supported"):
+        varlen_attention(**varlen_args(q=x, k=x.clone(), v=x.clone()), backend="torch")

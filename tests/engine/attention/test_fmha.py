@@ -148,3 +148,20 @@ def test_key_value_expanded_differently():
     v = torch.randn(1, 3, 2, 2, 8)
     with pytest.raises(ValueError, match="expand both"):
         memory_efficient_attention(q, k, v)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, True, float("inf"), 1e-45])
+def test_scale_is_checked_before_any_kernel_call(scale):
+    """A bad scale is refused up front (with every block empty no varlen call would have checked it)."""
+    q = torch.randn(1, 3, 2, 8)
+    with pytest.raises(ValueError, match=r"scale=.* must be a finite number > 0"):
+        memory_efficient_attention(q, q.clone(), q.clone(), scale=scale)
+    empty = torch.randn(1, 0, 2, 8)
+    with pytest.raises(ValueError, match=r"scale=.* must be a finite number > 0"):
+        memory_efficient_attention(empty, empty.clone(), empty.clone(), scale=scale)
+
+
+def test_zero_heads_are_refused():
+    q, k = torch.randn(1, 3, 2, 8), torch.randn(1, 3, 0, 8)
+    with pytest.raises(ValueError, match="query has 2 heads and key 0; attention needs at least one"):
+        memory_efficient_attention(q, k, k.clone())
