@@ -12,10 +12,46 @@ recomputed does not reuse random numbers from another request.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import numbers
+import operator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes any 64-bit value; 0 .. 2**63 - 1 is one per seed
+
+
+def _is_bool(value: object) -> bool:
+    """True for Python and numpy booleans (numpy's bool is not a subclass of bool, nor a number)."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"))
+
+
+def _shown(value: object) -> str:
+    """repr(value), cut to 40 characters (a 400-digit int in an error message helps nobody)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _integer(name: str, value: object, rule: str) -> int:
+    """`value` as a Python int (numpy integers too); a bool, float, str or tensor is a ValueError naming `rule`."""
+    if _is_bool(value) or isinstance(value, torch.Tensor):
+        raise ValueError(f"{name}={_shown(value)} must be {rule}")
+    try:
+        return operator.index(value)  # int, numpy.int64, ...: exact, never truncating a float
+    except TypeError:
+        raise ValueError(f"{name}={_shown(value)} must be {rule}") from None
+
+
+def _real(name: str, value: object, rule: str) -> float:
+    """`value` as a Python float (numpy floats and ints too); a bool, str or tensor is a ValueError naming `rule`."""
+    if _is_bool(value) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}={_shown(value)} must be {rule}")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float's range
+        raise ValueError(f"{name}={_shown(value)} must be {rule}") from None
 
 
 @dataclass(slots=True)
@@ -26,6 +62,15 @@ class SamplingParams:
     nucleus filtering. Generation stops after `max_tokens` tokens ("length"), or when a token in
     `stop_token_ids` or the tokenizer's EOS is produced ("stop"; the stop token is kept in the output).
     `ignore_eos=True` disables the EOS stop (benchmarks use it so every run produces max_tokens tokens).
+
+    Every finite temperature >= 0 is sampled exactly (see `sample`): a tiny one picks among the top logits'
+    ties, a huge one uniformly among the tokens with finite logits; nothing overflows to NaN. vLLM instead
+    treats temperature < 1e-5 as greedy and raises 1e-5 .. 1e-2 to 1e-2 with a warning
+    (vllm/sampling_params.py: _SAMPLING_EPS = 1e-5, _MAX_TEMP = 1e-2), because its sampler divides the raw
+    logits; this sampler subtracts each row's max first, so it needs neither rule.
+    Numbers may be Python or numpy numbers (normalized to int / float here); bools are refused for numbers.
+    max_tokens has no upper bound of its own: a request also stops at the engine's max_model_len ("length").
+    seed: 0 .. 2**63 - 1, or None for a random draw.
     """
 
     max_tokens: int = 16
@@ -37,26 +82,47 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens={self.max_tokens!r} must be an integer >= 1")
-        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature):
-            raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0 (0 means greedy)")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 means greedy)")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)):
-            raise ValueError(f"top_k={self.top_k!r} must be an integer >= 1, or None to keep every token")
-        if self.top_k is not None and self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k} must be >= 1, or None / 0 to keep every token")
-        if self.top_k == 0:
-            self.top_k = None
-        if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
-            raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]; use 1.0 to disable nucleus sampling")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ValueError(f"seed={self.seed!r} must be an integer or None")
-        stop = list(self.stop_token_ids)
-        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in stop):
-            raise ValueError(f"stop_token_ids={self.stop_token_ids!r} must be a list of non-negative token ids")
-        self.stop_token_ids = stop
+        self.max_tokens = _integer("max_tokens", self.max_tokens, "an integer >= 1")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens={self.max_tokens} must be an integer >= 1")
+        rule = "a finite number >= 0 (0 means greedy)"
+        self.temperature = _real("temperature", self.temperature, rule)
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature!r} must be {rule}")
+        if self.temperature == 0:
+            self.temperature = 0.0  # -0.0 too
+        if self.top_k is not None:
+            self.top_k = _integer("top_k", self.top_k, "an integer >= 1, or None / 0 to keep every token")
+            if self.top_k < 0:
+                raise ValueError(f"top_k={self.top_k} must be >= 1, or None / 0 to keep every token")
+            if self.top_k == 0:
+                self.top_k = None
+        rule = "a number in (0, 1]; use 1.0 to disable nucleus sampling"
+        self.top_p = _real("top_p", self.top_p, rule)
+        if not 0.0 < self.top_p <= 1.0:  # also refuses NaN
+            raise ValueError(f"top_p={self.top_p!r} must be {rule}")
+        if self.seed is not None:
+            self.seed = _integer("seed", self.seed, f"an integer in 0 .. 2**63 - 1 ({MAX_SEED}), or None")
+            if not 0 <= self.seed <= MAX_SEED:
+                raise ValueError(f"seed={_shown(self.seed)} must be an integer in 0 .. 2**63 - 1 ({MAX_SEED}), or None")
+        self.stop_token_ids = self._stop_ids(self.stop_token_ids)
+        if not isinstance(self.ignore_eos, bool) and not _is_bool(self.ignore_eos):
+            raise ValueError(f"ignore_eos={_shown(self.ignore_eos)} must be True or False")
+        self.ignore_eos = bool(self.ignore_eos)
+
+    @staticmethod
+    def _stop_ids(value: object) -> list[int]:
+        rule = "a list of non-negative token ids"
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise ValueError(f"stop_token_ids={_shown(value)} must be {rule}")
+        stop = list(value)
+        try:
+            ids = [_integer("stop_token_ids", t, rule) for t in stop]
+        except ValueError:
+            raise ValueError(f"stop_token_ids={_shown(stop)} must be {rule}") from None
+        if any(t < 0 for t in ids):
+            raise ValueError(f"stop_token_ids={_shown(stop)} must be {rule}")
+        return ids
 
     @property
     def greedy(self) -> bool:
@@ -96,6 +162,21 @@ def filter_logits(logits: torch.Tensor, top_k: int | None, top_p: float) -> torc
     return out
 
 
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """One row's logits [V] (float32) divided by `temperature` (> 0) after subtracting the row's max: the
+    exact limit at any temperature, never NaN.
+
+    The top logit (and its ties) become 0 and every other one (x - max) / T <= 0, so a tiny T (even one
+    that rounds to 0 in float32) makes the others -inf: an argmax among ties; a huge T (even one that rounds
+    to inf) makes every finite logit ~0: uniform. NaN logits count as -inf (never drawn); +inf logits are
+    the row's top and tie with each other; a row of only -inf / NaN is uniform.
+    """
+    x = torch.where(logits.isnan(), float("-inf"), logits)
+    top = x.max()
+    z = torch.where(x == top, 0.0, (x - top) / temperature)  # x == top: also +inf - +inf and -inf - -inf
+    return torch.where(z.isnan(), float("-inf"), z)  # -inf / inf (a temperature beyond float32)
+
+
 def sample(
     logits: torch.Tensor,
     params: Sequence[SamplingParams],
@@ -112,7 +193,7 @@ def sample(
     for i, (p, gen) in enumerate(zip(params, generators, strict=True)):
         if p.greedy:
             continue
-        row = filter_logits(logits[i] / p.temperature, p.top_k, p.top_p)
-        probs = torch.softmax(row, dim=-1)
+        row = filter_logits(tempered(logits[i], p.temperature), p.top_k, p.top_p)
+        probs = torch.softmax(row, dim=-1)  # the top token is 0 after tempering and survives filtering
         tokens[i] = int(torch.multinomial(probs, 1, generator=gen).item())
     return tokens
