@@ -7,17 +7,28 @@ user can cause names the path or tensor key at fault.
 
 Tokenizers: the demo model's `kvlab_tokenizer.json` (engine/model/tokenizer.py), else a Hugging Face
 `tokenizer.json` through the optional `tokenizers` package, else None (prompts must then be token ids).
+
+A server passes `allowed_roots` (and `max_bytes`): then the folder and every file the loader opens (config.json,
+the index, each shard it names, the tokenizer) must resolve under one of those roots (engine/model/access.py;
+'demo' is always allowed), and the weights must fit in `max_bytes` both on disk and in memory at the dtype
+they load as, checked before any tensor is allocated. `allowed_roots=None` (the default) trusts the caller
+with any local path, as a library should. A load that fails part-way keeps nothing alive: the half-filled
+model is dropped from the traceback's frames before the error leaves.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import safe_open
 
+from engine.model import access
 from engine.model.config import ModelConfig
 from engine.model.llama import CausalLM
 from engine.model.rope import rope_inv_freq
@@ -51,8 +62,45 @@ class HFTokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
 
-def resolve_model_path(model: str | Path) -> Path:
-    """'demo' -> the embedded demo folder; anything else must be an existing local folder."""
+class ModelTooLargeError(ValueError):
+    """Weights larger than the caller's byte limit (`size` and `limit` in bytes, `what` says which size)."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(f"{what} take {format_bytes(size)}, more than the limit of {format_bytes(limit)}")
+        self.what, self.size, self.limit = what, size, limit
+
+
+def format_bytes(n: int) -> str:
+    """A byte count for people: '1.50 GiB', '3.2 MiB', '812 bytes'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,} bytes"
+
+
+def _roots(model: str | Path, allowed_roots: Iterable[str | os.PathLike[str]] | None) -> tuple[Path, ...] | None:
+    """The resolved roots for loading `model` ('demo' adds the demo folder), or None for no restriction."""
+    if allowed_roots is None:
+        return None
+    return access.resolve_roots([*allowed_roots, *([DEMO_DIR] if str(model) == "demo" else [])])
+
+
+def resolve_model_path(model: str | Path, allowed_roots: Iterable[str | os.PathLike[str]] | None = None) -> Path:
+    """'demo' -> the embedded demo folder; anything else must be an existing local folder.
+
+    With `allowed_roots` the folder is resolved and must lie under one of them; a missing, unreadable or
+    outside folder is one ModelAccessError (so the answer says nothing about what exists elsewhere), and a
+    leading ~ is not expanded."""
+    roots = _roots(model, allowed_roots)
+    if roots is not None:
+        what = "that model folder"
+        try:
+            real = access.confine(DEMO_DIR if str(model) == "demo" else Path(model), roots, what)
+        except FileNotFoundError:
+            raise access.ModelAccessError(what) from None
+        if not real.is_dir():
+            raise access.ModelAccessError(what)
+        return real
     path = DEMO_DIR if str(model) == "demo" else Path(model).expanduser()
     if not path.exists():
         raise FileNotFoundError(
@@ -64,15 +112,25 @@ def resolve_model_path(model: str | Path) -> Path:
     return path
 
 
-def load_config(path: str | Path) -> ModelConfig:
-    """Read and validate `config.json` in a model folder."""
-    cfg_file = Path(path) / "config.json"
-    if not cfg_file.is_file():
-        raise FileNotFoundError(f"{cfg_file} not found; a Hugging Face model folder needs a config.json")
+def _read_json(real: Path, what: str, shown: Path) -> Any:
     try:
-        raw = json.loads(cfg_file.read_text())
+        return json.loads(access.read_text(real, what))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{cfg_file} is not valid JSON: {exc}") from exc
+        raise ValueError(f"{shown} is not valid JSON: {exc}") from None
+
+
+def load_config(path: str | Path, allowed_roots: Iterable[str | os.PathLike[str]] | None = None) -> ModelConfig:
+    """Read and validate `config.json` in a model folder (under `allowed_roots` when given)."""
+    return _load_config(Path(path), None if allowed_roots is None else access.resolve_roots(allowed_roots))
+
+
+def _load_config(path: Path, roots: tuple[Path, ...] | None) -> ModelConfig:
+    cfg_file = path / "config.json"
+    what = "config.json in that folder"
+    real = access.existing(cfg_file, roots, what)
+    if real is None:
+        raise FileNotFoundError(f"{cfg_file} not found; a Hugging Face model folder needs a config.json")
+    raw = _read_json(real, what, cfg_file)
     if not isinstance(raw, dict):
         raise ValueError(f"{cfg_file} must hold a JSON object, got {type(raw).__name__}")
     try:
@@ -81,24 +139,47 @@ def load_config(path: str | Path) -> ModelConfig:
         raise ValueError(f"{cfg_file}: {exc}") from exc
 
 
-def weight_files(path: Path) -> list[Path]:
-    """The safetensors files of a folder: the shards named by the index, or the single file(s)."""
+def weight_files(path: Path, allowed_roots: Iterable[str | os.PathLike[str]] | None = None) -> list[Path]:
+    """The safetensors files of a folder: the shards named by the index, or the single file(s).
+
+    Each is returned as its checked real path (under `allowed_roots` when given): a shard name such as
+    '../x.safetensors', an absolute path or a link that leads outside the roots is refused."""
+    return list(_weight_files(Path(path), None if allowed_roots is None else access.resolve_roots(allowed_roots)))
+
+
+def _checked(path: Path, roots: tuple[Path, ...] | None, what: str, files: dict[Path, int]) -> None:
+    """Add the real path of one weights file and its size to `files` (a regular file under the roots)."""
+    real = access.confine(path, roots, what)
+    files[real] = access.file_size(real, what)
+
+
+def _weight_files(path: Path, roots: tuple[Path, ...] | None) -> dict[Path, int]:
+    """Real path -> size in bytes of every weights file, in loading order."""
     index = path / INDEX_FILE
-    if index.is_file():
+    what = f"{INDEX_FILE} in that folder"
+    real_index = access.existing(index, roots, what)
+    if real_index is not None:
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"{index} is not a valid safetensors index (needs a 'weight_map'): {exc}") from exc
-        files = [path / name for name in sorted(set(weight_map.values()))]
-        for f in files:
-            if not f.is_file():
-                raise FileNotFoundError(f"shard {f} listed in {index} is missing")
+            names = sorted(set(_read_json(real_index, what, index)["weight_map"].values()))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{index} is not a valid safetensors index (needs a 'weight_map'): {exc}") from None
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"{index} must map tensor names to shard file names")
+        files: dict[Path, int] = {}
+        for name in names:
+            try:
+                _checked(path / name, roots, f"shard {name!r} named by {INDEX_FILE}", files)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"shard {path / name} listed in {index} is missing") from None
         return files
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
+    found = sorted(path.glob("*.safetensors"))
+    if not found:
         pickled = sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
         hint = f"; found {', '.join(pickled)} (pickle) which this loader refuses to unpickle" if pickled else ""
         raise FileNotFoundError(f"no *.safetensors weights in {path}{hint}; convert the checkpoint to safetensors")
+    files = {}
+    for f in found:
+        _checked(f, roots, f"{f.name} in that folder", files)
     return files
 
 
@@ -133,17 +214,29 @@ def load_weights(model: CausalLM, files: list[Path]) -> None:
         raise ValueError(f"weights in {files[0].parent} are missing {', '.join(map(repr, missing[:3]))}{more}")
 
 
-def load_tokenizer(path: Path, config: ModelConfig) -> ByteBPETokenizer | HFTokenizer | None:
+def load_tokenizer(
+    path: Path, config: ModelConfig, allowed_roots: Iterable[str | os.PathLike[str]] | None = None
+) -> ByteBPETokenizer | HFTokenizer | None:
     """The folder's tokenizer, or None when it has none the engine can read (then prompts must be token ids)."""
-    if (path / KVLAB_TOKENIZER).is_file():
-        return ByteBPETokenizer.load(path / KVLAB_TOKENIZER)
-    if (path / "tokenizer.json").is_file():
+    return _load_tokenizer(Path(path), config, None if allowed_roots is None else access.resolve_roots(allowed_roots))
+
+
+def _load_tokenizer(path: Path, config: ModelConfig, roots: tuple[Path, ...] | None) -> Any:
+    kvlab = access.existing(path / KVLAB_TOKENIZER, roots, f"{KVLAB_TOKENIZER} in that folder")
+    if kvlab is not None:
+        what = f"{KVLAB_TOKENIZER} in that folder"
+        if access.file_size(kvlab, what) > access.MAX_METADATA_BYTES:
+            raise ValueError(f"{what} is larger than {format_bytes(access.MAX_METADATA_BYTES)}")
+        return ByteBPETokenizer.load(kvlab)  # the checked real path
+    hf = access.existing(path / "tokenizer.json", roots, "tokenizer.json in that folder")
+    if hf is not None:
         try:
             from tokenizers import Tokenizer
         except ImportError:
             return None  # documented: without `tokenizers`, pass prompts as token ids
         eos = config.eos_token_ids[0] if config.eos_token_ids else None
-        return HFTokenizer(Tokenizer.from_file(str(path / "tokenizer.json")), eos, config.bos_token_id)
+        text = access.read_text(hf, "tokenizer.json in that folder")
+        return HFTokenizer(Tokenizer.from_str(text), eos, config.bos_token_id)
     return None
 
 
@@ -151,23 +244,44 @@ def load_model(
     model: str | Path,
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
+    allowed_roots: Iterable[str | os.PathLike[str]] | None = None,
+    max_bytes: int | None = None,
 ) -> tuple[CausalLM, ModelConfig, ByteBPETokenizer | HFTokenizer | None]:
     """Load a local HF folder (or 'demo') -> (model in eval mode, config, tokenizer or None).
 
     dtype None keeps float32 on CPU (bf16 matmuls are slow there) and bfloat16 on CUDA. The model holds
     no kernel choice: the engine that runs it names the backend in every step's ForwardMeta.
+    allowed_roots: every file opened must resolve under one of these folders ('demo' is always allowed);
+    None trusts any local path. max_bytes: ModelTooLargeError, before anything is allocated, when the
+    shards on disk or the parameters at `dtype` in memory exceed it (a bf16 checkpoint loaded as float32
+    takes twice its file size).
     """
-    path = resolve_model_path(model)
-    config = load_config(path)
-    files = weight_files(path)
+    roots = _roots(model, allowed_roots)
+    path = resolve_model_path(model, allowed_roots)
+    config = _load_config(path, roots)
+    files = _weight_files(path, roots)
+    on_disk = sum(files.values())
+    if max_bytes is not None and on_disk > max_bytes:
+        raise ModelTooLargeError("the weights on disk", on_disk, max_bytes)
     if dtype is None:
         dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     with torch.device("meta"):
-        net = CausalLM(config)
-    net = net.to_empty(device=device).to(dtype)
-    if config.tie_word_embeddings:  # materialising may untie the shared parameter; tie it again
-        net.lm_head.weight = net.model.embed_tokens.weight
-    # to_empty leaves the rotary buffer uninitialised; rebuild it in fp32 so low dtypes keep exact positions.
-    net.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling).to(device)
-    load_weights(net, files)
-    return net.eval(), config, load_tokenizer(path, config)
+        net = CausalLM(config).to(dtype)  # shapes only: sized before a byte is allocated
+    in_memory = sum(t.numel() * t.element_size() for t in (*net.parameters(), *net.buffers()))
+    if max_bytes is not None and in_memory > max_bytes:
+        raise ModelTooLargeError(f"the weights in memory as {str(dtype).removeprefix('torch.')}", in_memory, max_bytes)
+    try:
+        net = net.to_empty(device=device)
+        if config.tie_word_embeddings:  # materialising may untie the shared parameter; tie it again
+            net.lm_head.weight = net.model.embed_tokens.weight
+        # to_empty leaves the rotary buffer uninitialised; rebuild it in fp32 so low dtypes keep exact positions.
+        net.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling).to(device)
+        load_weights(net, list(files))
+        tokenizer = _load_tokenizer(path, config, roots)
+    except BaseException as exc:
+        # The traceback holds every frame below this one (load_weights' `model`, `params`, a tensor): clear
+        # them and drop our own reference so a failed load frees its memory even while the error is kept.
+        traceback.clear_frames(exc.__traceback__)
+        del net
+        raise
+    return net.eval(), config, tokenizer
