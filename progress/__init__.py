@@ -1,25 +1,35 @@
 """Learner progress that lasts: the store (SQLAlchemy; SQLite by default, PostgreSQL for a class) and teacher reports.
 
 Public API (no Streamlit here; the sign-in UI is ui/signin.py and the teacher view pages/teacher.py):
-- progress dicts: `empty_progress`, `normalize_progress`, `merge_progress`, `validate_name` (learner / class names);
+- progress dicts: `empty_progress`, `normalize_progress`, `merge_progress` (per-item latest write, visits a
+  union), `stamp_changes` / `stamp_missing` (write times of changed items), `visible_progress`;
+- names: `validate_name` (learner / class names: NFKC, one script, 1–40 characters), `name_key` (the compared form);
 - stores: `open_store(url)` -> `ProgressStore` or, when the database cannot be used, `NullStore` (same `Store`
-  protocol), `ProgressStoreError`, `database_url()` (KVLAB_DATABASE_URL or the default SQLite file);
+  protocol: load, merging save, class_records, sign_in, reset_passphrase, check_teacher_key), `SignIn`,
+  `SignInError` (a refused sign-in; `retry_after_s` when it must wait), `ProgressStoreError`, `database_url()`;
+- identity rules: progress/auth.py (scrypt parameters, passphrase length, the wait after failures);
 - reports: `class_report(records, lesson_ids)`, `report_csv(rows)`, `REPORT_COLUMNS`; `prediction_rows(records)`
   (each learner's predict-then-observe answers), `PREDICTION_COLUMNS`.
 """
 
+from progress.auth import SignInError
 from progress.report import PREDICTION_COLUMNS, REPORT_COLUMNS, class_report, prediction_rows, report_csv
 from progress.store import (
     NullStore,
     ProgressStore,
     ProgressStoreError,
+    SignIn,
     Store,
     database_url,
     empty_progress,
     merge_progress,
+    name_key,
     normalize_progress,
     open_store,
+    stamp_changes,
+    stamp_missing,
     validate_name,
+    visible_progress,
 )
 
 __all__ = [
@@ -28,14 +38,20 @@ __all__ = [
     "NullStore",
     "ProgressStore",
     "ProgressStoreError",
+    "SignIn",
+    "SignInError",
     "Store",
     "class_report",
     "database_url",
     "empty_progress",
     "merge_progress",
+    "name_key",
     "normalize_progress",
     "open_store",
     "prediction_rows",
     "report_csv",
+    "stamp_changes",
+    "stamp_missing",
     "validate_name",
+    "visible_progress",
 ]

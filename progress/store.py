@@ -7,6 +7,24 @@ write is one transaction. A store that cannot be opened (corrupt file, locked fi
 driver) is replaced by :class:`NullStore`, which keeps the app working without persistence and carries a
 message the app shows the learner. No Streamlit here: ``ui/signin.py`` is the UI.
 
+Names and class codes are compared in one normal form (``name_key``: Unicode NFKC, then case folding), so
+"Ａｎａ", "ANA" and "ana" are one learner and "Straße" is "STRASSE"; the form the learner typed is kept for
+display. A name may not mix scripts ("аdmin" with a Cyrillic "а" is refused), so a lookalike cannot pass
+for a classmate (Han, Hiragana and Katakana together are one Japanese script).
+
+Identity (progress/auth.py has the hash and the wait rules): the first sign-in of a name in a class sets its
+passphrase (table ``kvlab_learner_auth``: scrypt hash, salt, parameters, a version bumped by every set and
+reset); failures are counted in ``kvlab_auth_throttle`` (one row per (class, learner), one for the teacher
+key), so the wait holds across replicas. Both tables are new in schema 2: a database made before them keeps
+its ``kvlab_progress`` rows untouched; the tables are added when a store opens it (``migrate``), and a
+learner whose record has no passphrase sets one on their next sign-in.
+
+Saving never loses another session's progress (two tabs, two devices, a reconnect to another replica): a
+save merges into the stored row inside one transaction (``merge_progress``: visits are a union, each answer
+keeps its latest write by the write times in ``written_at_us``; a cleared answer is a time with no entry, a
+tombstone) and writes only if the row is still what it read (compare-and-swap on the row's text, re-read
+and re-merged on conflict; on PostgreSQL the read also locks the row, so concurrent saves queue instead).
+
 Settings (environment variables):
   KVLAB_DATABASE_URL  SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``.
   KVLAB_DATA_DIR      folder for the default SQLite file ``progress.sqlite3``.
@@ -16,7 +34,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import random
+import time
+import unicodedata
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,21 +46,61 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
+from progress.auth import (
+    SignInError,
+    check_new_passphrase,
+    hash_passphrase,
+    lock_seconds,
+    needs_rehash,
+    normalize_passphrase,
+    same_secret,
+    verify_passphrase,
+    wait_text,
+)
+
 NAME_MAX_LEN = 40
 NAME_EXTRA_CHARS = " -_."
 MAX_PROGRESS_BYTES = 64_000  # one learner's JSON; far above a full course, small enough to refuse abuse
 SQLITE_FILENAME = "progress.sqlite3"
 ID_PARTS = ("quiz", "diagnosis", "predict")  # progress parts keyed by question / scenario / page id
+STAMPS = "written_at_us"  # progress key: {part: {id: microseconds since 1970 of the id's last write or clear}}
 SQLITE_BUSY_TIMEOUT_S = 2.0  # a locked file fails fast with a clear message instead of hanging the page
+SAVE_ATTEMPTS = 40  # compare-and-swap rounds before a save gives up (each a few ms under contention)
+SCHEMA_VERSION = 2  # 1: kvlab_progress; 2: + kvlab_learner_auth, kvlab_auth_throttle
+JAPANESE_SCRIPTS = frozenset({"HAN", "HIRAGANA", "KATAKANA"})  # written together; one script for the mix rule
+SCRIPT_ALIASES = (("CJK", "HAN"), ("IDEOGRAPHIC", "HAN"), ("KATAKANA-HIRAGANA", "KATAKANA"))
+LEARNER_SCOPE, TEACHER_SCOPE = "learner", "teacher"  # throttle rows
 
 _metadata = sa.MetaData()
 progress_table = sa.Table(
     "kvlab_progress",
     _metadata,
-    sa.Column("class_code", sa.String(NAME_MAX_LEN), primary_key=True),  # case-folded key
-    sa.Column("learner_key", sa.String(NAME_MAX_LEN), primary_key=True),  # case-folded key
-    sa.Column("learner", sa.String(NAME_MAX_LEN), nullable=False),  # as the learner typed it
+    sa.Column("class_code", sa.String(NAME_MAX_LEN), primary_key=True),  # name_key of the class code
+    sa.Column("learner_key", sa.String(NAME_MAX_LEN), primary_key=True),  # name_key of the learner name
+    sa.Column("learner", sa.String(NAME_MAX_LEN), nullable=False),  # as the learner typed it (NFKC)
     sa.Column("data", sa.Text, nullable=False),  # JSON of the progress dict
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+auth_table = sa.Table(
+    "kvlab_learner_auth",
+    _metadata,
+    sa.Column("class_code", sa.String(NAME_MAX_LEN), primary_key=True),
+    sa.Column("learner_key", sa.String(NAME_MAX_LEN), primary_key=True),
+    sa.Column("learner", sa.String(NAME_MAX_LEN), nullable=False),
+    sa.Column("pass_hash", sa.String(256)),  # hex scrypt output; NULL: reset, the next sign-in sets one
+    sa.Column("salt", sa.String(128)),  # hex, random per learner (and per set)
+    sa.Column("params", sa.String(256)),  # JSON {"alg": "scrypt", "n", "r", "p", "dklen"} of this hash
+    sa.Column("version", sa.Integer, nullable=False),  # +1 on every set and reset
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+throttle_table = sa.Table(
+    "kvlab_auth_throttle",
+    _metadata,
+    sa.Column("scope", sa.String(16), primary_key=True),  # "learner" or "teacher"
+    sa.Column("class_code", sa.String(NAME_MAX_LEN), primary_key=True),  # "" for the teacher key
+    sa.Column("learner_key", sa.String(NAME_MAX_LEN), primary_key=True),  # "" for the teacher key
+    sa.Column("failures", sa.Integer, nullable=False),  # tries since the last success (counted before checking)
+    sa.Column("locked_until", sa.Float),  # seconds since 1970; no try is checked before then
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
 
@@ -47,23 +109,95 @@ class ProgressStoreError(RuntimeError):
     """The progress database failed; the message says why and what to do."""
 
 
+@dataclass(frozen=True)
+class SignIn:
+    """A sign-in that was accepted: ``status`` is "new" (a new learner set a passphrase), "set" (a record
+    without a passphrase, from before passphrases or reset by the teacher, got one), "verified" (the
+    passphrase matched) or "unsaved" (no database: nothing to protect)."""
+
+    status: str
+    class_code: str  # display forms
+    learner: str
+
+
+# --- names ------------------------------------------------------------------------------------------------
+
+
+def _script(ch: str) -> str | None:
+    """Script of a letter: the first word of its Unicode name (None for digits and punctuation)."""
+    if not ch.isalpha():
+        return None
+    word = unicodedata.name(ch, "UNKNOWN").split(" ")[0]
+    return dict(SCRIPT_ALIASES).get(word, word)
+
+
+def _mixed_scripts(text: str) -> list[tuple[str, str]]:
+    """(script, first letter) of each script in ``text`` when it mixes scripts, else []."""
+    first: dict[str, str] = {}
+    for ch in text:
+        script = _script(ch)
+        if script is not None:
+            first.setdefault(script, ch)
+    if len(first) <= 1 or set(first) <= JAPANESE_SCRIPTS:
+        return []
+    return list(first.items())
+
+
+def name_key(value: str) -> str:
+    """The form names are stored and compared in: NFKC, case-folded, NFKC again (case folding can decompose)."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold())
+
+
 def validate_name(value: object, what: str = "learner name") -> str:
-    """Return ``value`` trimmed, or raise ValueError unless it is 1–40 letters, digits, space, - _ ."""
+    """``value`` in NFKC, trimmed, spaces collapsed; ValueError unless it is 1–40 letters of one script,
+    digits, space, - _ . (the length counts the normalised form, :func:`name_key`)."""
     if not isinstance(value, str):
         raise ValueError(f"{what} must be text, got {type(value).__name__}")
-    text = " ".join(part for part in value.split(" ") if part)  # trim, collapse spaces; tabs/newlines refused below
-    if not 1 <= len(text) <= NAME_MAX_LEN:
-        raise ValueError(f"{what} must be 1–{NAME_MAX_LEN} characters, got {len(text)}; type a shorter one")
+    text = unicodedata.normalize("NFKC", value)  # fullwidth letters, ligatures, odd spaces: their plain forms
+    text = " ".join(part for part in text.split(" ") if part)  # trim, collapse spaces; tabs/newlines refused below
+    length = max(len(text), len(name_key(text)))
+    if not 1 <= length <= NAME_MAX_LEN:
+        raise ValueError(f"{what} must be 1–{NAME_MAX_LEN} characters, got {length}; type a shorter one")
     bad = sorted({ch for ch in text if not (ch.isalnum() or ch in NAME_EXTRA_CHARS)})
     if bad:
         shown = " ".join(repr(ch) for ch in bad[:5])
         raise ValueError(f"{what} may use letters, digits, space, '-', '_' and '.' only; remove {shown}")
+    mixed = _mixed_scripts(text)
+    if mixed:
+        scripts = " and ".join(s.title() for s, _ in mixed)
+        letters = ", ".join(f"{ch!r} is {s.title()}" for s, ch in mixed)
+        raise ValueError(
+            f"{what} mixes {scripts} letters ({letters}); use letters of one script, "
+            "so that it cannot pass for someone else's name"
+        )
     return text
 
 
+# --- progress dicts and their merge -----------------------------------------------------------------------
+
+
 def empty_progress() -> dict[str, Any]:
-    """A fresh progress dict: nothing visited, no answers (quiz, diagnosis, predict: keyed by id)."""
-    return {"visited": [], "quiz": {}, "diagnosis": {}, "predict": {}}
+    """A fresh progress dict: nothing visited, no answers (quiz, diagnosis, predict: keyed by id), no stamps."""
+    return {"visited": [], "quiz": {}, "diagnosis": {}, "predict": {}, STAMPS: {}}
+
+
+def _clean_stamps(stamps: object) -> dict[str, dict[str, int]]:
+    if not isinstance(stamps, Mapping):
+        raise ValueError(f"progress[{STAMPS!r}] must be a dict {{part: {{id: microseconds}}}}")
+    out: dict[str, dict[str, int]] = {}
+    for part, by_id in stamps.items():
+        if part not in ID_PARTS:
+            continue  # a part this version does not know: drop its stamps with it
+        if not isinstance(by_id, Mapping):
+            raise ValueError(f"progress[{STAMPS!r}][{part!r}] must be a dict {{id: microseconds}}")
+        clean = {}
+        for k, v in by_id.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int | float) or not v == v:
+                raise ValueError(f"progress[{STAMPS!r}][{part!r}] must map id strings to microseconds")
+            clean[k] = int(v)
+        if clean:
+            out[part] = clean
+    return out
 
 
 def normalize_progress(progress: object) -> dict[str, Any]:
@@ -80,6 +214,7 @@ def normalize_progress(progress: object) -> dict[str, Any]:
         if not isinstance(entries, Mapping) or not all(isinstance(k, str) for k in entries):
             raise ValueError(f"progress[{part!r}] must be a dict keyed by id strings")
         out[part] = {k: v for k, v in entries.items()}
+    out[STAMPS] = _clean_stamps(progress.get(STAMPS) or {})
     try:
         text = json.dumps(out, sort_keys=True)
     except (TypeError, ValueError) as exc:
@@ -89,13 +224,75 @@ def normalize_progress(progress: object) -> dict[str, Any]:
     return json.loads(text)
 
 
-def merge_progress(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
-    """Union of two progress dicts; answers in ``current`` (this session) win over ``saved`` ones."""
-    a, b = normalize_progress(saved), normalize_progress(current)
-    return {
-        "visited": list(dict.fromkeys(a["visited"] + b["visited"])),
-        **{part: {**a[part], **b[part]} for part in ID_PARTS},
-    }
+def _stamp(progress: Mapping[str, Any], part: str, item: str) -> int:
+    """When ``item`` of ``part`` was last written or cleared (0: unknown, e.g. a row from before stamps)."""
+    return int(progress[STAMPS].get(part, {}).get(item, 0))
+
+
+def _side(progress: Mapping[str, Any], part: str, item: str) -> tuple[int, int, str]:
+    """A total order of one item's versions: later write first, then an entry over a tombstone, then content."""
+    present = item in progress[part]
+    return (_stamp(progress, part, item), int(present), json.dumps(progress[part].get(item), sort_keys=True))
+
+
+def merge_progress(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two progress dicts as one: visits a union, each item the later write of the two (by ``written_at_us``).
+
+    Per item the merge takes the maximum of a total order (stamp, entry-over-tombstone, content), so it is
+    commutative, associative and idempotent: sessions can merge in any order and agree. An item with a stamp
+    but no entry is a cleared answer (a tombstone); it wins over older entries. Items without a stamp (rows
+    from before stamps) lose to any stamped write."""
+    x, y = normalize_progress(a), normalize_progress(b)
+    out = empty_progress()
+    out["visited"] = list(dict.fromkeys(x["visited"] + y["visited"]))
+    for part in ID_PARTS:
+        items = set(x[part]) | set(y[part]) | set(x[STAMPS].get(part, {})) | set(y[STAMPS].get(part, {}))
+        for item in sorted(items):
+            win = x if _side(x, part, item) >= _side(y, part, item) else y
+            if item in win[part]:
+                out[part][item] = win[part][item]
+            stamp = _stamp(win, part, item)
+            if stamp:
+                out[STAMPS].setdefault(part, {})[item] = stamp
+    return normalize_progress(out)  # the size limit holds for the union too
+
+
+def stamp_changes(progress: Mapping[str, Any], base: Mapping[str, Any] | None, now_us: int) -> dict[str, Any]:
+    """``progress`` with a write time for every item that differs from ``base`` (what was last saved or
+    loaded): added or changed entries and removed ones (tombstones). Each new stamp is later than the
+    item's previous one, so a write always wins over the version it replaced, even with clocks apart.
+    With no ``base`` only items without any stamp are stamped (work done before signing in)."""
+    out = normalize_progress(progress)
+    old = normalize_progress(base) if base is not None else None
+    for part in ID_PARTS:
+        stamps = out[STAMPS].setdefault(part, {})
+        items = set(out[part]) | (set(old[part]) if old else set())
+        for item in items:
+            if old is None:
+                changed = item in out[part] and item not in stamps
+            else:
+                changed = (item in out[part], out[part].get(item)) != (item in old[part], old[part].get(item))
+            if changed:
+                before = max(stamps.get(item, 0), _stamp(old, part, item) if old else 0)
+                stamps[item] = max(now_us, before + 1)
+        if not stamps:
+            del out[STAMPS][part]
+    return out
+
+
+def stamp_missing(progress: Mapping[str, Any], now_us: int) -> dict[str, Any]:
+    """``progress`` with ``now_us`` as the write time of every entry that has none (a caller that does not stamp)."""
+    return stamp_changes(progress, None, now_us)
+
+
+def visible_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """The progress without its bookkeeping (write stamps): what a learner or teacher reads."""
+    out = normalize_progress(progress)
+    del out[STAMPS]
+    return out
+
+
+# --- stores -----------------------------------------------------------------------------------------------
 
 
 class Store(Protocol):
@@ -105,8 +302,11 @@ class Store(Protocol):
     message: str
 
     def load(self, class_code: str, learner: str) -> dict[str, Any]: ...
-    def save(self, class_code: str, learner: str, progress: Mapping[str, Any]) -> None: ...
+    def save(self, class_code: str, learner: str, progress: Mapping[str, Any]) -> dict[str, Any]: ...
     def class_records(self, class_code: str) -> list[dict[str, Any]]: ...
+    def sign_in(self, class_code: str, learner: str, passphrase: str) -> SignIn: ...
+    def reset_passphrase(self, class_code: str, learner: str) -> bool: ...
+    def check_teacher_key(self, given: str, expected: str) -> None: ...
 
 
 class NullStore:
@@ -122,14 +322,31 @@ class NullStore:
         validate_name(class_code, "class code"), validate_name(learner)
         return empty_progress()
 
-    def save(self, class_code: str, learner: str, progress: Mapping[str, Any]) -> None:
-        """Validate and drop the progress."""
-        validate_name(class_code, "class code"), validate_name(learner), normalize_progress(progress)
+    def save(self, class_code: str, learner: str, progress: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate and drop the progress; return it as it would be stored."""
+        validate_name(class_code, "class code"), validate_name(learner)
+        return normalize_progress(progress)
 
     def class_records(self, class_code: str) -> list[dict[str, Any]]:
         """No learners are known without a database."""
         validate_name(class_code, "class code")
         return []
+
+    def sign_in(self, class_code: str, learner: str, passphrase: str) -> SignIn:
+        """Validate the names; nothing is saved, so there is no passphrase to check."""
+        code, name = validate_name(class_code, "class code"), validate_name(learner)
+        normalize_passphrase(passphrase)
+        return SignIn("unsaved", code, name)
+
+    def reset_passphrase(self, class_code: str, learner: str) -> bool:
+        """Without a database no learner has a passphrase."""
+        validate_name(class_code, "class code"), validate_name(learner)
+        return False
+
+    def check_teacher_key(self, given: str, expected: str) -> None:
+        """Constant-time check of the teacher key (no database: no wait after failures, and nothing to list)."""
+        if not expected or not same_secret(given, expected):
+            raise SignInError("wrong teacher key")
 
 
 class ProgressStore:
@@ -137,9 +354,12 @@ class ProgressStore:
 
     persistent = True
 
-    def __init__(self, url: str) -> None:
-        """Connect to ``url`` and create the table on first use; raise ProgressStoreError if that fails."""
+    def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
+        """Connect to ``url`` and create or migrate the tables; raise ProgressStoreError if that fails.
+
+        ``clock`` (seconds since 1970) stamps writes and times waits; tests pass a fake one."""
         self.url = url
+        self.clock = clock
         try:
             parsed = sa.make_url(url)
             kwargs: dict[str, Any] = {}
@@ -152,7 +372,7 @@ class ProgressStore:
             self.engine = sa.create_engine(parsed, **kwargs)
             if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
                 sa.event.listen(self.engine, "connect", _sqlite_wal)
-            _metadata.create_all(self.engine)  # CREATE TABLE IF NOT EXISTS; also proves the file is a DB
+            migrate(self.engine)  # also proves the file is a database
             with self.engine.connect() as conn:
                 conn.execute(sa.select(sa.func.count()).select_from(progress_table)).scalar_one()
         except (ArgumentError, ValueError) as exc:
@@ -172,53 +392,73 @@ class ProgressStore:
             return f"the file {parsed.database}" if parsed.database else "an in-memory SQLite database"
         return f"the {parsed.get_backend_name()} database {parsed.database!r} on {parsed.host or 'localhost'}"
 
+    def _now_us(self) -> int:
+        return int(self.clock() * 1_000_000)
+
     def load(self, class_code: str, learner: str) -> dict[str, Any]:
         """Saved progress of ``learner`` in ``class_code``, or an empty dict if they are new."""
-        code, name = validate_name(class_code, "class code"), validate_name(learner)
-        query = sa.select(progress_table.c.data).where(
-            progress_table.c.class_code == code.casefold(), progress_table.c.learner_key == name.casefold()
-        )
+        code, name = _keys(class_code, learner)
+        query = sa.select(progress_table.c.data).where(_row(progress_table, code, name))
         try:
             with self.engine.connect() as conn:
                 text = conn.execute(query).scalar_one_or_none()
         except SQLAlchemyError as exc:
             raise ProgressStoreError(_explain(exc, self.describe())) from exc
-        if text is None:
-            return empty_progress()
-        try:
-            return normalize_progress(json.loads(text))
-        except ValueError:  # a hand-edited or foreign row: start over rather than crash the page
-            return empty_progress()
+        return _parse(text)
 
-    def save(self, class_code: str, learner: str, progress: Mapping[str, Any]) -> None:
-        """Insert or replace the learner's progress in one transaction."""
-        code, name = validate_name(class_code, "class code"), validate_name(learner)
-        row = {
-            "learner": name,
-            "data": json.dumps(normalize_progress(progress), sort_keys=True),
-            "updated_at": datetime.now(timezone.utc),
-        }
-        key = (progress_table.c.class_code == code.casefold()) & (progress_table.c.learner_key == name.casefold())
-        insert = progress_table.insert().values(class_code=code.casefold(), learner_key=name.casefold(), **row)
+    def save(self, class_code: str, learner: str, progress: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``progress`` into the stored row in one transaction and return the merged progress.
+
+        Entries without a write time are stamped now (a caller that does not stamp writes "now"). The write
+        is a compare-and-swap on the row text: if another session saved in between, re-read and re-merge."""
+        display = validate_name(learner)
+        code, name = _keys(class_code, learner)
+        incoming = stamp_missing(progress, self._now_us())
+        key = _row(progress_table, code, name)
+        read = sa.select(progress_table.c.data).where(key).with_for_update()  # PostgreSQL: queue on the row
         try:
-            for _ in range(2):  # portable upsert; a concurrent first insert of the same learner retries once
+            for attempt in range(SAVE_ATTEMPTS):
                 try:
                     with self.engine.begin() as conn:
-                        if conn.execute(progress_table.update().where(key).values(**row)).rowcount == 0:
-                            conn.execute(insert)
-                    return
-                except IntegrityError:
-                    continue
-            raise ProgressStoreError("could not save progress: the row kept changing; try again")
+                        old_text = conn.execute(read).scalar_one_or_none()
+                        merged = merge_progress(_parse(old_text), incoming)
+                        row = {
+                            "learner": display,
+                            "data": json.dumps(merged, sort_keys=True),
+                            "updated_at": datetime.now(timezone.utc),
+                        }
+                        if old_text is None:
+                            conn.execute(progress_table.insert().values(class_code=code, learner_key=name, **row))
+                            return merged
+                        swap = progress_table.update().where(key & (progress_table.c.data == old_text)).values(**row)
+                        if conn.execute(swap).rowcount == 1:
+                            return merged
+                except IntegrityError:  # a concurrent first save of the same learner: re-read and merge
+                    pass
+                time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # a few ms: let the other writer finish
+            raise ProgressStoreError("could not save progress: other sessions kept changing it; try again")
         except SQLAlchemyError as exc:
             raise ProgressStoreError(_explain(exc, self.describe())) from exc
 
     def class_records(self, class_code: str) -> list[dict[str, Any]]:
-        """All learners of a class: ``{"learner", "progress", "updated_at"}`` sorted by name."""
-        code = validate_name(class_code, "class code")
+        """All learners of a class, sorted by name: ``{"learner", "learner_key", "progress", "updated_at",
+        "has_passphrase"}`` (progress without its write stamps)."""
+        code = name_key(validate_name(class_code, "class code"))
+        joined = progress_table.outerjoin(
+            auth_table,
+            (auth_table.c.class_code == progress_table.c.class_code)
+            & (auth_table.c.learner_key == progress_table.c.learner_key),
+        )
         query = (
-            sa.select(progress_table.c.learner, progress_table.c.data, progress_table.c.updated_at)
-            .where(progress_table.c.class_code == code.casefold())
+            sa.select(
+                progress_table.c.learner,
+                progress_table.c.learner_key,
+                progress_table.c.data,
+                progress_table.c.updated_at,
+                auth_table.c.pass_hash.is_not(None).label("has_passphrase"),
+            )
+            .select_from(joined)
+            .where(progress_table.c.class_code == code)
             .order_by(progress_table.c.learner_key)
         )
         try:
@@ -226,18 +466,192 @@ class ProgressStore:
                 rows = conn.execute(query).all()
         except SQLAlchemyError as exc:
             raise ProgressStoreError(_explain(exc, self.describe())) from exc
-        records = []
-        for learner, text, updated_at in rows:
+        return [
+            {
+                "learner": learner,
+                "learner_key": key,
+                "progress": visible_progress(_parse(text)),
+                "updated_at": updated_at,
+                "has_passphrase": bool(has),
+            }
+            for learner, key, text, updated_at, has in rows
+        ]
+
+    # --- identity ---------------------------------------------------------------------------------------
+
+    def sign_in(self, class_code: str, learner: str, passphrase: str) -> SignIn:
+        """Accept ``learner`` in ``class_code`` with ``passphrase``, or raise SignInError saying why.
+
+        A name without a passphrase (new, from before passphrases, or reset) takes this one (8–128
+        characters); otherwise it must match, and after repeated failures the next try must wait."""
+        display_code, display = validate_name(class_code, "class code"), validate_name(learner)
+        code, name = name_key(display_code), name_key(display)
+        secret = normalize_passphrase(passphrase)
+        if not secret:
+            raise SignInError("type your passphrase (the first sign-in with a name in a class sets it)")
+        key = _row(auth_table, code, name)
+        cols = (auth_table.c.pass_hash, auth_table.c.salt, auth_table.c.params, auth_table.c.version)
+        try:
+            for _ in range(3):
+                with self.engine.connect() as conn:
+                    row = conn.execute(sa.select(*cols).where(key)).first()
+                    had_progress = (
+                        row is None
+                        and conn.execute(
+                            sa.select(sa.func.count())
+                            .select_from(progress_table)
+                            .where(_row(progress_table, code, name))
+                        ).scalar_one()
+                    )
+                if row is None or row.pass_hash is None:
+                    new_hash, salt, params = hash_passphrase(check_new_passphrase(secret))
+                    values = {"learner": display, "pass_hash": new_hash, "salt": salt, "params": params}
+                    values["updated_at"] = datetime.now(timezone.utc)
+                    try:
+                        with self.engine.begin() as conn:
+                            if row is None:
+                                conn.execute(
+                                    auth_table.insert().values(class_code=code, learner_key=name, version=1, **values)
+                                )
+                            else:
+                                claim = auth_table.update().where(key & auth_table.c.pass_hash.is_(None))
+                                if conn.execute(claim.values(version=auth_table.c.version + 1, **values)).rowcount == 0:
+                                    continue  # someone set it first: check against theirs
+                            conn.execute(throttle_table.delete().where(_throttle_key(LEARNER_SCOPE, code, name)))
+                    except IntegrityError:
+                        continue  # a concurrent first sign-in of the same name won: check against theirs
+                    return SignIn("set" if row is not None or had_progress else "new", display_code, display)
+                failures = self._reserve_try(LEARNER_SCOPE, code, name)
+                if verify_passphrase(secret, row.pass_hash, row.salt, row.params):
+                    self._clear_tries(LEARNER_SCOPE, code, name)
+                    if needs_rehash(row.params):  # parameters were raised since: store the stronger hash
+                        new_hash, salt, params = hash_passphrase(secret)
+                        with self.engine.begin() as conn:
+                            conn.execute(
+                                auth_table.update()
+                                .where(key & (auth_table.c.version == row.version))
+                                .values(pass_hash=new_hash, salt=salt, params=params)
+                            )
+                    return SignIn("verified", display_code, display)
+                wait = lock_seconds(failures)
+                later = f"; wait {wait_text(wait)} before the next try" if wait else ""
+                raise SignInError(
+                    f"wrong passphrase for this name in this class{later}. Check it (capitals count), "
+                    "or ask your teacher to reset it",
+                    wait or None,
+                )
+        except SQLAlchemyError as exc:
+            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+        raise ProgressStoreError("could not sign in: the record kept changing; try again")
+
+    def reset_passphrase(self, class_code: str, learner: str) -> bool:
+        """Forget the learner's passphrase (their next sign-in sets a new one) and their failed tries; the
+        progress stays. False when they have no passphrase to reset."""
+        code, name = _keys(class_code, learner)
+        forget = {"pass_hash": None, "salt": None, "params": None, "updated_at": datetime.now(timezone.utc)}
+        try:
+            with self.engine.begin() as conn:
+                done = conn.execute(
+                    auth_table.update()
+                    .where(_row(auth_table, code, name) & auth_table.c.pass_hash.is_not(None))
+                    .values(version=auth_table.c.version + 1, **forget)
+                ).rowcount
+                conn.execute(throttle_table.delete().where(_throttle_key(LEARNER_SCOPE, code, name)))
+        except SQLAlchemyError as exc:
+            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+        return done == 1
+
+    def check_teacher_key(self, given: str, expected: str) -> None:
+        """Accept ``given`` if it is the server's key (constant time), else SignInError; repeated failures
+        make the next try wait, counted for the whole server (a new browser tab does not start over)."""
+        if not expected:
+            raise SignInError("this server has no teacher key (KVLAB_TEACHER_KEY)")
+        try:
+            failures = self._reserve_try(TEACHER_SCOPE, "", "")
+            if same_secret(given, expected):
+                self._clear_tries(TEACHER_SCOPE, "", "")
+                return
+        except SQLAlchemyError as exc:
+            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+        wait = lock_seconds(failures)
+        later = f"; wait {wait_text(wait)} before the next try" if wait else ""
+        raise SignInError(f"wrong teacher key{later}", wait or None)
+
+    def _reserve_try(self, scope: str, code: str, name: str) -> int:
+        """Count one try before checking it (so parallel tries cannot slip past the limit) and return the
+        count; SignInError with the wait while an earlier failure's wait runs."""
+        key = _throttle_key(scope, code, name)
+        now = self.clock()
+        free = throttle_table.c.locked_until.is_(None) | (throttle_table.c.locked_until <= now)
+        stamp = datetime.now(timezone.utc)
+        for _ in range(3):
             try:
-                progress = normalize_progress(json.loads(text))
-            except ValueError:
-                progress = empty_progress()
-            records.append({"learner": learner, "progress": progress, "updated_at": updated_at})
-        return records
+                with self.engine.begin() as conn:
+                    bump = throttle_table.update().where(key & free)
+                    if conn.execute(bump.values(failures=throttle_table.c.failures + 1, updated_at=stamp)).rowcount:
+                        failures = conn.execute(sa.select(throttle_table.c.failures).where(key)).scalar_one()
+                        wait = lock_seconds(failures)
+                        if wait:
+                            conn.execute(throttle_table.update().where(key).values(locked_until=now + wait))
+                        return failures
+                    locked = conn.execute(sa.select(throttle_table.c.locked_until).where(key)).first()
+                    if locked is None:
+                        values = {"failures": 1, "locked_until": None, "updated_at": stamp}
+                        conn.execute(
+                            throttle_table.insert().values(scope=scope, class_code=code, learner_key=name, **values)
+                        )
+                        return 1
+            except IntegrityError:
+                continue  # a parallel first try made the row: count on it
+            wait = max(0.0, (locked.locked_until or now) - now)
+            raise SignInError(f"too many wrong tries; wait {wait_text(wait)}, then try again", wait)
+        raise ProgressStoreError("could not count the sign-in try: the record kept changing; try again")
+
+    def _clear_tries(self, scope: str, code: str, name: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(throttle_table.delete().where(_throttle_key(scope, code, name)))
 
     def close(self) -> None:
         """Release pooled connections (tests and shutdown)."""
         self.engine.dispose()
+
+
+def migrate(engine: sa.Engine) -> None:
+    """Bring a database to schema 2: create the tables that are missing, never alter an existing one.
+
+    A schema-1 database (``kvlab_progress`` only) gains the identity tables; its rows stay as they were.
+    Replicas starting at once may race to create a table: the loser sees it exists on the next round."""
+    for attempt in range(3):
+        try:
+            _metadata.create_all(engine)  # CREATE TABLE for each missing table only
+            return
+        except (IntegrityError, sa.exc.ProgrammingError):
+            if attempt == 2:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+def _keys(class_code: str, learner: str) -> tuple[str, str]:
+    """The stored keys of a class code and a learner name (validated, normalised)."""
+    return name_key(validate_name(class_code, "class code")), name_key(validate_name(learner))
+
+
+def _row(table: sa.Table, code: str, name: str) -> Any:
+    return (table.c.class_code == code) & (table.c.learner_key == name)
+
+
+def _throttle_key(scope: str, code: str, name: str) -> Any:
+    return (throttle_table.c.scope == scope) & _row(throttle_table, code, name)
+
+
+def _parse(text: str | None) -> dict[str, Any]:
+    """A stored row's progress; empty for none, and for a hand-edited or foreign row (rather than crash a page)."""
+    if text is None:
+        return empty_progress()
+    try:
+        return normalize_progress(json.loads(text))
+    except ValueError:
+        return empty_progress()
 
 
 def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:

@@ -1,17 +1,26 @@
 """Progress-store fixtures: every ``store`` test runs on SQLite and on a real PostgreSQL server.
 
 ``store_url`` is parametrized over both backends; the PostgreSQL one is a database in the session's
-throwaway cluster (tests/pg.py: ``postgres_url``), emptied before each test.
+throwaway cluster (tests/pg.py: ``postgres_url``), emptied (every table) before each test. Passphrase
+hashing runs at a low scrypt cost here (``cheap_scrypt``), so sign-ins take microseconds, not 50 ms; the
+stored parameters say so, and the tests of the real cost set it back.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from progress.store import ProgressStore, progress_table
+from progress import auth
+from progress.store import ProgressStore, auth_table, progress_table, throttle_table
 from tests.pg import postgres_url  # noqa: F401 - the session fixture, registered here
 
 BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(autouse=True)
+def cheap_scrypt(monkeypatch):
+    """scrypt at n=2**4 for new hashes (the module constant the docs name as the test knob)."""
+    monkeypatch.setattr(auth, "SCRYPT_N", 2**4)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -22,7 +31,8 @@ def store_url(request, tmp_path) -> str:
     url = request.getfixturevalue("postgres_url")
     wipe = ProgressStore(url)
     with wipe.engine.begin() as conn:
-        conn.execute(progress_table.delete())
+        for table in (progress_table, auth_table, throttle_table):
+            conn.execute(table.delete())
     wipe.close()
     return url
 

@@ -22,11 +22,11 @@ from progress.store import (
     data_dir,
     database_url,
     empty_progress,
-    merge_progress,
     normalize_progress,
     open_store,
     progress_table,
     validate_name,
+    visible_progress,
 )
 from tests.pg import require_postgres
 
@@ -43,25 +43,29 @@ SAMPLE = {
 
 
 def test_round_trip_and_reopen(store):
-    store.save("Class-A", "Ana", SAMPLE)
-    assert store.load("Class-A", "Ana") == normalize_progress(SAMPLE)
+    saved = store.save("Class-A", "Ana", SAMPLE)
+    assert store.load("Class-A", "Ana") == saved and visible_progress(saved) == visible_progress(SAMPLE)
+    assert set(saved["written_at_us"]["quiz"]) == set(SAMPLE["quiz"])  # each entry got its write time
     # A server restart (or another replica) is a new engine over the same database.
     again = ProgressStore(store.url)
-    assert again.load("class-a", "ANA") == normalize_progress(SAMPLE)  # keys are case-insensitive
+    assert again.load("class-a", "ANA") == saved  # keys are case-insensitive
     again.close()
     assert store.load("Class-A", "Bob") == empty_progress()
     assert store.load("Class-B", "Ana") == empty_progress()
 
 
-def test_save_replaces_and_class_records(store):
+def test_save_merges_and_class_records(store):
     store.save("c1", "Ana", SAMPLE)
-    store.save("c1", "Ana", {"visited": ["paged"], "quiz": {}, "diagnosis": {}})
+    store.save("c1", "Ana", {"visited": ["paged"], "quiz": {"gqa-1": {"answer": "4", "correct": False}}})
     store.save("c1", "bob", empty_progress())
     store.save("c2", "Cy", SAMPLE)
     recs = store.class_records("C1")
     assert [r["learner"] for r in recs] == ["Ana", "bob"]
-    assert recs[0]["progress"]["visited"] == ["paged"]
-    assert recs[0]["updated_at"] is not None
+    ana = recs[0]["progress"]
+    assert ana["visited"] == ["bandwidth", "gqa", "paged"]  # a later save adds visits, never removes them
+    assert ana["quiz"] == {"gqa-1": {"answer": "4", "correct": False}, "rules-2": SAMPLE["quiz"]["rules-2"]}
+    assert ana["predict"] == SAMPLE["predict"] and "written_at_us" not in ana  # the report's view: no stamps
+    assert recs[0]["updated_at"] is not None and recs[0]["learner_key"] == "ana"
 
 
 def test_default_file_is_created_under_data_dir(tmp_path):
@@ -113,12 +117,12 @@ def test_same_name_in_two_classes_never_mixes(store):
     other = {"visited": ["paged"], "quiz": {"paged.q": {"answer": "x", "correct": False}}, "diagnosis": {}}
     store.save("Class-A", "Sam", SAMPLE)
     store.save("class-b", "sam", other)
-    store.save("CLASS-A", "SAM", {**SAMPLE, "visited": ["gqa"]})  # the same learner as the first save
-    assert store.load("class-a", "Sam")["visited"] == ["gqa"]
+    store.save("CLASS-A", "SAM", {**SAMPLE, "visited": ["paged"]})  # the same learner as the first save
+    assert store.load("class-a", "Sam")["visited"] == ["bandwidth", "gqa", "paged"]
     assert store.load("Class-A", "Sam")["quiz"] == normalize_progress(SAMPLE)["quiz"]
-    assert store.load("Class-B", "Sam") == normalize_progress(other)
+    assert visible_progress(store.load("Class-B", "Sam")) == visible_progress(other)
     assert [r["learner"] for r in store.class_records("class-a")] == ["SAM"]  # the name as last typed
-    assert [r["progress"] for r in store.class_records("class-b")] == [normalize_progress(other)]
+    assert [r["progress"] for r in store.class_records("class-b")] == [visible_progress(other)]
 
 
 def test_a_second_replica_sees_every_committed_save(store):
@@ -128,9 +132,9 @@ def test_a_second_replica_sees_every_committed_save(store):
         for i in range(5):
             progress = {"visited": [f"p{j}" for j in range(i + 1)], "quiz": {}, "diagnosis": {}}
             store.save("c", "Ana", progress)
-            assert replica.load("c", "Ana") == normalize_progress(progress)
+            assert visible_progress(replica.load("c", "Ana")) == visible_progress(progress)
             replica.save("c", "Bob", progress)
-            assert store.load("c", "Bob") == normalize_progress(progress)
+            assert visible_progress(store.load("c", "Bob")) == visible_progress(progress)
     finally:
         replica.close()
 
@@ -146,17 +150,8 @@ def test_bad_progress_shapes():
         normalize_progress({"quiz": {"q": {1, 2}}})
     with pytest.raises(ValueError, match="limit"):
         normalize_progress({"visited": ["x" * 70_000]})
-
-
-def test_merge_prefers_current_session():
-    saved = {"visited": ["a", "b"], "quiz": {"q1": {"correct": False}}, "predict": {"gqa": {"value": 1}}}
-    cur = {"visited": ["c", "a"], "quiz": {"q1": {"correct": True}}, "diagnosis": {"s": {"grade": "x"}},
-           "predict": {"paged": {"value": 63}}}  # fmt: skip
-    m = merge_progress(saved, cur)
-    assert m["visited"] == ["a", "b", "c"] and m["quiz"]["q1"]["correct"] is True and "s" in m["diagnosis"]
-    assert m["predict"] == {"gqa": {"value": 1}, "paged": {"value": 63}}
-    newer = merge_progress(saved, {"predict": {"gqa": {"value": 2}}})
-    assert newer["predict"]["gqa"] == {"value": 2}
+    with pytest.raises(ValueError, match="written_at_us"):
+        normalize_progress({"written_at_us": {"quiz": {"q": "yesterday"}}})
 
 
 def test_progress_saved_before_predictions_existed_loads_with_none(store):
@@ -167,7 +162,7 @@ def test_progress_saved_before_predictions_existed_loads_with_none(store):
                 class_code="c", learner_key="old", learner="Old", data=json.dumps(old), updated_at=sa.func.now()
             )
         )
-    assert store.load("c", "old") == {**old, "predict": {}}
+    assert visible_progress(store.load("c", "old")) == {**old, "predict": {}}
     assert class_report(store.class_records("c"), LESSONS)[0]["predictions"] == 0
 
 
@@ -188,11 +183,11 @@ def test_locked_file_gives_clear_error(tmp_path):
     con.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
     try:
         with pytest.raises(ProgressStoreError, match="lock"):
-            store.save("c", "Ana", empty_progress())
+            store.save("c", "Ana", {"visited": ["paged"]})
     finally:
         con.rollback()
         con.close()
-    assert store.load("c", "Ana") == normalize_progress(SAMPLE)  # the failed write left nothing half-done
+    assert visible_progress(store.load("c", "Ana")) == visible_progress(SAMPLE)  # the failed write left nothing
     store.close()
 
 

@@ -1,0 +1,321 @@
+"""Learners own their names: passphrases (scrypt, never stored in plain), the wait after failures, the
+teacher's reset and key, name normalisation, and the schema-1 -> 2 migration. SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from progress import auth
+from progress.auth import SignInError, lock_seconds, verify_passphrase
+from progress.store import (
+    NullStore,
+    ProgressStore,
+    auth_table,
+    name_key,
+    progress_table,
+    throttle_table,
+    validate_name,
+    visible_progress,
+)
+
+PASS = "correct horse battery"
+
+
+class Clock:
+    """A settable clock for the store (seconds since 1970)."""
+
+    def __init__(self, t: float = 1_800_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clocked(store_url):
+    clock = Clock()
+    s = ProgressStore(store_url, clock=clock)
+    yield s, clock
+    s.close()
+
+
+def _rows(store: ProgressStore, table: sa.Table) -> list[dict]:
+    with store.engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(sa.select(table))]
+
+
+def test_first_sign_in_sets_the_passphrase_and_later_ones_need_it(store):
+    assert store.sign_in("Room 1", "Ana", PASS).status == "new"
+    assert store.sign_in("room 1", "ANA", PASS).status == "verified"  # same learner, any case
+    with pytest.raises(SignInError, match="wrong passphrase for this name in this class.*ask your teacher"):
+        store.sign_in("Room 1", "Ana", PASS.upper())
+    with pytest.raises(SignInError, match="type your passphrase"):
+        store.sign_in("Room 1", "Ana", "")
+    assert store.sign_in("Room 2", "Ana", "another passphrase").status == "new"  # another class, another learner
+
+
+def test_a_new_passphrase_must_be_long_enough(store):
+    with pytest.raises(SignInError, match="is 5 characters; choose one of at least 8"):
+        store.sign_in("c", "Ana", "short")
+    with pytest.raises(SignInError, match="the limit is 128"):
+        store.sign_in("c", "Ana", "x" * 129)
+    assert _rows(store, auth_table) == []  # a refused passphrase claims nothing
+    assert store.sign_in("c", "Ana", "ｆｕｌｌｗｉｄｔｈ!").status == "new"  # NFKC: 9 characters either way
+    assert store.sign_in("c", "Ana", "fullwidth!").status == "verified"
+
+
+def test_only_a_salted_scrypt_hash_is_stored(store):
+    store.sign_in("c", "Ana", PASS)
+    store.sign_in("c", "Bob", PASS)  # the same passphrase: different salts, different hashes
+    rows = _rows(store, auth_table)
+    assert len(rows) == 2 and rows[0]["salt"] != rows[1]["salt"] and rows[0]["pass_hash"] != rows[1]["pass_hash"]
+    params = json.loads(rows[0]["params"])
+    assert params == {"alg": "scrypt", "n": auth.SCRYPT_N, "r": 8, "p": 1, "dklen": 32}
+    assert (
+        rows[0]["pass_hash"]
+        == hashlib.scrypt(PASS.encode(), salt=bytes.fromhex(rows[0]["salt"]), n=params["n"], r=8, p=1, dklen=32).hex()
+    )
+    # No table holds the passphrase in any spelling: scan every cell of every table.
+    with store.engine.connect() as conn:
+        cells = [
+            str(v).casefold()
+            for table in (auth_table, progress_table, throttle_table)
+            for row in conn.execute(sa.select(table))
+            for v in row
+        ]
+    for needle in (PASS, PASS.encode().hex(), "horse"):
+        assert not any(needle.casefold() in c for c in cells), needle
+
+
+def test_parameters_travel_with_the_hash_and_are_raised_on_sign_in(store, monkeypatch):
+    store.sign_in("c", "Ana", PASS)  # at the tests' low cost, n=2**4
+    monkeypatch.setattr(auth, "SCRYPT_N", 2**5)  # a later version raises the cost
+    assert store.sign_in("c", "Ana", PASS).status == "verified"  # the stored parameters still check the old hash
+    (row,) = _rows(store, auth_table)
+    assert json.loads(row["params"])["n"] == 2**5 and verify_passphrase(
+        PASS, row["pass_hash"], row["salt"], row["params"]
+    )
+    assert store.sign_in("c", "Ana", PASS).status == "verified"
+
+
+def test_the_documented_cost_is_real_scrypt():
+    # The default parameters (the tests run cheaper ones): n=2**14, r=8, p=1 fit the memory limit and derive.
+    default = {"alg": "scrypt", "n": 2**14, "r": 8, "p": 1, "dklen": 32}
+    expected = hashlib.scrypt(b"x" * 8, salt=b"s" * 16, n=2**14, r=8, p=1, dklen=32)
+    assert auth._derive("x" * 8, b"s" * 16, default) == expected
+    assert (auth.SCRYPT_R, auth.SCRYPT_P, auth.SCRYPT_DKLEN, auth.SALT_BYTES) == (8, 1, 32, 16)
+
+
+def test_repeated_failures_wait_longer_each_time_and_hold_across_replicas(clocked):
+    store, clock = clocked
+    store.sign_in("c", "Ana", PASS)
+    for i in range(1, 5):  # four free failures
+        with pytest.raises(SignInError, match="wrong passphrase") as err:
+            store.sign_in("c", "Ana", f"guess number {i}")
+        assert err.value.retry_after_s is None
+    with pytest.raises(SignInError, match="wait 2 s before the next try") as err:
+        store.sign_in("c", "Ana", "guess number 5")
+    assert err.value.retry_after_s == 2.0
+    # Another replica (a new engine, same database) refuses too, even the right passphrase, without checking.
+    other = ProgressStore(store.url, clock=clock)
+    try:
+        with pytest.raises(SignInError, match="too many wrong tries; wait 2 s") as err:
+            other.sign_in("c", "ana", PASS)
+        assert err.value.retry_after_s == pytest.approx(2.0)
+        clock.t += 1.5
+        with pytest.raises(SignInError, match="wait 1 s"):
+            other.sign_in("c", "ana", PASS)
+        clock.t += 0.6
+        with pytest.raises(SignInError, match="wait 4 s before the next try"):  # the 6th failure doubles it
+            other.sign_in("c", "ana", "guess number 6")
+        clock.t += 4
+        assert other.sign_in("c", "ana", PASS).status == "verified"  # a success clears the count
+    finally:
+        other.close()
+    assert _rows(store, throttle_table) == []
+    with pytest.raises(SignInError) as err:
+        store.sign_in("c", "Ana", "wrong again!")
+    assert err.value.retry_after_s is None  # counting starts over
+    # Another learner of the class was never slowed down.
+    assert store.sign_in("c", "Bob", PASS).status == "new"
+
+
+def test_the_wait_is_exponential_and_capped():
+    assert [lock_seconds(f) for f in range(1, 9)] == [0, 0, 0, 0, 2, 4, 8, 16]
+    assert lock_seconds(14) == 900 and lock_seconds(10_000) == 900  # 15 minutes at most
+
+
+def test_parallel_guesses_cannot_slip_past_the_limit(store):
+    store.sign_in("c", "Ana", PASS)
+    refused_unchecked = []
+
+    def guess(i):
+        try:
+            store.sign_in("c", "Ana", f"parallel guess {i}")
+        except SignInError as exc:
+            if "too many wrong tries" in str(exc):
+                refused_unchecked.append(i)
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (row,) = _rows(store, throttle_table)
+    assert row["failures"] == 5 and len(refused_unchecked) == 7  # the count comes before the check
+
+
+def test_teacher_reset_lets_the_next_sign_in_set_a_new_passphrase(clocked):
+    store, _ = clocked
+    store.sign_in("c", "Ana", PASS)
+    store.save("c", "Ana", {"visited": ["gqa"]})
+    for i in range(5):
+        with pytest.raises(SignInError):
+            store.sign_in("c", "Ana", f"forgotten {i}!")
+    assert store.reset_passphrase("C", "ANA") is True
+    assert store.reset_passphrase("c", "Ana") is False  # nothing left to reset
+    assert _rows(store, throttle_table) == []  # the wait goes with it
+    (row,) = _rows(store, auth_table)
+    assert row["pass_hash"] is None and row["salt"] is None and row["version"] == 2
+    assert store.sign_in("c", "Ana", "a brand new one").status == "set"
+    assert store.load("c", "Ana")["visited"] == ["gqa"]  # progress stays
+    with pytest.raises(SignInError, match="wrong passphrase"):
+        store.sign_in("c", "Ana", PASS)
+    assert [r["has_passphrase"] for r in store.class_records("c")] == [True]
+
+
+def test_concurrent_first_sign_ins_of_one_name_one_wins(store):
+    outcomes = []
+
+    def claim(i):
+        try:
+            outcomes.append(store.sign_in("c", "Ana", f"passphrase {i}").status)
+        except SignInError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["new", "refused", "refused", "refused"]
+
+
+def test_teacher_key_is_checked_in_constant_time_and_throttled_server_wide(clocked):
+    store, clock = clocked
+    store.check_teacher_key("s3cret key", "s3cret key")
+    for _ in range(4):
+        with pytest.raises(SignInError, match="^wrong teacher key$"):
+            store.check_teacher_key("guess", "s3cret key")
+    with pytest.raises(SignInError, match="wait 2 s"):
+        store.check_teacher_key("guess", "s3cret key")
+    replica = ProgressStore(store.url, clock=clock)  # another tab, another replica: the same count
+    try:
+        with pytest.raises(SignInError, match="too many wrong tries"):
+            replica.check_teacher_key("s3cret key", "s3cret key")
+    finally:
+        replica.close()
+    (row,) = _rows(store, throttle_table)
+    assert row["scope"] == "teacher" and row["failures"] == 5
+    clock.t += 2
+    store.check_teacher_key("s3cret key", "s3cret key")
+    assert _rows(store, throttle_table) == []
+    with pytest.raises(SignInError, match="no teacher key"):
+        store.check_teacher_key("", "")
+
+
+def test_the_null_store_checks_the_teacher_key_too():
+    s = NullStore()
+    s.check_teacher_key("k", "k")
+    with pytest.raises(SignInError):
+        s.check_teacher_key("x", "k")
+    with pytest.raises(SignInError):
+        s.check_teacher_key("", "")
+    assert s.sign_in("c", "Ana", "whatever").status == "unsaved"
+
+
+# --- names ------------------------------------------------------------------------------------------------
+
+
+def test_names_are_normalised_once_nfkc_and_casefold(store):
+    assert validate_name("Ａｎａ") == "Ana" and name_key("Ａｎａ") == name_key("ana") == "ana"
+    assert name_key("Straße") == name_key("STRASSE") == "strasse"
+    store.sign_in("Ｒｏｏｍ 1", "Ａｎａ", PASS)
+    assert store.sign_in("room 1", "ana", PASS).status == "verified"  # one learner
+    store.save("room 1", "ANA", {"visited": ["gqa"]})
+    store.save("Ｒｏｏｍ 1", "Ａｎａ", {"visited": ["paged"]})
+    (rec,) = store.class_records("ROOM 1")
+    assert rec["progress"]["visited"] == ["gqa", "paged"] and rec["learner"] == "Ana"  # display form kept (NFKC)
+    store.sign_in("c", "Straße", PASS)
+    with pytest.raises(SignInError, match="wrong passphrase"):
+        store.sign_in("c", "STRASSE", "not the same one")  # the same name: it has a passphrase
+
+
+def test_length_limits_count_the_normalised_form():
+    assert validate_name("ß" * 20) == "ß" * 20  # 40 once case-folded ("ss" each): just fits
+    with pytest.raises(ValueError, match="1–40 characters, got 42"):
+        validate_name("ß" * 21)
+    with pytest.raises(ValueError, match="got 41"):
+        validate_name("ｘ" * 41)  # fullwidth x: 41 plain letters
+    assert validate_name("ﬀ" * 20) == "ff" * 20  # a ligature is two letters after NFKC
+
+
+@pytest.mark.parametrize(
+    ("name", "scripts"),
+    [("аdmin", "Cyrillic and Latin"), ("Bοb", "Latin and Greek"), ("Anaαβ 1", "Latin and Greek")],
+)
+def test_names_mixing_scripts_are_refused(name, scripts):
+    with pytest.raises(ValueError, match=f"mixes {scripts} letters"):
+        validate_name(name)
+    with pytest.raises(ValueError, match="class code mixes"):
+        validate_name(name, "class code")
+
+
+@pytest.mark.parametrize("name", ["Анна", "Ελένη", "山田 たろう", "カタカナ漢字", "José-María 2", "r2 d2", "李"])
+def test_one_script_names_digits_and_japanese_are_fine(name):
+    assert validate_name(name) == name
+
+
+# --- migration --------------------------------------------------------------------------------------------
+
+OLD_DDL = (
+    "CREATE TABLE kvlab_progress (class_code VARCHAR(40) NOT NULL, learner_key VARCHAR(40) NOT NULL, "
+    "learner VARCHAR(40) NOT NULL, data TEXT NOT NULL, updated_at TIMESTAMP WITH TIME ZONE NOT NULL, "
+    "PRIMARY KEY (class_code, learner_key))"
+)
+
+
+def test_a_schema_1_database_is_migrated_and_old_records_keep_their_progress(store_url):
+    # A database made before passphrases: only kvlab_progress, with a learner's row (no stamps either).
+    engine = sa.create_engine(store_url)
+    with engine.begin() as conn:
+        for table in ("kvlab_auth_throttle", "kvlab_learner_auth", "kvlab_progress"):
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+        conn.execute(sa.text(OLD_DDL))
+        old = {"visited": ["gqa"], "quiz": {"gqa.mqa": {"answer": "One", "correct": True}}, "diagnosis": {}}
+        conn.execute(
+            sa.text("INSERT INTO kvlab_progress VALUES ('room 1', 'old timer', 'Old Timer', :d, CURRENT_TIMESTAMP)"),
+            {"d": json.dumps(old)},
+        )
+    engine.dispose()
+    store = ProgressStore(store_url)  # opening it migrates: the new tables appear, the old one is untouched
+    try:
+        names = set(sa.inspect(store.engine).get_table_names())
+        assert {"kvlab_progress", "kvlab_learner_auth", "kvlab_auth_throttle"} <= names
+        cols = {c["name"] for c in sa.inspect(store.engine).get_columns("kvlab_progress")}
+        assert cols == {"class_code", "learner_key", "learner", "data", "updated_at"}
+        assert store.class_records("Room 1")[0]["has_passphrase"] is False
+        assert store.sign_in("Room 1", "Old Timer", PASS).status == "set"  # their next sign-in sets one
+        assert visible_progress(store.load("room 1", "old timer")) == {**old, "predict": {}}
+        store.save("room 1", "old timer", {"visited": ["paged"]})
+        assert store.load("room 1", "old timer")["quiz"] == old["quiz"]  # unstamped old answers survive a merge
+        assert store.sign_in("Room 1", "Old Timer", PASS).status == "verified"
+    finally:
+        store.close()
+    ProgressStore(store_url).close()  # opening a migrated database again changes nothing
