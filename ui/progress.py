@@ -6,9 +6,14 @@ Contract (Streamlit runs each learner's session in its own thread; progress live
         "quiz": {question_id: {"answer": str, "correct": bool}},  # ids like "gqa.kv_formula"
         "diagnosis": {scenario_id: dict},                       # lessons.diagnosis.lab.record(...)
         "predict": {page_id: {"value": float, "answer": float, "close": bool}},  # lessons.predictions
-    }
-`ui.signin.sidebar_signin()` may replace the dict with a stored one of the same shape; `ensure_progress`
-repairs whatever it finds to this shape (the empty shape is `progress.empty_progress()`).
+        "written_at_us": {part: {id: int}},  # bookkeeping: when each quiz/diagnosis/predict id was last written
+    }                                        # or cleared (µs since 1970); an id with a time but no entry is cleared
+Readers use the first four keys only. The write times are kept by `ui.signin.persist` (it stamps what changed
+since the last save) and let two sessions of one learner merge: every answer keeps its latest write, visits
+are a union, and a cleared answer stays cleared unless answered again later (progress/store.py: merge_progress).
+`ui.signin.sidebar_signin()` fills the dict from the store on sign-in and `persist` updates it in place with
+what other sessions saved; `ensure_progress` repairs whatever it finds to this shape (the empty shape is
+`progress.empty_progress()`).
 """
 
 from __future__ import annotations
@@ -54,13 +59,18 @@ def record_quiz(question_id: str, answer: str, correct: bool) -> None:
     """Record the learner's latest answer to one question."""
     progress = ensure_progress()
     entry = {"answer": answer, "correct": bool(correct)}
+    if signin.is_outdated_widget(f"quiz_{question_id}", answer):
+        return  # the radio still shows the answer another session replaced in this run; it follows next run
     if progress["quiz"].get(question_id) != entry:
         progress["quiz"][question_id] = entry
         _persist(progress)
 
 
 def clear_quiz(question_ids: Sequence[str]) -> None:
-    """Forget answers to these questions (progress and radio state); call it from a widget callback."""
+    """Forget answers to these questions (progress and radio state); call it from a widget callback.
+
+    Saving records each as cleared at this time (a tombstone), so another session's older copy of the
+    answer does not bring it back."""
     progress = ensure_progress()
     for qid in question_ids:
         progress["quiz"].pop(qid, None)

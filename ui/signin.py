@@ -5,14 +5,23 @@ The app calls :func:`sidebar_signin` once per run (it fills ``st.session_state["
 session only and the sidebar says so. The store (a SQLAlchemy engine, thread-safe) is the only shared
 object; each learner's progress and identity live in their own ``st.session_state``.
 
+Signing in takes a name, a class code and a passphrase: the first sign-in of a name in a class sets the
+passphrase, later ones must give it (progress/auth.py: the hash, and the wait after repeated failures).
+
 Saving is synchronous: a signed-in learner's change is committed to the database inside the script run
 that makes it, before the sidebar draws the tick or score, so what a learner sees saved survives the loss
-of the server (replica) that showed it; signing in again on any replica loads it back.
+of the server (replica) that showed it; signing in again on any replica loads it back. A save stamps what
+changed since the last save and merges it into the stored row (progress/store.py), so two tabs or devices
+of one learner never undo each other; the session then shows the merged result: the other tab's answers
+are in its progress dict at once, and the radios and prediction inputs already on screen follow on the next
+run (until then an outdated radio value is not recorded as a new answer: :func:`is_outdated_widget`).
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import streamlit as st
@@ -21,18 +30,27 @@ from progress import (
     NullStore,
     ProgressStore,
     ProgressStoreError,
+    SignIn,
+    SignInError,
     Store,
     database_url,
     empty_progress,
     merge_progress,
     normalize_progress,
+    stamp_changes,
+    stamp_missing,
     validate_name,
 )
+from progress.store import ID_PARTS, STAMPS
+from ui.inert import inert_md
 
 PROGRESS_KEY = "progress"  # st.session_state key of the progress dict (its shape: ui/progress.py)
-LEARNER_KEY = "progress_learner"  # (class_code, learner) once signed in
+LEARNER_KEY = "progress_learner"  # (class_code, learner) once signed in, as typed (NFKC)
 FALLBACK_KEY = "progress_fallback"  # message once this session's saves failed
-SAVED_KEY = "progress_saved_json"  # last JSON written, so unchanged reruns do not write
+SAVED_KEY = "progress_saved_json"  # progress as last saved or loaded (JSON), so unchanged reruns do not write
+NOTICE_KEY = "progress_notice"  # a message for the sidebar's next run (after st.rerun)
+SYNC_KEY = "progress_widget_sync"  # {widget key: (value on screen, value to show)} after another session's save
+PASSPHRASE_LABEL = "Passphrase (8+ characters; your first sign-in sets it)"
 
 
 @st.cache_resource(show_spinner=False)
@@ -57,42 +75,113 @@ def get_store() -> Store:
         return NullStore(st.session_state[FALLBACK_KEY])
 
 
-def _md(text: str) -> str:
-    """Escape markdown in user text (names are validated, but '_' and '.' still mean something)."""
-    return "".join("\\" + ch if ch in "\\`*_{}[]()#+-.!|<>~" else ch for ch in text)
-
-
 def _fail(exc: ProgressStoreError) -> None:
     """Switch this session to no persistence and say why."""
     st.session_state[FALLBACK_KEY] = f"{exc} Progress is kept for this session only."
 
 
-def _sign_in(store: Store, class_code: str, learner: str) -> None:
-    """Load saved progress, merge what this session already did, and save the union."""
-    saved = store.load(class_code, learner)
-    merged = merge_progress(saved, st.session_state.get(PROGRESS_KEY) or empty_progress())
-    st.session_state[PROGRESS_KEY] = merged
-    st.session_state[LEARNER_KEY] = (class_code, learner)
-    for qid, entry in merged["quiz"].items():  # radios already on screen show the loaded answers too
-        key = f"quiz_{qid}"  # ui/page.py lesson_check's radio key; off-screen radios read progress instead
-        if key in st.session_state and isinstance(entry, dict) and isinstance(entry.get("answer"), str):
-            st.session_state[key] = entry["answer"]
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _adopt(progress: dict[str, Any], merged: Mapping[str, Any]) -> None:
+    """Make the session's dict equal to ``merged`` in place: pages hold references to it and its parts."""
+    if isinstance(progress.get("visited"), list):
+        progress["visited"][:] = merged["visited"]
+    else:
+        progress["visited"] = list(merged["visited"])
+    for part in (*ID_PARTS, STAMPS):
+        if isinstance(progress.get(part), dict):
+            progress[part].clear()
+            progress[part].update(merged[part])
+        else:
+            progress[part] = dict(merged[part])
+
+
+def _widget_values(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """What the lesson widgets show for this progress: quiz radios (ui/page.py), prediction inputs (ui/predict.py)."""
+    values: dict[str, Any] = {}
+    for qid, entry in progress["quiz"].items():
+        values[f"quiz_{qid}"] = entry.get("answer") if isinstance(entry, Mapping) else None
+    for pid, entry in progress["predict"].items():
+        value = entry.get("value") if isinstance(entry, Mapping) else None
+        values[f"predict_{pid}"] = (
+            float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        )
+    return values
+
+
+def _queue_widget_sync(before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    """Widgets on screen that show an answer another session replaced: set them on the next run, before they
+    are drawn (Streamlit refuses to change a widget already drawn in this run)."""
+    old, new = _widget_values(before), _widget_values(after)
+    pending = dict(st.session_state.get(SYNC_KEY) or {})
+    for key in set(old) | set(new):
+        if old.get(key) != new.get(key) and key in st.session_state and st.session_state[key] != new.get(key):
+            pending[key] = (st.session_state[key], new.get(key))
+    if pending:
+        st.session_state[SYNC_KEY] = pending
+
+
+def _apply_widget_sync() -> None:
+    """Show the merged answers in widgets that still hold the outdated value (a new choice there is kept)."""
+    for key, (shown, value) in (st.session_state.pop(SYNC_KEY, None) or {}).items():
+        if key in st.session_state and st.session_state[key] == shown:
+            st.session_state[key] = value
+
+
+def is_outdated_widget(key: str, value: Any) -> bool:
+    """True when widget ``key`` still shows ``value``, which a newer answer from another session replaced in
+    this run (so recording it again would undo that answer)."""
+    pending = st.session_state.get(SYNC_KEY) or {}
+    return key in pending and pending[key][0] == value
+
+
+def _sign_in(store: Store, class_code: str, learner: str, passphrase: str) -> SignIn:
+    """Check the passphrase, load saved progress, merge what this session already did, and save the union."""
+    result = store.sign_in(class_code, learner, passphrase)
+    saved = store.load(result.class_code, result.learner)
+    progress = st.session_state.get(PROGRESS_KEY)
+    if not isinstance(progress, dict):
+        progress = st.session_state[PROGRESS_KEY] = empty_progress()
+    mine = stamp_missing(progress, _now_us())  # what this session did before signing in counts as written now
+    merged = merge_progress(saved, mine)
+    _adopt(progress, merged)
+    st.session_state[LEARNER_KEY] = (result.class_code, result.learner)
+    for key, value in _widget_values(merged).items():  # widgets already on screen show the loaded answers too
+        if key in st.session_state and value is not None:  # (this runs in the sidebar, before the page draws them)
+            st.session_state[key] = value
+    st.session_state.pop(SYNC_KEY, None)
     st.session_state.pop(SAVED_KEY, None)
-    persist(merged)
+    persist(progress)
+    return result
+
+
+def _welcome(result: SignIn) -> str:
+    """What the sidebar says after a sign-in."""
+    who = f"{inert_md(result.learner)} in class {inert_md(result.class_code)}"
+    if result.status == "new":
+        return f"Passphrase set for {who}. Sign in with the same name, class code and passphrase on any device."
+    if result.status == "set":
+        return f"Passphrase set for {who}; your saved progress is kept. Use this passphrase from now on."
+    return ""
 
 
 def sidebar_signin() -> dict[str, Any]:
-    """Sidebar form (name + class code) that loads saved progress; returns ``st.session_state['progress']``."""
+    """Sidebar form (name, class code, passphrase) that loads saved progress; returns the session's progress dict."""
     if PROGRESS_KEY not in st.session_state:
         st.session_state[PROGRESS_KEY] = empty_progress()
+    _apply_widget_sync()
     store = get_store()
-    box = st.sidebar.expander("Save my progress", expanded=False)
+    box = st.sidebar.expander("Save my progress", expanded=bool(st.session_state.get(NOTICE_KEY)))
     with box:
+        if notice := st.session_state.pop(NOTICE_KEY, None):
+            st.success(notice)
         if LEARNER_KEY in st.session_state:
             code, learner = st.session_state[LEARNER_KEY]
-            st.caption(f"Signed in as **{_md(learner)}** · class **{_md(code)}**")
+            st.caption(f"Signed in as {inert_md(learner)} · class {inert_md(code)}")
             if st.button("Sign out", key="progress_signout"):
-                for key in (LEARNER_KEY, SAVED_KEY):
+                for key in (LEARNER_KEY, SAVED_KEY, SYNC_KEY):
                     st.session_state.pop(key, None)
                 st.session_state[PROGRESS_KEY] = empty_progress()
                 st.rerun()
@@ -100,23 +189,30 @@ def sidebar_signin() -> dict[str, Any]:
             with st.form("progress_signin", border=False):
                 learner = st.text_input("Your name", key="progress_name", max_chars=40)
                 code = st.text_input("Class code", key="progress_class", max_chars=40)
+                passphrase = st.text_input(PASSPHRASE_LABEL, type="password", key="progress_pass", max_chars=128)
                 submitted = st.form_submit_button("Sign in")
             if submitted:
                 try:
-                    _sign_in(store, validate_name(code, "class code"), validate_name(learner))
+                    result = _sign_in(store, validate_name(code, "class code"), validate_name(learner), passphrase)
+                    if welcome := _welcome(result):
+                        st.session_state[NOTICE_KEY] = welcome
                     st.rerun()
-                except ValueError as exc:
-                    st.error(str(exc))
+                except SignInError as exc:
+                    who = f"{inert_md(learner.strip())} in class {inert_md(code.strip())}"
+                    st.error(f"Not signed in as {who}: {exc}.")
+                except ValueError as exc:  # a name or class code that is refused: the message names the fix
+                    st.error(f"Not signed in: {exc}.")
                 except ProgressStoreError as exc:
                     _fail(exc)
                     st.rerun()
         if not store.persistent:
-            st.caption(_md(store.message))
+            st.caption(inert_md(store.message, limit=400))
     return st.session_state[PROGRESS_KEY]
 
 
 def persist(progress: dict[str, Any]) -> None:
-    """Store ``progress`` in the session and, when signed in, in the database (only if it changed)."""
+    """Store ``progress`` in the session and, when signed in, merge it into the database (only if it
+    changed); the session's dict then holds the merged result (other sessions' saved answers too)."""
     try:
         clean = normalize_progress(progress)
     except ValueError as exc:
@@ -127,14 +223,17 @@ def persist(progress: dict[str, Any]) -> None:
         st.session_state[PROGRESS_KEY] = progress
     if LEARNER_KEY not in st.session_state:
         return
-    text = json.dumps(clean, sort_keys=True)
-    if st.session_state.get(SAVED_KEY) == text:
+    base = st.session_state.get(SAVED_KEY)
+    if base == json.dumps(clean, sort_keys=True):
         return
+    stamped = stamp_changes(clean, json.loads(base) if base else None, _now_us())
     store = get_store()
     try:
-        store.save(*st.session_state[LEARNER_KEY], clean)
+        merged = store.save(*st.session_state[LEARNER_KEY], stamped)
     except ProgressStoreError as exc:
         _fail(exc)
         st.warning(st.session_state[FALLBACK_KEY])
         return
-    st.session_state[SAVED_KEY] = text
+    _queue_widget_sync(clean, merged)
+    _adopt(progress, merged)
+    st.session_state[SAVED_KEY] = json.dumps(merged, sort_keys=True)

@@ -1,6 +1,6 @@
 """A learner's progress after their server (replica) is lost: signing in on another one restores the sidebar's
 lesson ticks and scores, the check answers and the checked prediction on the page, on SQLite and on PostgreSQL
-(AppTest).
+(AppTest); and two tabs of one learner on one lesson never undo each other's answers.
 
 Each AppTest is a new Streamlit session; clearing Streamlit's resource cache between them gives the second
 session a new database engine, as a fresh replica process has. The app is app.py's composition around a
@@ -40,9 +40,10 @@ def _replica(url: str, monkeypatch) -> AppTest:
     return at
 
 
-def _sign_in(at: AppTest, name: str, code: str) -> AppTest:
+def _sign_in(at: AppTest, name: str, code: str, passphrase: str = "sam's passphrase") -> AppTest:
     at.sidebar.text_input(key="progress_name").input(name)
     at.sidebar.text_input(key="progress_class").input(code)
+    at.sidebar.text_input(key="progress_pass").input(passphrase)
     at.sidebar.button(key="FormSubmitter:progress_signin-Sign in").click().run()
     assert not at.exception and not at.error
     return at
@@ -121,3 +122,28 @@ def test_a_checked_prediction_shows_again_after_navigating_away_and_back(tmp_pat
     fresh.run()
     assert fresh.number_input(key="predict_gqa").value == 128
     assert any(s.value.startswith("Close — you predicted 128 KiB") for s in fresh.success)
+
+
+def test_two_tabs_on_one_lesson_keep_each_others_answers(store_url, monkeypatch):
+    # Tab B answered q2, then tab A changed q2; B's next answer (q1) saves and adopts A's q2. B's q2 radio
+    # still shows B's old choice for the rest of that run: it must not be recorded again over A's newer one.
+    q1, q2 = quizzes.for_page("gqa")[:2]
+    wrong2 = next(o for o in q2.options if o != q2.correct_option)
+    a = _sign_in(_replica(store_url, monkeypatch), "Sam", "Room-1")
+    b = _sign_in(AppTest.from_function(_lesson_app, default_timeout=60).run(), "Sam", "Room-1")
+    b.radio(key=f"quiz_{q2.id}").set_value(q2.correct_option).run()
+    a.run()  # tab A has not seen B's answer (no save since)
+    a.radio(key=f"quiz_{q2.id}").set_value(wrong2).run()  # the later answer to q2
+    b.radio(key=f"quiz_{q1.id}").set_value(q1.correct_option).run()
+    assert not b.exception and not b.error
+    assert b.session_state["progress"]["quiz"][q2.id]["answer"] == wrong2  # B's dict holds A's answer at once
+    direct = ProgressStore(store_url)
+    saved = direct.load("room-1", "sam")["quiz"]
+    assert {k: v["answer"] for k, v in saved.items()} == {q1.id: q1.correct_option, q2.id: wrong2}
+    b.run()  # the next run shows A's answer in B's radio, and records nothing over it
+    assert b.radio(key=f"quiz_{q2.id}").value == wrong2
+    assert direct.load("room-1", "sam")["quiz"][q2.id]["answer"] == wrong2
+    # A choice B makes now is a new answer and wins.
+    b.radio(key=f"quiz_{q2.id}").set_value(q2.correct_option).run()
+    assert direct.load("room-1", "sam")["quiz"][q2.id]["answer"] == q2.correct_option
+    direct.close()
