@@ -36,7 +36,7 @@ _LENGTH = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: int() would also take
 _SEPARATORS = re.compile(r"[,; \t\r\n]+")  # ASCII only: a no-break or ideographic space is not a separator
 
 
-def _quoted(part: str, limit: int = 24) -> str:
+def _quoted(part: str, limit: int = 40) -> str:
     """A bad part for an error message: repr (hidden characters escaped), shortened."""
     return repr(part) if len(part) <= limit else f"{part[:limit]!r}… ({len(part):,} characters)"
 
