@@ -1,10 +1,13 @@
 """ui/inert.py: untrusted text stays text. Property tests over any text (hypothesis) plus the payloads a hostile
 user would try: a code span the text cannot close, no hidden characters, a bounded length, prose whose only
-Markdown is code spans, plotly text with no tags. A CommonMark parser (markdown-it-py, which Streamlit's rich
-dependency brings) checks the spans the way a renderer reads them."""
+Markdown is code spans, plotly text with no tags, CSV downloads with no spreadsheet formula. A CommonMark
+parser (markdown-it-py, which Streamlit's rich dependency brings) checks the spans the way a renderer reads
+them."""
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 import unicodedata
 
@@ -12,6 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ui.export import rows_to_csv
 from ui.inert import LONG, PROSE, SHORT, code_span, inert, inert_md, plotly_text, prose_md
 
 markdown_it = pytest.importorskip("markdown_it")
@@ -129,3 +133,17 @@ def test_plotly_text_has_no_tags(text):
     out = plotly_text(text, LONG)
     assert "<" not in out and ">" not in out and '"' not in out
     assert re.fullmatch(r"(?:[^&]|&(?:amp|lt|gt|quot|#x27);)*", out)  # every & starts an entity html.escape wrote
+
+
+def test_downloaded_csv_cells_never_run_as_spreadsheet_formulas():
+    evil = '=HYPERLINK("https://evil.example","x")'
+    rows = [
+        {"figure": "error", "value": evil},
+        {"figure": "@SUM(A1)", "value": "+1+cmd|' /C calc'!A0"},
+        {"figure": "n", "value": "-3"},
+        {"figure": "m", "value": -2.5},
+        {"figure": "t", "value": "\t=1"},
+    ]
+    out = list(csv.reader(io.StringIO(rows_to_csv(rows))))
+    assert out[1] == ["error", "'" + evil] and out[2] == ["'@SUM(A1)", "'+1+cmd|' /C calc'!A0"]
+    assert out[3] == ["n", "-3"] and out[4] == ["m", "-2.5"] and out[5] == ["t", "'\t=1"]
