@@ -1,13 +1,15 @@
-"""Teacher view: a class code in, its learners' completion (table + CSV export) and predictions out.
+"""Teacher view: a class code in, its learners' completion (table + CSV export) and predictions out, and a
+learner's passphrase reset.
 
-Reads the same progress store as the sidebar sign-in (ui/signin.py). When the server sets
-KVLAB_TEACHER_KEY, the page asks for that key first, so learners who know the class code cannot list
-their classmates.
+Closed unless the server sets KVLAB_TEACHER_KEY: without a key anyone who knows a class code could list
+the class, so the page then only says how to open it. With a key it asks for it (constant-time check;
+repeated wrong keys make the next try wait, counted for the whole server in the database, so a new tab
+does not start over) and remembers for this session that the key was given, until the key changes.
 """
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import os
 
 import streamlit as st
@@ -16,32 +18,56 @@ from progress import (
     PREDICTION_COLUMNS,
     REPORT_COLUMNS,
     ProgressStoreError,
+    SignInError,
     class_report,
     prediction_rows,
     report_csv,
     validate_name,
 )
 from ui.course import LESSON_IDS
+from ui.inert import inert, inert_md
 from ui.page import through_the_router
 from ui.signin import get_store
 
+UNLOCKED_KEY = "teacher_unlocked"  # session state: fingerprint of the key this session gave
+RESET_KEY = "teacher_reset_pending"  # session state: (class code, learner name) awaiting confirmation
+
 through_the_router()  # a bookmarked /teacher after a server start still gets the app's sidebar
 st.title("Teacher view")
+
+teacher_key = os.environ.get("KVLAB_TEACHER_KEY", "").strip()
+if not teacher_key:
+    st.info(
+        "The teacher view is closed: this server has no teacher key. It lists every learner of a class, so it "
+        "opens only with a key: whoever runs the server sets KVLAB_TEACHER_KEY and restarts it "
+        "(see docs/SECURITY.md)."
+    )
+    st.stop()
+
 st.write(
     "Enter a class code to see who has signed in with it, how many lessons each learner has opened, "
     "their check answers, their predictions and their diagnosis grades. Learners sign in from the sidebar."
 )
-
 store = get_store()
 if not store.persistent:
     st.warning(store.message)
 
-teacher_key = os.environ.get("KVLAB_TEACHER_KEY", "")
-if teacher_key:
-    given = st.text_input("Teacher key", type="password", key="teacher_key")
-    if not hmac.compare_digest(given.encode(), teacher_key.encode()):
-        st.info("This server asks for the teacher key (set by whoever runs it in KVLAB_TEACHER_KEY).")
-        st.stop()
+fingerprint = hashlib.sha256(teacher_key.encode("utf-8")).hexdigest()  # never the key itself in the session
+if st.session_state.get(UNLOCKED_KEY) != fingerprint:
+    with st.form("teacher_unlock", border=False):
+        given = st.text_input("Teacher key", type="password", key="teacher_key")
+        opened = st.form_submit_button("Open the teacher view")
+    if opened:
+        try:
+            store.check_teacher_key(given, teacher_key)
+            st.session_state[UNLOCKED_KEY] = fingerprint
+            st.rerun()
+        except SignInError as exc:
+            st.error(f"Not opened: {exc}.")
+        except ProgressStoreError as exc:
+            st.error(str(exc))
+    st.info("This server asks for the teacher key (set by whoever runs it in KVLAB_TEACHER_KEY).")
+    st.stop()
 
 raw_code = st.text_input("Class code", key="teacher_class_code", max_chars=40)
 if not raw_code.strip():
@@ -58,7 +84,7 @@ except ProgressStoreError as exc:
     st.stop()
 
 if not rows:
-    st.info(f"No learner has signed in with the class code {code!r} yet (codes are not case-sensitive).")
+    st.info(f"No learner has signed in with the class code {inert_md(code)} yet (codes are not case-sensitive).")
     st.stop()
 
 done = sum(1 for r in rows if r["lessons_visited"] == r["lessons_total"])
@@ -72,7 +98,7 @@ st.dataframe(
     key="teacher_table",
     column_config={"completion_pct": st.column_config.ProgressColumn("completion", format="%.0f%%", max_value=100)},
 )
-st.caption(f"{len(rows)} learners in class {code}; completion counts the {len(LESSON_IDS)} lesson pages.")
+st.caption(f"{len(rows)} learners in class {inert_md(code)}; completion counts the {len(LESSON_IDS)} lesson pages.")
 st.download_button(
     "Download class report (CSV)",
     report_csv(rows),
@@ -96,3 +122,37 @@ if predicted:
     )
 else:
     st.caption("No learner in this class has checked a prediction yet.")
+
+st.subheader("Reset a passphrase")
+st.caption(
+    "A learner who forgot their passphrase (or whose name someone else took first) asks you; after a reset "
+    "their next sign-in with this name sets a new passphrase. Their progress stays."
+)
+by_key = {r["learner_key"]: r for r in records}
+chosen = st.selectbox(
+    "Learner",
+    list(by_key),
+    index=None,
+    key="teacher_reset_learner",
+    format_func=lambda k: inert(by_key[k]["learner"]) + ("" if by_key[k]["has_passphrase"] else " (no passphrase)"),
+    placeholder="pick a learner of this class",
+)
+if st.button("Reset passphrase…", key="teacher_reset", disabled=chosen is None):
+    st.session_state[RESET_KEY] = (code, by_key[chosen]["learner"])
+pending = st.session_state.get(RESET_KEY)
+if pending and pending[0] == code:
+    who = f"{inert_md(pending[1])} in class {inert_md(pending[0])}"
+    st.warning(f"Reset the passphrase of {who}? Anyone who then signs in first with this name sets the next one.")
+    yes, no = st.columns(2)
+    if yes.button("Confirm reset", key="teacher_reset_confirm", type="primary"):
+        st.session_state.pop(RESET_KEY, None)
+        try:
+            if store.reset_passphrase(*pending):
+                st.success(f"Passphrase of {who} reset: their next sign-in sets a new one.")
+            else:
+                st.info(f"{who} has no passphrase yet: their next sign-in sets one.")
+        except (ValueError, ProgressStoreError) as exc:
+            st.error(str(exc))
+    if no.button("Cancel", key="teacher_reset_cancel"):
+        st.session_state.pop(RESET_KEY, None)
+        st.rerun()

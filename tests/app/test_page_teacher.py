@@ -1,19 +1,54 @@
-"""Teacher view (AppTest): a class code lists its learners' completion and predictions; a teacher key guards it."""
+"""Teacher view (AppTest): closed without KVLAB_TEACHER_KEY; with it, the key opens a class's completion and
+predictions (wrong keys wait longer and longer, server-wide), and a learner's passphrase can be reset."""
+
+import pytest
 
 from lessons import predictions
-from progress import open_store
+from progress import auth, open_store
+from progress.auth import SignInError
 from ui.course import LESSON_IDS
 
+KEY = "s3cret teacher key"
 
-def test_teacher_page_lists_class_and_exports_csv(tmp_path, monkeypatch, app_test):
+
+@pytest.fixture(autouse=True)
+def server(tmp_path, monkeypatch):
+    """A server with its SQLite file in tmp_path and a teacher key (tests that need none unset it)."""
     monkeypatch.setenv("KVLAB_DATA_DIR", str(tmp_path))
-    monkeypatch.delenv("KVLAB_TEACHER_KEY", raising=False)
+    monkeypatch.delenv("KVLAB_DATABASE_URL", raising=False)
+    monkeypatch.setenv("KVLAB_TEACHER_KEY", KEY)
+    monkeypatch.setattr(auth, "SCRYPT_N", 2**4)  # quick sign-ins for the fixtures' learners
+
+
+def _open(app_test, key: str = KEY):
+    at = app_test("teacher", timeout=60).run()
+    at.text_input(key="teacher_key").input(key)
+    return at.button(key="FormSubmitter:teacher_unlock-Open the teacher view").click().run()
+
+
+def test_without_a_teacher_key_the_view_is_closed(monkeypatch, app_test):
+    s = open_store()
+    s.save("Room 7", "Ana", {"visited": list(LESSON_IDS)})
+    s.close()
+    for unset in ("", "   "):
+        monkeypatch.setenv("KVLAB_TEACHER_KEY", unset)
+        at = app_test("teacher", timeout=60).run()
+        assert not at.exception and not at.error
+        (note,) = at.info
+        assert "this server has no teacher key" in note.value and "KVLAB_TEACHER_KEY" in note.value
+        assert "docs/SECURITY.md" in note.value
+        assert not at.text_input and not at.dataframe and not at.button and not at.selectbox  # nothing else
+    monkeypatch.delenv("KVLAB_TEACHER_KEY")
+    assert not app_test("teacher", timeout=60).run().text_input
+
+
+def test_teacher_page_lists_class_and_exports_csv(app_test):
     s = open_store()
     s.save("Room 7", "Ana", {"visited": list(LESSON_IDS), "quiz": {}, "diagnosis": {}})
     s.save("Room 7", "Bob", {"visited": [LESSON_IDS[0]], "quiz": {}, "diagnosis": {}})
     s.save("Room 8", "Cy", {"visited": ["gqa"], "quiz": {}, "diagnosis": {}})  # another class
     s.close()
-    at = app_test("teacher", timeout=60).run()
+    at = _open(app_test)
     assert not at.exception and not at.error
     at.text_input(key="teacher_class_code").input("room 7").run()
     assert not at.exception and not at.error
@@ -26,27 +61,64 @@ def test_teacher_page_lists_class_and_exports_csv(tmp_path, monkeypatch, app_tes
     assert "class code may use" in at.error[0].value and not at.exception
 
 
-def test_teacher_key_guards_the_list(tmp_path, monkeypatch, app_test):
-    monkeypatch.setenv("KVLAB_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("KVLAB_TEACHER_KEY", "s3cret")
+def test_teacher_key_guards_the_list_and_wrong_keys_wait(app_test):
+    s = open_store()
+    s.save("Room 7", "Ana", {"visited": ["gqa"]})
+    s.close()
     at = app_test("teacher", timeout=60).run()
-    assert len(at.text_input) == 1  # only the key field until the key matches
+    assert [t.key for t in at.text_input] == ["teacher_key"]  # only the key field until the key matches
     assert not at.dataframe  # nobody's predictions either
-    at.text_input(key="teacher_key").input("wrong").run()
-    assert len(at.text_input) == 1
-    at.text_input(key="teacher_key").input("s3cret").run()
-    assert len(at.text_input) == 2 and not at.exception
+    for i in range(4):
+        at.text_input(key="teacher_key").input(f"wrong {i}")
+        at.button(key="FormSubmitter:teacher_unlock-Open the teacher view").click().run()
+        assert "wrong teacher key" in at.error[0].value and [t.key for t in at.text_input] == ["teacher_key"]
+    at.text_input(key="teacher_key").input("wrong 5")
+    at.button(key="FormSubmitter:teacher_unlock-Open the teacher view").click().run()
+    assert "wait 2 s before the next try" in at.error[0].value
+    # A new tab (a new session) with the right key is refused while the wait runs: the count is server-wide.
+    tab = _open(app_test)
+    assert "too many wrong tries" in tab.error[0].value and [t.key for t in tab.text_input] == ["teacher_key"]
+    assert not tab.exception
 
 
-def test_teacher_sees_each_learners_predictions(tmp_path, monkeypatch, app_test):
-    monkeypatch.setenv("KVLAB_DATA_DIR", str(tmp_path))
-    monkeypatch.delenv("KVLAB_TEACHER_KEY", raising=False)
+def test_the_right_key_opens_the_view_for_this_session(app_test):
+    at = _open(app_test)
+    assert not at.error and [t.key for t in at.text_input] == ["teacher_class_code"]
+    at.run()  # later runs do not ask again
+    assert [t.key for t in at.text_input] == ["teacher_class_code"]
+
+
+def test_teacher_resets_a_learners_passphrase(app_test):
+    s = open_store()
+    s.sign_in("Room 7", "Ana", "ana's passphrase")
+    s.save("Room 7", "Ana", {"visited": ["gqa"]})
+    s.save("Room 7", "Bob", {"visited": ["gqa"]})  # a record from before passphrases
+    at = _open(app_test)
+    at.text_input(key="teacher_class_code").input("Room 7").run()
+    picker = at.selectbox(key="teacher_reset_learner")
+    assert picker.options == ["Ana", "Bob (no passphrase)"]
+    assert at.button(key="teacher_reset").disabled  # nobody picked yet
+    picker.set_value("ana").run()
+    at.button(key="teacher_reset").click().run()
+    assert "Reset the passphrase of `Ana` in class `Room 7`?" in at.warning[0].value
+    s.sign_in("Room 7", "Ana", "ana's passphrase")  # not reset before the confirmation
+    at.button(key="teacher_reset_confirm").click().run()
+    assert not at.exception and not at.error
+    assert "reset: their next sign-in sets a new one" in at.success[0].value
+    assert s.sign_in("room 7", "ana", "a new passphrase").status == "set"
+    with pytest.raises(SignInError, match="wrong passphrase"):
+        s.sign_in("room 7", "ana", "ana's passphrase")  # the old one no longer opens the name
+    assert s.load("Room 7", "Ana")["visited"] == ["gqa"]
+    s.close()
+
+
+def test_teacher_sees_each_learners_predictions(app_test):
     gqa, paged = predictions.check("gqa", 512), predictions.check("paged", 63)  # what the lesson pages save
     s = open_store()
     s.save("Room 7", "Ana", {"visited": ["gqa", "paged"], "predict": {"gqa": gqa.record(), "paged": paged.record()}})
     s.save("Room 7", "Bob", {"visited": ["gqa"]})
     s.close()
-    at = app_test("teacher", timeout=60).run()
+    at = _open(app_test)
     at.text_input(key="teacher_class_code").input("Room 7").run()
     assert not at.exception and not at.error
     summary = at.dataframe[0].value

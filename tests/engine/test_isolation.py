@@ -166,6 +166,7 @@ def _session(name: str | None, class_code: str, answer: str) -> AppTest:
     if name:
         at.sidebar.text_input(key="progress_name").input(name)
         at.sidebar.text_input(key="progress_class").input(class_code)
+        at.sidebar.text_input(key="progress_pass").input(f"{name}'s passphrase")  # the first sign-in sets it
         at.sidebar.button[0].click().run()
     at.text_input(key="iso_answer").input(answer).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
