@@ -5,11 +5,12 @@
 all pointed at that database with one cookie secret, as in compose.yaml) and nginx with the project's
 sticky-session config (deploy/nginx.conf, rendered for loopback by bench/app_server.py). Then
 `--learners` protocol clients (bench/st_learner.py: a browser's messages, cookie and Host/Origin)
-join over a few seconds; each signs in with a name and a class code (pairs of learners share a name in
-two classes), opens three lessons and answers up to three check questions on each, reading the page
-for a moment (`--think`) between actions. An action counts as *saved* only when the page that answered
-showed it: the sidebar's lesson tick for a visit, the check's feedback for an answer, while signed in
-and with no "session only" note.
+join over a few seconds; each signs in with a name, a class code and a passphrase (pairs of learners
+share a name in two classes; the first sign-in sets the passphrase, the one after a reconnect gives it),
+opens three lessons and answers up to three check questions on each, reading the page for a moment
+(`--think`) between actions. An action counts as *saved* only when the page that answered showed it:
+the sidebar's lesson tick for a visit, the check's feedback for an answer, while signed in and with no
+"session only" note.
 
 Once `--kill-at` of all planned actions are done, the replica serving the most learners is killed
 (SIGKILL: no shutdown, as in a crash). Its learners' websockets drop; each reconnects through nginx
@@ -69,6 +70,7 @@ class Learner:
     code: str
     steps: list[tuple[str, str, str]]  # ("visit", page id, "") or ("answer", page id, question id)
     rng: random.Random
+    passphrase: str = "a learner's passphrase"  # the first sign-in sets it, later ones must give it
     cookie: str | None = None
     upstreams: list[str] = field(default_factory=list)  # replica of each session, in order
     saved_visits: set[str] = field(default_factory=set)  # what the learner saw saved
@@ -105,7 +107,7 @@ def plan(idx: int) -> Learner:
     for pid in lessons:
         steps.append(("visit", pid, ""))
         steps += [("answer", pid, q.id) for q in quizzes.for_page(pid)[:MAX_ANSWERS_PER_PAGE]]
-    return Learner(idx, f"learner {idx // 2}", f"class-{'ab'[idx % 2]}", steps, random.Random(idx))
+    return Learner(idx, f"learner {idx // 2}", f"class-{'ab'[idx % 2]}", steps, random.Random(idx), f"passphrase {idx}")
 
 
 def not_saved_note(shown: Shown) -> str | None:
@@ -134,6 +136,7 @@ async def sign_in(session: LearnerSession, learner: Learner) -> Shown:
     form = [
         text_value(home.widget("text_input", "Your name"), learner.name),
         text_value(home.widget("text_input", "Class code"), learner.code),
+        text_value(home.widget("text_input", "Passphrase"), learner.passphrase),
         click(home.widget("button", "Sign in")),
     ]
     shown = await session.run("", form)

@@ -1,5 +1,5 @@
 """Signing in from the sidebar saves progress to the server's SQLite file, and a new browser session
-(a reconnect) that signs in with the same name gets it back."""
+(a reconnect) that signs in with the same name and passphrase gets it back; a wrong passphrase does not."""
 
 from __future__ import annotations
 
@@ -13,14 +13,25 @@ from bench.app_server import error_texts, wait_for_app
 pytestmark = pytest.mark.browser
 
 
-def sign_in(page, name: str, class_code: str) -> None:
-    """Open the sidebar's sign-in box and submit name + class code."""
+PASSPHRASE = "ada's analytical engine"
+
+
+def fill_sign_in(page, name: str, class_code: str, passphrase: str = PASSPHRASE) -> None:
+    """Open the sidebar's sign-in box and submit name, class code and passphrase."""
     sidebar = page.locator('[data-testid="stSidebar"]')
     sidebar.get_by_text("Save my progress").click()
     sidebar.get_by_label("Your name").fill(name)
     sidebar.get_by_label("Class code").fill(class_code)
+    field = sidebar.get_by_label("Passphrase")
+    assert field.get_attribute("type") == "password"  # never shown on screen
+    field.fill(passphrase)
     sidebar.get_by_role("button", name="Sign in").click()
-    sidebar.get_by_text("Signed in as").wait_for()
+
+
+def sign_in(page, name: str, class_code: str, passphrase: str = PASSPHRASE) -> None:
+    """Sign in and wait until the sidebar says so."""
+    fill_sign_in(page, name, class_code, passphrase)
+    page.locator('[data-testid="stSidebar"]').get_by_text("Signed in as").wait_for()
     wait_for_app(page)
 
 
@@ -54,9 +65,16 @@ def test_progress_survives_a_reconnect(browser, app_url, app_data_dir, shoot):
     page = second.new_page()
     page.goto("/")
     wait_for_app(page)
-    sign_in(page, "ada l.", "room-42")  # names and codes are case-insensitive keys
+    fill_sign_in(page, "ada l.", "room-42", "not ada's passphrase")  # someone else trying her name
+    alert = page.locator('[data-testid="stAlertContentError"]')
+    alert.wait_for()
+    assert "wrong passphrase for this name in this class" in alert.inner_text()
     sidebar = page.locator('[data-testid="stSidebar"]')
-    assert "Signed in as ada l." in sidebar.inner_text()
+    sidebar.get_by_label("Passphrase").fill(PASSPHRASE)
+    sidebar.get_by_role("button", name="Sign in").click()
+    sidebar.get_by_text("Signed in as").wait_for()
+    wait_for_app(page)
+    assert "Signed in as ada l." in sidebar.inner_text()  # names and codes are case-insensitive keys
     assert stored_visits(app_data_dir, "room-42", "ada l.")[: len(visited)] == visited
     second.close()
 
@@ -66,6 +84,7 @@ def test_bad_name_shows_error_not_traceback(page):
     sidebar.get_by_text("Save my progress").click()
     sidebar.get_by_label("Your name").fill("<b>x</b>")
     sidebar.get_by_label("Class code").fill("c1")
+    sidebar.get_by_label("Passphrase").fill(PASSPHRASE)
     sidebar.get_by_role("button", name="Sign in").click()
     alert = page.locator('[data-testid="stAlertContentError"]')
     alert.wait_for()
