@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from collections.abc import Sequence as Seq
 
 import torch
@@ -239,10 +239,37 @@ class LLM:
         """Forget a finished request's bookkeeping (generate() does this for its own requests)."""
         self._requests.pop(request_id, None)
 
+    def abort_request(self, request_id: int | Iterable[int]) -> None:
+        """Abort one request or an iterable of them (vLLM's `LLMEngine.abort_request(request_id: str |
+        Iterable[str])`): a waiting or running one leaves the scheduler's queues and frees its KV blocks, and
+        every one named is forgotten (get_output no longer knows it). Unknown or already released ids are
+        skipped, as in vLLM, so aborting twice is harmless."""
+        ids = self._request_ids(request_id)
+        self.scheduler.finish_requests(i for i in ids if i in self._requests and not self._requests[i].is_finished)
+        for i in ids:
+            self.release(i)
+
+    @staticmethod
+    def _request_ids(request_id: object) -> list[int]:
+        """One id or an iterable of ids as a list of ints; anything else is a ValueError."""
+        ids = [request_id] if isinstance(request_id, int) or not isinstance(request_id, Iterable) else request_id
+        ids = list(ids) if not isinstance(ids, (str, bytes)) else [ids]
+        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
+        if bad:
+            raise ValueError(
+                f"request_id {bad[0]!r} is not a request id; pass the int add_request() returned (or a list of them)"
+            )
+        return ids
+
     # ---- one step ----------------------------------------------------------------------------------------
 
     def step(self, trace: bool = True) -> StepTrace | None:
-        """Schedule, run and sample one batch; returns its StepTrace (None when there was nothing to do)."""
+        """Schedule, run and sample one batch; returns its StepTrace (None when there was nothing to do).
+
+        If the model or the sampler raises, the step is not applied: no counter moves and no block is
+        published to the prefix cache, so the requests can run the step again, or be aborted
+        (`abort_request`) with their blocks freed; generate() aborts its own requests itself.
+        """
         start = time.perf_counter()
         out = self.scheduler.schedule()
         if out.is_empty:
@@ -282,17 +309,19 @@ class LLM:
                     f"sampling_params must be one SamplingParams or a list of {len(prompts)} (one per prompt)"
                 )
         encoded = [self._encode(p, i) for i, p in enumerate(prompts)]  # validate everything before queueing
-        ids = [
-            self._add(tok, sp, p if isinstance(p, str) else None)
-            for tok, sp, p in zip(encoded, params, prompts, strict=True)
-        ]
-        pending = set(ids)
-        while pending:
-            step = self.step(trace=on_step is not None)
-            if step is not None and on_step is not None:
-                on_step(step)
-            pending = {i for i in pending if not self._requests[i].is_finished}
-        outputs = [self.get_output(i) for i in ids]
-        for i in ids:
-            self.release(i)
-        return outputs
+        seqs: dict[int, Sequence] = {}
+        try:
+            for tok, sp, p in zip(encoded, params, prompts, strict=True):
+                request_id = self._add(tok, sp, p if isinstance(p, str) else None)
+                seqs[request_id] = self._requests[request_id]
+            pending = set(seqs)
+            while pending:
+                step = self.step(trace=on_step is not None)
+                if step is not None and on_step is not None:
+                    on_step(step)
+                pending = {i for i in pending if not seqs[i].is_finished}
+            return [RequestOutput.of(seq, self.tokenizer) for seq in seqs.values()]
+        finally:
+            # Also on an exception (a failing step, a raising on_step, KeyboardInterrupt, a Streamlit rerun's
+            # BaseException): nothing this call queued stays waiting, running or holding blocks.
+            self.abort_request(list(seqs))

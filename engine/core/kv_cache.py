@@ -18,7 +18,10 @@ quantizes with it and the attention kernel dequantizes.
 Public API:
     slots_of(block_table, start, stop, block_size) -> list[int]    cache slots of positions start..stop-1
     KV_CACHE_DTYPES; kv_cache_dtype(name, model_dtype) -> torch.dtype;  calibrate_scale(scale, x)
+    available_memory(device) -> (bytes | None, source);  check_kv_memory(num_blocks, bytes_per_block, device)
     PagedKVCache(num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype=float32, device="cpu")
+        (refuses, before allocating, a cache bigger than the device's available memory: a ValueError naming
+        the blocks, their bytes, the memory and the fix; an allocator error during the allocation becomes one)
         .kv  [L, 2, num_blocks, block_size, Hkv, D];  .kv_caches  list of (k_cache, v_cache) per layer
         .kv_scales  list of (k_scale, v_scale) per layer for an fp8 cache, else None
         .k_cache(layer), .v_cache(layer), .copy_blocks([(src, dst), ...]), .bytes_per_slot, .nbytes
@@ -29,7 +32,9 @@ Public API:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence as Seq
+from pathlib import Path
 
 import torch
 
@@ -73,6 +78,89 @@ def calibrate_scale(scale: torch.Tensor, x: torch.Tensor) -> None:
     scale.copy_(torch.where(scale > 0, scale, fresh))
 
 
+# Linux's own accounting of memory a new allocation can take without swapping, and a cgroup v2 limit (a
+# container's): kernel interfaces, the same on every Linux machine.
+MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max" (no limit) -> None
+
+
+def _cpu_available() -> tuple[int | None, str]:
+    """Bytes of RAM a new allocation can take now: MemAvailable (capped by a cgroup's limit), else all RAM."""
+    available, source = None, ""
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available, source = int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            source = "physical RAM"
+        except (ValueError, OSError, AttributeError):  # not POSIX (Windows): no check
+            return None, "unknown"
+    limit, used = _read_int(CGROUP / "memory.max"), _read_int(CGROUP / "memory.current")
+    if limit is not None and used is not None and limit - used < available:
+        available, source = max(0, limit - used), "the container's cgroup memory.max minus memory.current"
+    return available, source
+
+
+def available_memory(device: torch.device | str) -> tuple[int | None, str]:
+    """(bytes a new allocation on `device` can take now, where that number comes from); None if unknown.
+
+    CUDA: the device's free memory (`torch.cuda.mem_get_info`); CPU: Linux's MemAvailable, capped by a
+    cgroup v2 limit, else the physical RAM (`os.sysconf`)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free, f"free on {device} (torch.cuda.mem_get_info)"
+    if device.type == "cpu":
+        return _cpu_available()
+    return None, "unknown"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def check_kv_memory(
+    num_blocks: int, bytes_per_block: int, device: torch.device | str, available: int | None = None, source: str = ""
+) -> None:
+    """A ValueError, before anything is allocated, when `num_blocks` blocks of `bytes_per_block` bytes exceed
+    the memory `device` has available (`available_memory`, unless given); nothing happens when it is unknown."""
+    if available is None:
+        available, source = available_memory(device)
+        if available is None:
+            return
+    need = num_blocks * bytes_per_block
+    if need > available:
+        why = f"only {_gib(available)} is available ({source})"
+        raise ValueError(kv_memory_message(num_blocks, bytes_per_block, device, why, available))
+
+
+def kv_memory_message(
+    num_blocks: int, bytes_per_block: int, device: torch.device | str, why: str, available: int | None = None
+) -> str:
+    """The out-of-memory message: the blocks asked for, their bytes, the memory there is, and the fix."""
+    need = num_blocks * bytes_per_block
+    fits = f"at most {available // bytes_per_block} blocks fit now; " if available is not None else ""
+    return (
+        f"a KV cache of num_gpu_blocks={num_blocks} blocks x {bytes_per_block} bytes = {need} bytes "
+        f"({_gib(need)}) does not fit on {torch.device(device)}: {why}; {fits}pass a smaller num_gpu_blocks (or "
+        "kv_cache_memory_bytes), None to size the cache from the memory there is, a smaller block_size, "
+        "or kv_cache_dtype='fp8'"
+    )
+
+
 def _check_positive(**values: object) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -103,10 +191,19 @@ class PagedKVCache:
         self.block_size = check_block_size(block_size)
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
-        # One allocation for the whole cache; zeros so an unwritten slot never holds garbage.
-        self.kv = torch.zeros(
-            num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
-        )  # [L, 2, num_blocks, block_size, Hkv, D]
+        # One allocation for the whole cache; zeros so an unwritten slot never holds garbage. Checked first:
+        # on CPU an overcommitted allocation may "succeed" and get the process killed when it is touched.
+        per_block = 2 * num_layers * block_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        check_kv_memory(num_blocks, per_block, device)
+        try:
+            self.kv = torch.zeros(
+                num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
+            )  # [L, 2, num_blocks, block_size, Hkv, D]
+        except RuntimeError as exc:  # torch.OutOfMemoryError (CUDA) is a RuntimeError, so is the CPU allocator's
+            if not isinstance(exc, torch.OutOfMemoryError) and "memory" not in str(exc).lower():
+                raise
+            why = f"the allocator could not provide them ({str(exc).splitlines()[0][:200]})"
+            raise ValueError(kv_memory_message(num_blocks, per_block, device, why)) from exc
         # Per-layer views, each contiguous [num_blocks, block_size, Hkv, D], as the kernels take them.
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = [
             (self.kv[layer, 0], self.kv[layer, 1]) for layer in range(num_layers)

@@ -26,6 +26,7 @@ rule itself is engine/core/admission.py.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine.core.admission import admission_headroom, may_admit, preemption_victim, watermark_blocks
@@ -235,17 +236,29 @@ class Scheduler:
         return None
 
     def abort(self, seq_id: int) -> Sequence | None:
-        """Drop a waiting or running request (freeing its blocks); returns it, or None if unknown."""
-        for seq in self.waiting:
-            if seq.seq_id == seq_id:
-                self.waiting.remove(seq)
-                break
+        """Drop a waiting or running request: free its blocks, take it out of the queues and mark it FINISHED
+        with finish_reason "abort"; returns it, or None if no unfinished request has that id.
+
+        Safe after a step that raised between `schedule()` and `update()`: the slots that step allocated are
+        freed, and only blocks whose K/V an earlier, completed step wrote (`num_computed_tokens`, which only
+        `update()` advances) are published to the prefix cache, so no hash can point at unwritten K/V.
+        """
+        seq = next((s for s in self.waiting if s.seq_id == seq_id), None)
+        if seq is not None:
+            self.waiting.remove(seq)
         else:
             seq = next((s for s in self.running if s.seq_id == seq_id), None)
             if seq is None:
                 return None
             self.running.remove(seq)
+        if seq.seq_id in self.block_manager.sequences:  # running ones; a waiting one holds none (preemption freed)
             self.block_manager.free_sequence(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = "abort"
         return seq
+
+    def finish_requests(self, seq_ids: Iterable[int]) -> list[Sequence]:
+        """Abort every unfinished request among `seq_ids` (vLLM v1's `Scheduler.finish_requests` with
+        FINISHED_ABORTED); unknown or already finished ids are skipped. Returns the aborted sequences."""
+        aborted = [self.abort(seq_id) for seq_id in dict.fromkeys(seq_ids)]
+        return [seq for seq in aborted if seq is not None]

@@ -227,6 +227,41 @@ def test_abort_frees_blocks():
     assert sched.block_manager.num_free_blocks == 8 and not sched.has_unfinished
 
 
+def test_abort_after_schedule_before_update_frees_the_step_and_publishes_nothing_unwritten():
+    """A step that raised between schedule() and update(): its slots are freed and, with prefix caching, only
+    blocks an earlier completed step wrote get a hash (none of the failed step's, whose K/V may be garbage)."""
+    sched = make(num_blocks=16, prefix=True, budget=8)
+    a, b = seq(0, 13), seq(1, list(range(1, 10)))  # b shares a's first two blocks
+    sched.add(a)
+    step(sched)  # a's first 8 tokens computed: blocks 0 and 1 full and written
+    sched.add(b)
+    out = sched.schedule()  # a's last 5 tokens (blocks 2, 3 allocated); b admitted on a prefix hit of 8
+    assert ids(out) == [0, 1] and len(a.block_table) == 4 and b.num_cached_tokens == 8
+    # ... the model raises here: update() never runs, blocks 2 and 3 hold no K/V ...
+    assert sched.abort(0) is a and a.finish_reason == "abort" and a.block_table == []
+    assert [s.seq_id for s in sched.finish_requests([1, 1, 99])] == [1]  # duplicates and unknown ids skipped
+    bm = sched.block_manager
+    assert bm.allocator.num_cached_blocks == 2  # the two blocks the completed step wrote; not block 2
+    assert bm.num_free_blocks == 16 and all(count == 0 for count in bm.allocator.ref_counts)
+    assert not sched.has_unfinished and b.status is SequenceStatus.FINISHED
+    assert bm.num_cached_prefix_tokens(seq(2, 13)) == 8  # a later request with a's prompt hits only those
+
+
+def test_abort_of_a_preempted_request_takes_it_off_the_waiting_queue():
+    sched = make(num_blocks=4, budget=64)
+    a, b = seq(0, 6, max_tokens=8), seq(1, 6, max_tokens=8)
+    sched.add(a)
+    sched.add(b)
+    for _ in range(4):
+        step(sched)
+        if sched.num_preemptions:
+            break
+    assert sched.num_preemptions and b.status is SequenceStatus.PREEMPTED and sched.waiting[0] is b
+    assert sched.abort(1) is b and not sched.waiting and b.block_table == []
+    sched.abort(0)
+    assert sched.block_manager.num_free_blocks == 4 and not sched.has_unfinished
+
+
 # ---- properties ------------------------------------------------------------------------------------------
 
 request = st.tuples(
