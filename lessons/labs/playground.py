@@ -6,19 +6,38 @@ The engine is `engine.LLM`: continuous batching (Orca, Yu et al., OSDI 2022) ove
 joined, finished or was preempted, block tables, the allocator's per-block snapshot); this module keeps them
 so the page can replay the run one scheduler step at a time. Weights are loaded once (`load`) and shared
 read-only between learners' engines (`new_engine(..., preloaded=...)`); each learner owns their LLM.
+
+What a learner may load is the server's choice (`model_policy`, read from the environment):
+  KVLAB_MODEL_DIRS       folders a learner may load models from, separated by os.pathsep (':' on Linux);
+                         relative entries are relative to the project. Unset: the demo model and the project's
+                         own models/ folder. Empty: the demo model only (the folder option is off).
+  KVLAB_MAX_MODEL_BYTES  the largest model, in bytes, both its files on disk and its weights in memory at the
+                         dtype they load as (float32 on CPU: a bf16 checkpoint takes twice its file size).
+                         Default 2 GiB.
+A typed folder is resolved (symlinks, `..`; a relative path is taken under the first allowed folder, a leading
+~ is refused) and every file the loader opens must stay under an allowed folder (engine/model/access.py). Any
+path that is missing, unreadable, not a folder or outside them gets the same answer (`ModelPolicy.refusal`),
+so the box cannot be used to learn what exists on the server.
+
+A run interrupted part-way (Generate pressed again: Streamlit raises its RerunException inside the running
+`generate`; an exception in the progress callback; a closed tab) leaves nothing in the learner's engine:
+`generate` aborts whatever is still queued or running, before the run and in a `finally`.
 """
 
 from __future__ import annotations
 
+import gc
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine import LLM, RequestOutput, SamplingParams
 from engine.memory.measure import default_device
-from engine.model.loader import DEMO_DIR, load_model
+from engine.model import access
+from engine.model.loader import DEMO_DIR, ModelTooLargeError, format_bytes, load_model
 from engine.outputs import StepTrace
 
 MAX_PROMPTS = 8
@@ -26,6 +45,14 @@ MAX_PROMPT_CHARS = 400
 MAX_NEW_TOKENS = 64  # keeps one generate click to a few seconds on a 2-core CPU with the demo model
 MAX_BLOCKS = 256
 DEFAULT_PROMPTS = "def fibonacci(n):\nclass Stack:\nimport collections\nfor line in open(path):"
+MODEL_DIRS_ENV, MAX_BYTES_ENV = "KVLAB_MODEL_DIRS", "KVLAB_MAX_MODEL_BYTES"
+DEFAULT_MAX_MODEL_BYTES = 2 * 2**30  # 2 GiB: a ~500M-parameter model in float32; the demo takes ~10 MiB
+PROJECT_DIR = DEMO_DIR.parents[1]
+FOLDERS_DISABLED = (
+    f"this server does not allow model folders, only the demo model. The operator enables them by setting "
+    f"{MODEL_DIRS_ENV} to the folders learners may load from (separated by {os.pathsep!r}), or by unsetting it "
+    "(then the project's models/ folder is allowed)"
+)
 
 
 def parse_prompts(text: str) -> list[str]:
@@ -43,8 +70,72 @@ def parse_prompts(text: str) -> list[str]:
     return prompts
 
 
-def resolve_model(source: str, folder: str = "") -> str:
-    """'demo' when its weights are installed, or a validated local Hugging Face folder path."""
+@dataclass(frozen=True)
+class ModelPolicy:
+    """What this server lets a learner load: the allowed folders (resolved, with the names the operator
+    wrote for them) and the largest model in bytes."""
+
+    roots: tuple[Path, ...]
+    labels: tuple[str, ...]
+    max_bytes: int = DEFAULT_MAX_MODEL_BYTES
+
+    @property
+    def folders_allowed(self) -> bool:
+        """False when the operator turned the folder option off (KVLAB_MODEL_DIRS set but empty)."""
+        return bool(self.roots)
+
+    @property
+    def allowed_text(self) -> str:
+        """The allowed folders as the operator named them, e.g. 'models/' or '/srv/models, /data/hf'."""
+        return ", ".join(self.labels)
+
+    def refusal(self) -> str:
+        """The one answer for a typed path that is missing, unreadable, not a model folder or not allowed."""
+        return (
+            f"No model folder the server allows at that path. Allowed: the demo model and folders under "
+            f"{self.allowed_text}; type the path of a model folder there (a relative path is taken under "
+            f"{self.labels[0]})"
+        )
+
+    def display(self, real: Path) -> str:
+        """A checked path inside the roots, shown under its root's operator-given name."""
+        for root, label in zip(self.roots, self.labels, strict=True):
+            if real.is_relative_to(root):
+                rel = real.relative_to(root).as_posix()
+                return label if rel == "." else f"{label.rstrip('/')}/{rel}"
+        return "that folder"
+
+
+def model_policy(env: Mapping[str, str] | None = None) -> ModelPolicy:
+    """The server's ModelPolicy from KVLAB_MODEL_DIRS and KVLAB_MAX_MODEL_BYTES (see the module docstring)."""
+    env = os.environ if env is None else env
+    raw_limit = env.get(MAX_BYTES_ENV, "").strip()
+    try:
+        max_bytes = int(raw_limit) if raw_limit else DEFAULT_MAX_MODEL_BYTES
+    except ValueError:
+        max_bytes = 0
+    if max_bytes < 1:
+        raise ValueError(
+            f"{MAX_BYTES_ENV}={raw_limit!r} must be a whole number of bytes >= 1, e.g. {DEFAULT_MAX_MODEL_BYTES} "
+            "(2 GiB); the operator fixes it in the server's environment"
+        )
+    if MODEL_DIRS_ENV not in env:
+        return ModelPolicy(((PROJECT_DIR / "models").resolve(),), ("models/",), max_bytes)
+    roots: dict[Path, str] = {}  # resolved root -> the name the operator wrote for it
+    for entry in env[MODEL_DIRS_ENV].split(os.pathsep):
+        if entry.strip():
+            roots.setdefault(_root(entry.strip()), entry.strip())
+    return ModelPolicy(tuple(roots), tuple(roots.values()), max_bytes)
+
+
+def _root(entry: str) -> Path:
+    """One KVLAB_MODEL_DIRS entry (the operator's: ~ is theirs to use), relative ones under the project."""
+    path = Path(entry).expanduser()
+    return (path if path.is_absolute() else PROJECT_DIR / path).resolve()
+
+
+def resolve_model(source: str, folder: str = "", policy: ModelPolicy | None = None) -> str:
+    """'demo' when its weights are installed, or the checked real path of a model folder the policy allows."""
     if source == "demo":
         if not any(DEMO_DIR.glob("*.safetensors")):
             raise ValueError(
@@ -55,29 +146,60 @@ def resolve_model(source: str, folder: str = "") -> str:
         return "demo"
     if source != "folder":
         raise ValueError(f"unknown model source {source!r}; use 'demo' or 'folder'")
-    path = Path(folder.strip()).expanduser() if folder and folder.strip() else None
-    if path is None:
-        raise ValueError("the folder path is empty; type the path of a local Hugging Face model folder")
-    if not path.is_dir():
-        raise ValueError(f"{path} is not a folder on this machine; type the path of a local model folder")
-    if not (path / "config.json").is_file():
-        raise ValueError(f"{path} has no config.json; point at the folder that holds config.json and the weights")
-    if not any(path.glob("*.safetensors")):
-        raise ValueError(f"{path} has no *.safetensors weights; convert the checkpoint with safetensors first")
-    return str(path)
-
-
-def load(model: str, device: str | None = None) -> tuple[Any, Any, Any]:
-    """(model, config, tokenizer) of 'demo' or a folder; every loader problem becomes a ValueError."""
-    try:
-        return load_model(model, device or default_device())
-    except ValueError:
-        raise
-    except Exception as exc:  # missing shards, a truncated or corrupt safetensors file, an unreadable folder
+    policy = model_policy() if policy is None else policy
+    if not policy.folders_allowed:
+        raise ValueError(FOLDERS_DISABLED)
+    text = (folder or "").strip()
+    if not text:
+        raise ValueError(f"the folder path is empty; type the path of a model folder under {policy.allowed_text}")
+    if text.startswith("~"):  # Path.expanduser would look up any user's home (~root): not the learner's to ask
         raise ValueError(
+            f"a path starting with ~ is not accepted here; type the full path of a model folder under "
+            f"{policy.allowed_text}, or a path relative to {policy.labels[0]}"
+        )
+    typed = Path(text)
+    try:
+        real = access.confine(typed if typed.is_absolute() else policy.roots[0] / typed, policy.roots)
+    except (OSError, ValueError):  # missing, outside the roots, unreadable, a NUL byte: one answer
+        raise ValueError(policy.refusal()) from None
+    if not real.is_dir():  # a file, a FIFO, a device: the same answer
+        raise ValueError(policy.refusal())
+    shown = policy.display(real)  # inside the roots: naming what is missing there reveals nothing outside
+    try:
+        has_config = access.existing(real / "config.json", policy.roots, "config.json") is not None
+    except ValueError:
+        has_config = False
+    if not has_config:
+        raise ValueError(f"{shown} has no config.json; point at the folder that holds config.json and the weights")
+    if not any(real.glob("*.safetensors")) and not (real / "model.safetensors.index.json").is_file():
+        raise ValueError(f"{shown} has no *.safetensors weights; convert the checkpoint with safetensors first")
+    return str(real)
+
+
+def load(model: str, device: str | None = None, policy: ModelPolicy | None = None) -> tuple[Any, Any, Any]:
+    """(model, config, tokenizer) of 'demo' or a folder the policy allows; every problem becomes a ValueError.
+
+    A failed load frees what it took (the loader drops the half-filled model; a collection runs here)."""
+    policy = model_policy() if policy is None else policy
+    try:
+        return load_model(model, device or default_device(), allowed_roots=policy.roots, max_bytes=policy.max_bytes)
+    except ModelTooLargeError as exc:
+        error = ValueError(
+            f"that model is too large for this server: {exc.what} take {format_bytes(exc.size)}, more than "
+            f"its limit of {format_bytes(exc.limit)} ({MAX_BYTES_ENV}={policy.max_bytes}); choose a smaller "
+            f"model, or the operator raises {MAX_BYTES_ENV}"
+        )
+    except ValueError as exc:
+        error = exc
+    except FileNotFoundError as exc:  # a file the folder check saw vanished since
+        error = ValueError(f"{exc}; check that the folder holds a complete Hugging Face checkpoint")
+    except Exception as exc:  # a truncated or corrupt safetensors file, an unreadable shard
+        error = ValueError(
             f"could not load {model}: {exc}; check that the folder holds a complete Hugging Face checkpoint "
             "(config.json + *.safetensors)"
-        ) from exc
+        )
+    gc.collect()  # the half-built model, if any, is unreachable now: give its memory back before answering
+    raise error
 
 
 @dataclass(frozen=True)
@@ -152,13 +274,39 @@ def live_line(trace: StepTrace, generated: int, elapsed_s: float) -> str:
     )
 
 
+def pending_requests(llm: LLM) -> list[int]:
+    """Ids of the requests the learner's engine still holds in its queues (waiting, then running)."""
+    return [seq.seq_id for seq in (*llm.scheduler.waiting, *llm.scheduler.running)]
+
+
+def abort_all(llm: LLM, also: set[int] | frozenset[int] = frozenset()) -> int:
+    """Abort every request still waiting or running in `llm` (freeing its blocks) and forget those and `also`
+    (finished requests of an interrupted run, whose outputs nobody will collect); returns how many it aborted.
+
+    Uses `LLM.abort_request` where the engine has it, else the scheduler's own `abort`."""
+    queued = pending_requests(llm)
+    abort = getattr(llm, "abort_request", None)
+    for request_id in queued:
+        if abort is not None:
+            abort(request_id)
+        else:
+            llm.scheduler.abort(request_id)
+    for request_id in {*queued, *also}:
+        llm.release(request_id)
+    return len(queued)
+
+
 def generate(
     llm: LLM, prompts: list[str], params: SamplingParams, on_progress: Callable[[str], None] | None = None
 ) -> PlaygroundRun:
     """Run the prompts to completion on the learner's engine, recording every scheduler step.
 
-    on_progress, when given, receives a `live_line` after each step (the page shows it while it waits).
+    on_progress, when given, receives a `live_line` after each step (the page shows it while it waits). If
+    the run stops part-way (on_progress raises, Streamlit interrupts the script for a rerun or a closed tab),
+    the requests it queued are aborted and their blocks freed before the exception goes on, so the next run
+    sees only its own prompts; anything an older interrupted run left is cleared before this one starts.
     """
+    abort_all(llm)
     traces: list[StepTrace] = []
     start = time.perf_counter()
     generated = 0
@@ -170,7 +318,12 @@ def generate(
         if on_progress is not None:
             on_progress(live_line(trace, generated, time.perf_counter() - start))
 
-    outputs = llm.generate(prompts, params, on_step=record)
+    try:
+        outputs = llm.generate(prompts, params, on_step=record)
+    except BaseException:
+        seen = {i for t in traces for i in (*t.admitted, *t.finished, *t.running, *t.waiting)}
+        abort_all(llm, also=seen)
+        raise
     wall = time.perf_counter() - start
     return PlaygroundRun(outputs, traces, wall, llm.block_size, llm.num_gpu_blocks)
 
@@ -260,6 +413,31 @@ def step_view(run: PlaygroundRun, index: int) -> StepView:
     return StepView(scheduled, tables, fills, blocks, " ".join(parts))
 
 
-__all__ = ["DEFAULT_PROMPTS", "EngineSettings", "MAX_BLOCKS", "MAX_NEW_TOKENS", "MAX_PROMPTS", "PlaygroundRun",
-           "StepView", "generate", "live_line", "load", "new_engine", "output_rows", "parse_prompts",
-           "resolve_model", "sampling_params", "step_rows", "step_view"]  # fmt: skip
+__all__ = [
+    "DEFAULT_MAX_MODEL_BYTES",
+    "DEFAULT_PROMPTS",
+    "FOLDERS_DISABLED",
+    "MAX_BLOCKS",
+    "MAX_BYTES_ENV",
+    "MAX_NEW_TOKENS",
+    "MAX_PROMPTS",
+    "MODEL_DIRS_ENV",
+    "EngineSettings",
+    "ModelPolicy",
+    "PlaygroundRun",
+    "StepView",
+    "abort_all",
+    "format_bytes",
+    "generate",
+    "live_line",
+    "load",
+    "model_policy",
+    "new_engine",
+    "output_rows",
+    "parse_prompts",
+    "pending_requests",
+    "resolve_model",
+    "sampling_params",
+    "step_rows",
+    "step_view",
+]

@@ -1,5 +1,10 @@
 """lessons/playground_lab.py: prompt and folder validation, runs on shared weights, step traces as rows."""
 
+import gc
+import itertools
+import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -7,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.llm import LLM
+from engine.model.llama import CausalLM
 from engine.sampling import SamplingParams
 from lessons.labs import playground as lab
 from tests import tiny_model
@@ -40,35 +46,158 @@ def test_parse_prompts_round_trips_lines(prompts):
     assert lab.parse_prompts("\n".join(prompts) + "\n\n") == prompts
 
 
-def test_resolve_model_validates_folders(tmp_path, tiny):
-    assert lab.resolve_model("folder", f"  {tiny} ") == tiny
-    with pytest.raises(ValueError, match="empty"):
-        lab.resolve_model("folder", "   ")
-    with pytest.raises(ValueError, match="not a folder"):
-        lab.resolve_model("folder", str(tmp_path / "nope"))
-    with pytest.raises(ValueError, match="no config.json"):
-        lab.resolve_model("folder", str(tmp_path))
-    (tmp_path / "config.json").write_text("{}")
-    (tmp_path / "pytorch_model.bin").write_text("")
-    with pytest.raises(ValueError, match="no \\*.safetensors"):
-        lab.resolve_model("folder", str(tmp_path))
+def policy_for(*roots: Path, max_bytes: int = lab.DEFAULT_MAX_MODEL_BYTES) -> lab.ModelPolicy:
+    """A policy allowing `roots`, named 'models/' (the first) and 'more-N/' as an operator would write them."""
+    labels = tuple("models/" if i == 0 else f"more-{i}/" for i in range(len(roots)))
+    return lab.ModelPolicy(tuple(r.resolve() for r in roots), labels, max_bytes)
+
+
+@pytest.fixture
+def server(tmp_path, tiny):
+    """A server's disk: an allowed root holding a model, odd files and links out, and things outside it."""
+    root = tmp_path / "models"
+    root.mkdir()
+    shutil.copytree(tiny, root / "tiny")
+    shutil.copytree(tiny, tmp_path / "outside")  # a real model folder outside the root
+    shutil.copytree(tiny, tmp_path / "models-evil")  # shares the root's name as a string prefix
+    (root / "nocfg").mkdir()
+    (root / "noweights").mkdir()
+    (root / "noweights" / "config.json").write_text("{}")
+    (root / "noweights" / "pytorch_model.bin").write_text("")
+    (root / "afile").write_text("x")
+    os.mkfifo(root / "fifo")
+    (root / "link-out").symlink_to(tmp_path / "outside")
+    (root / "link-missing").symlink_to(tmp_path / "nowhere")
+    (root / "link-in").symlink_to(root / "tiny")  # a link that stays inside is fine
+    (root / "loop").symlink_to(root / "loop")
+    return root, policy_for(root)
+
+
+def test_policy_from_the_environment(tmp_path):
+    unset = lab.model_policy({})
+    assert unset.roots == ((lab.PROJECT_DIR / "models").resolve(),) and unset.labels == ("models/",)
+    assert unset.max_bytes == lab.DEFAULT_MAX_MODEL_BYTES == 2 * 2**30 and unset.folders_allowed
+    for off in ("", "  ", os.pathsep):
+        assert not lab.model_policy({lab.MODEL_DIRS_ENV: off}).folders_allowed
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    env = {lab.MODEL_DIRS_ENV: os.pathsep.join([str(tmp_path / "a"), "", str(tmp_path / "b"), "models"])}
+    two = lab.model_policy(env | {lab.MAX_BYTES_ENV: " 1_000 "})
+    assert two.roots == ((tmp_path / "a").resolve(), (lab.PROJECT_DIR / "models").resolve())  # b is a, once
+    assert two.labels == (str(tmp_path / "a"), "models") and two.max_bytes == 1000
+    for bad in ("lots", "0", "-5", "1.5"):
+        with pytest.raises(ValueError, match=f"KVLAB_MAX_MODEL_BYTES='{bad}' must be a whole number"):
+            lab.model_policy({lab.MAX_BYTES_ENV: bad})
+
+
+def test_resolve_model_inside_the_roots(server, tiny):
+    root, policy = server
+    real = str((root / "tiny").resolve())
+    assert lab.resolve_model("folder", f"  {root / 'tiny'} ", policy) == real
+    assert lab.resolve_model("folder", "tiny", policy) == real  # relative: under the first root
+    assert lab.resolve_model("folder", str(root / "link-in"), policy) == real  # one cache entry per folder
+    assert lab.resolve_model("folder", str(root / "nocfg" / ".." / "tiny"), policy) == real
+    with pytest.raises(ValueError, match="empty; type the path of a model folder under models/"):
+        lab.resolve_model("folder", "   ", policy)
+    with pytest.raises(ValueError, match="^models/nocfg has no config.json"):
+        lab.resolve_model("folder", "nocfg", policy)
+    with pytest.raises(ValueError, match="^models/noweights has no \\*.safetensors"):
+        lab.resolve_model("folder", str(root / "noweights"), policy)
     with pytest.raises(ValueError, match="unknown model source"):
-        lab.resolve_model("hub", "meta-llama/x")
+        lab.resolve_model("hub", "meta-llama/x", policy)
+    with pytest.raises(ValueError, match="does not allow model folders.*KVLAB_MODEL_DIRS"):
+        lab.resolve_model("folder", str(root / "tiny"), lab.model_policy({lab.MODEL_DIRS_ENV: ""}))
+    with pytest.raises(ValueError, match="No model folder the server allows"):  # the default: models/ only
+        lab.resolve_model("folder", tiny)
     demo_ready = any(lab.DEMO_DIR.glob("*.safetensors"))
     if demo_ready:
-        assert lab.resolve_model("demo") == "demo"
+        assert lab.resolve_model("demo", "", lab.model_policy({lab.MODEL_DIRS_ENV: ""})) == "demo"
     else:
         with pytest.raises(ValueError, match="demo model's weights are not installed"):
             lab.resolve_model("demo")
 
 
-def test_corrupt_weights_are_a_value_error(tmp_path, tiny):
+HOSTILE = [
+    "/root",
+    "/etc",
+    "/etc/passwd",
+    "/nonexistent",
+    "/proc/self",
+    "/proc/self/root",
+    "/dev/null",
+    "/",
+    "..",
+    "../outside",
+    "../models-evil",
+    "tiny/../../outside",
+    "link-out",
+    "link-missing",
+    "afile",
+    "fifo",
+    "missing",
+    "loop",
+    "nocfg/missing",
+    "tiny/config.json",
+    "a\x00b",
+    "/etc/\x00",
+]
+
+
+def test_every_path_outside_or_not_there_gets_one_answer(server, tmp_path):
+    root, policy = server
+    absolute = [str(tmp_path / p) for p in ("outside", "models-evil", "nowhere", "models-evil/config.json")]
+    absolute += [str(root / p) for p in ("link-out", "link-missing", "fifo", "afile", "loop", "..")]
+    absolute += [f"{root}/../outside", f"{root}-evil", f"{root}/tiny/../../outside"]
+    answers = {}
+    for typed in HOSTILE + absolute:
+        with pytest.raises(ValueError) as info:
+            lab.resolve_model("folder", typed, policy)
+        answers[typed] = str(info.value)
+    assert set(answers.values()) == {policy.refusal()}, answers
+    assert "models/" in policy.refusal() and str(tmp_path) not in policy.refusal()
+    for typed in ("~root", "~", "~/models", "~nosuchuser123/x"):  # never expanded: no home directory lookups
+        with pytest.raises(ValueError, match="^a path starting with ~ is not accepted here") as info:
+            lab.resolve_model("folder", typed, policy)
+        assert "root" not in str(info.value).replace("~", "")
+
+
+def test_the_loader_refuses_what_resolve_model_would(server, tmp_path):
+    root, policy = server
+    for path in (tmp_path / "outside", root / "link-out", tmp_path / "models-evil", root / "afile"):
+        with pytest.raises(ValueError, match="^that model folder is not a readable file or folder inside"):
+            lab.load(str(path), "cpu", policy)
+    net, _, tok = lab.load(lab.resolve_model("folder", "link-in", policy), "cpu", policy)
+    assert tok is not None and net.config.vocab_size == tok.vocab_size
+
+
+def test_size_limit_names_the_size_and_the_limit(server):
+    root, _ = server
+    disk = (root / "tiny" / "model.safetensors").stat().st_size
+    model = lab.resolve_model("folder", "tiny", policy_for(root))
+    expected = (
+        r"too large.*weights on disk take .* KiB, more than its limit of 1,000 bytes \(KVLAB_MAX_MODEL_BYTES=1000\)"
+    )
+    with pytest.raises(ValueError, match=expected):
+        lab.load(model, "cpu", policy_for(root, max_bytes=1000))
+    assert lab.load(model, "cpu", policy_for(root, max_bytes=disk))[0] is not None
+
+
+def causal_lms() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is CausalLM)
+
+
+def test_corrupt_weights_are_a_value_error_that_frees_the_model(tmp_path, tiny):
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text((Path(tiny) / "config.json").read_text())
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
-    with pytest.raises(ValueError, match="could not load"):
-        lab.load(lab.resolve_model("folder", str(broken)), "cpu")
+    policy = policy_for(tmp_path)
+    before = causal_lms()
+    with pytest.raises(ValueError, match="could not load") as info:
+        lab.load(lab.resolve_model("folder", str(broken), policy), "cpu", policy)
+    assert info.value.__cause__ is None and info.value.__context__ is None  # no traceback keeps the model
+    assert causal_lms() == before
 
 
 def test_sampling_params_limits():
@@ -80,7 +209,7 @@ def test_sampling_params_limits():
 
 
 def test_small_pool_run_matches_solo_runs_and_rows_add_up(tiny):
-    loaded = lab.load(tiny, "cpu")
+    loaded = lab.load(tiny, "cpu", policy_for(Path(tiny).parent))
     llm = lab.new_engine(loaded, tiny, lab.EngineSettings(block_size=4, num_blocks=9))
     assert llm.model is loaded[0]  # weights shared, not reloaded
     prompts = ["def add(a, b):", "class Stack:", "self.items", "return a + b"]
@@ -110,3 +239,61 @@ def test_small_pool_run_matches_solo_runs_and_rows_add_up(tiny):
         lab.step_view(run, len(run.traces))
     with pytest.raises(ValueError, match="num blocks 0"):
         lab.new_engine(loaded, tiny, lab.EngineSettings(num_blocks=0))
+
+
+class Interrupted(BaseException):
+    """Like Streamlit's RerunException: a BaseException raised inside the page's progress callback."""
+
+
+def interrupt_at(step: int, exc: BaseException) -> Callable[[str], None]:
+    calls = itertools.count(1)
+
+    def callback(_line: str) -> None:
+        if next(calls) == step:
+            raise exc
+
+    return callback
+
+
+@pytest.mark.parametrize(
+    ("step", "exc"),
+    [(1, Interrupted()), (5, Interrupted()), (3, RuntimeError("callback broke")), (1, KeyboardInterrupt())],
+)
+@pytest.mark.parametrize("prefix", [False, True])
+def test_an_interrupted_run_leaves_nothing_behind(tiny, step, exc, prefix):
+    loaded = lab.load(tiny, "cpu", policy_for(Path(tiny).parent))
+    settings = lab.EngineSettings(block_size=4, num_blocks=9, enable_prefix_caching=prefix)
+    llm = lab.new_engine(loaded, tiny, settings)
+    prompts = ["def add(a, b):", "class Stack:", "self.items", "return a + b"]
+    params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    with pytest.raises(type(exc)):
+        lab.generate(llm, prompts, params, on_progress=interrupt_at(step, exc))  # Generate pressed again
+    assert lab.pending_requests(llm) == [] and not llm.has_unfinished_requests()
+    assert llm.block_manager.num_free_blocks == llm.num_gpu_blocks  # every block back in the pool
+    again = lab.generate(llm, prompts[:3], params)  # the next click, same engine
+    fresh = lab.generate(lab.new_engine(loaded, tiny, settings), prompts[:3], params)
+    assert [o.token_ids for o in again.outputs] == [o.token_ids for o in fresh.outputs]
+    assert [o.prompt for o in again.outputs] == prompts[:3]  # exactly the prompts it was given
+    ids = {o.request_id for o in again.outputs}
+    for t in again.traces:  # no phantom request from the interrupted run in any step
+        assert set(t.waiting) | set(t.running) | set(t.admitted) <= ids and len(t.waiting) <= 3
+    assert {r["request"] for r in lab.output_rows(again)} == {"r0", "r1", "r2"}
+    assert all(set(r["joined"].split()) <= {"r0", "r1", "r2", "—"} for r in lab.step_rows(again))
+    assert again.traces[-1].num_free_blocks == llm.num_gpu_blocks and lab.pending_requests(llm) == []
+    with pytest.raises(ValueError):  # a bad prompt queues nothing either
+        lab.generate(llm, ["ok", 7], params)  # type: ignore[list-item]
+    assert lab.pending_requests(llm) == []
+
+
+def test_leftovers_from_an_older_interrupted_run_are_cleared(tiny):
+    loaded = lab.load(tiny, "cpu", policy_for(Path(tiny).parent))
+    llm = lab.new_engine(loaded, tiny, lab.EngineSettings(block_size=4, num_blocks=9))
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    stale = [llm.add_request("class Stack:", params), llm.add_request("self.items", params)]
+    llm.step()  # a run stopped without cleaning up (an older build, a killed thread)
+    run = lab.generate(llm, ["def add(a, b):"], params)
+    assert [o.prompt for o in run.outputs] == ["def add(a, b):"]
+    assert all(set(t.running) | set(t.waiting) <= {run.outputs[0].request_id} for t in run.traces)
+    for request_id in stale:
+        with pytest.raises(ValueError, match="unknown request id"):
+            llm.get_output(request_id)  # forgotten, not only unscheduled
