@@ -1,5 +1,6 @@
 """Engine playground: prompts in, the real engine generates, and the learner replays its scheduler steps."""
 
+import threading
 from typing import Any
 
 import streamlit as st
@@ -24,30 +25,56 @@ PAGE = "playground"
 RUN_KEY, ENGINE_KEY = "pg_run", "pg_engine"  # per-learner state: the last run and the learner's own LLM
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _weights(model: str, device: str) -> tuple[Any, Any, Any]:
-    """Weights, config and tokenizer loaded once per process and shared read-only by every learner's engine."""
-    return lab.load(model, device)
+@st.cache_resource(show_spinner=False)
+def _load_lock() -> threading.Lock:
+    """One model load at a time in this process, so learners loading different folders cannot stack them up."""
+    return threading.Lock()
 
 
-def _engine(model: str, settings: lab.EngineSettings) -> Any:
+@st.cache_resource(show_spinner=False, max_entries=2)
+def _weights(model: str, device: str, policy: lab.ModelPolicy) -> tuple[Any, Any, Any]:
+    """Weights, config and tokenizer loaded once per process and shared read-only by every learner's engine.
+
+    At most 2 models stay cached, each within KVLAB_MAX_MODEL_BYTES; a failed load is not cached."""
+    with _load_lock():
+        return lab.load(model, device, policy)
+
+
+def _engine(model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy) -> Any:
     """The learner's LLM, rebuilt only when the model or engine knobs change (so the prefix cache persists)."""
     held = st.session_state.get(ENGINE_KEY)
     if held is not None and held[0] == (model, settings):
         return held[1]
-    llm = lab.new_engine(_weights(model, default_device()), model, settings)
+    st.session_state.pop(ENGINE_KEY, None)  # let the old engine (and a model no longer cached) go first
+    llm = lab.new_engine(_weights(model, default_device(), policy), model, settings)
     st.session_state[ENGINE_KEY] = ((model, settings), llm)
     return llm
 
 
 page_header(PAGE)
 view = linked_view(PAGE)  # sampling and cache settings come from the URL (defaults in ui/links.py)
+policy = run_or_stop(lab.model_policy, hint="the operator fixes the server's environment and restarts it.")
 
 c1, c2 = st.columns([1, 2])
-source = c1.radio("Model", ["demo", "folder"], key="pg_source", horizontal=True,
-                  format_func=lambda s: "Demo model" if s == "demo" else "Local Hugging Face folder")  # fmt: skip
-folder = c2.text_input("Folder path (config.json + *.safetensors)", "", key="pg_path", disabled=source == "demo",
-                       help="A model folder already on this machine; nothing is downloaded.")  # fmt: skip
+source = c1.radio(
+    "Model",
+    ["demo", "folder"] if policy.folders_allowed else ["demo"],
+    key="pg_source",
+    horizontal=True,
+    format_func=lambda s: "Demo model" if s == "demo" else "Local Hugging Face folder",
+)
+if policy.folders_allowed:
+    folder = c2.text_input(
+        "Folder path (config.json + *.safetensors)",
+        "",
+        key="pg_path",
+        disabled=source == "demo",
+        help=f"A model folder under {policy.allowed_text} on this server, at most "
+        f"{lab.format_bytes(policy.max_bytes)}; nothing is downloaded.",
+    )
+else:
+    folder = ""
+    c2.info(lab.FOLDERS_DISABLED[:1].upper() + lab.FOLDERS_DISABLED[1:] + ".", icon=":material/block:")
 text = st.text_area("Prompts, one per line", lab.DEFAULT_PROMPTS, key="pg_prompts", height=120,
                     help=f"At most {lab.MAX_PROMPTS} prompts.")  # fmt: skip
 
@@ -72,11 +99,11 @@ st.caption(f"The pool holds {block_size * num_blocks:,} tokens; that is also the
 if st.button("Generate", key="pg_generate", type="primary"):
     try:
         prompts = lab.parse_prompts(text)
-        model = lab.resolve_model(source, folder)
+        model = lab.resolve_model(source, folder, policy)
         params = lab.sampling_params(int(max_tokens), float(temperature), float(top_p), int(top_k), int(seed))
         with st.status("Generating with the real engine …", expanded=False) as status:
             status.write("Loading weights (once per process) …")
-            llm = _engine(model, lab.EngineSettings(block_size, int(num_blocks), bool(prefix)))
+            llm = _engine(model, lab.EngineSettings(block_size, int(num_blocks), bool(prefix)), policy)
             status.write(f"Running {len(prompts)} request(s) through the scheduler …")
             live = st.empty()  # tokens/s and KV usage while the engine runs
             st.session_state[RUN_KEY] = lab.generate(llm, prompts, params, on_progress=live.caption)

@@ -1,24 +1,42 @@
 """Engine playground page (AppTest): guided errors for bad prompts and folders, a real generation on a local
-folder, stepping through the scheduler, and the knobs at their extremes."""
+folder, stepping through the scheduler, the knobs at their extremes, the server's model policy
+(KVLAB_MODEL_DIRS, KVLAB_MAX_MODEL_BYTES) and a run interrupted part-way."""
+
+import itertools
+from pathlib import Path
 
 import pytest
+from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
+from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
 from streamlit.testing.v1 import AppTest
 
+from lessons.labs import playground as lab
 from lessons.labs.playground import DEMO_DIR
 from tests.lessons.labs.test_playground import make_tiny_model
+
+PROMPTS = "def add(a, b):\nclass Stack:\nself.items\nreturn a + b"
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    return str(make_tiny_model(tmp_path_factory.mktemp("tiny_page")))
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny_page") / "tiny"))
 
 
 @pytest.fixture(scope="module")
-def at(app_test):
-    app = app_test("playground", timeout=120)
-    app.run()
-    assert not app.exception and not app.error
-    return app
+def at(app_test, tiny):
+    with pytest.MonkeyPatch.context() as mp:  # this server allows the folder that holds the tiny model
+        mp.setenv(lab.MODEL_DIRS_ENV, str(Path(tiny).parent))
+        mp.delenv(lab.MAX_BYTES_ENV, raising=False)
+        app = app_test("playground", timeout=120)
+        app.run()
+        assert not app.exception and not app.error
+        yield app
+
+
+def error_text(at: AppTest) -> str:
+    """The one error shown, read as plain words (show_error puts quoted values in code spans)."""
+    assert len(at.error) == 1, [e.value for e in at.error]
+    return at.error[0].value.replace("`", "")
 
 
 def generate(at: AppTest) -> AppTest:
@@ -35,18 +53,41 @@ def test_demo_model_generates_or_explains_why_not(at):
         assert "demo model's weights are not installed" in at.error[0].value and "How to fix" in at.error[0].value
 
 
-def test_bad_folder_and_prompts_show_guidance(at, tmp_path):
+def test_bad_folder_and_prompts_show_guidance(at, tiny, tmp_path):
     at.radio(key="pg_source").set_value("folder").run()
-    for path, match in (("", "empty"), (str(tmp_path / "missing"), "not a folder"), (str(tmp_path), "no config.json")):
+    (Path(tiny).parent / "empty").mkdir(exist_ok=True)
+    for path, match in (("", "empty"), ("empty", "empty has no config.json"), ("~root", "starting with ~")):
         at.text_input(key="pg_path").set_value(path)
         generate(at)
-        assert len(at.error) == 1 and match in at.error[0].value
+        assert match in error_text(at)
+
+
+def test_paths_outside_the_allowed_folders_all_get_the_same_message(at, tiny, tmp_path):
+    make_tiny_model(tmp_path / "outside")
+    (Path(tiny).parent / "link-out").symlink_to(tmp_path / "outside")
+    at.radio(key="pg_source").set_value("folder")
+    shown = set()
+    typed = ["/root", "/etc", "/nonexistent", "/proc/self", "/etc/passwd", str(tmp_path / "outside"), str(tmp_path)]
+    typed += [f"{Path(tiny).parent}-evil", "../outside", "link-out", f"{tiny}/config.json"]
+    for path in typed:
+        at.text_input(key="pg_path").set_value(path)
+        generate(at)
+        assert len(at.error) == 1
+        shown.add(at.error[0].value)
+    assert len(shown) == 1, shown
+    (message,) = shown
+    assert message.startswith("No model folder the server allows at that path") and "How to fix" in message
+    assert (
+        "/root" not in message
+        and "/etc" not in message
+        and str(tmp_path) not in message.replace(str(Path(tiny).parent), "")
+    )
 
 
 def test_folder_model_generates_and_steps(at, tiny):
     at.radio(key="pg_source").set_value("folder")
-    at.text_input(key="pg_path").set_value(tiny)
-    at.text_area(key="pg_prompts").set_value("def add(a, b):\nclass Stack:\nself.items\nreturn a + b")
+    at.text_input(key="pg_path").set_value("tiny")  # relative: under the first allowed folder
+    at.text_area(key="pg_prompts").set_value(PROMPTS)
     generate(at)
     assert not at.error
     shown = {m.label: m.value for m in at.metric}
@@ -99,3 +140,69 @@ def test_knobs_at_extremes(at, tiny):
     radio = next(r for r in at.radio if r.key.startswith("quiz_playground."))
     radio.set_value(radio.options[0]).run()
     assert not at.exception
+
+
+def test_folders_switched_off_by_the_operator(app_test, monkeypatch, tiny):
+    monkeypatch.setenv(lab.MODEL_DIRS_ENV, "")
+    app = app_test("playground", timeout=120)
+    app.run()
+    assert not app.exception and not app.error
+    assert app.radio(key="pg_source").options == ["Demo model"]
+    assert not [t for t in app.text_input if t.key == "pg_path"]
+    assert any("does not allow model folders" in i.value and lab.MODEL_DIRS_ENV in i.value for i in app.info)
+
+
+def test_a_model_over_the_byte_limit_is_refused_with_its_size(app_test, monkeypatch, tiny):
+    monkeypatch.setenv(lab.MODEL_DIRS_ENV, str(Path(tiny).parent))
+    monkeypatch.setenv(lab.MAX_BYTES_ENV, "4096")
+    app = app_test("playground", timeout=120)
+    app.run()
+    app.radio(key="pg_source").set_value("folder").run()
+    app.text_input(key="pg_path").set_value(tiny)
+    generate(app)
+    assert "too large for this server: the weights on disk take" in error_text(app)
+    assert "limit of 4.00 KiB (KVLAB_MAX_MODEL_BYTES=4096)" in error_text(app)
+    monkeypatch.setenv(lab.MAX_BYTES_ENV, "a lot")
+    app.run()
+    assert "KVLAB_MAX_MODEL_BYTES='a lot' must be a whole number" in error_text(app)
+
+
+def rerun_data() -> RerunData:
+    return RerunData()
+
+
+@pytest.mark.parametrize(
+    "interrupt",
+    [lambda: RerunException(rerun_data()), StopException, lambda: RuntimeError("the progress line broke")],
+    ids=["generate-pressed-again", "tab-closed", "callback-raises"],
+)
+def test_an_interrupted_run_leaves_no_phantom_requests(app_test, monkeypatch, tiny, interrupt):
+    monkeypatch.setenv(lab.MODEL_DIRS_ENV, str(Path(tiny).parent))
+    app = app_test("playground", timeout=120)
+    app.run()
+    app.radio(key="pg_source").set_value("folder").run()
+    app.text_input(key="pg_path").set_value(tiny)
+    app.text_area(key="pg_prompts").set_value(PROMPTS)
+    app.slider(key="pg_blocks").set_value(9)  # tight: requests wait and get preempted
+    app.select_slider(key="pg_block").set_value(4)
+    real_line, calls = lab.live_line, itertools.count(1)
+
+    def line_that_interrupts_once(*args):
+        if next(calls) == 2:  # the second step: some requests run, some wait
+            raise interrupt()
+        return real_line(*args)
+
+    monkeypatch.setattr(lab, "live_line", line_that_interrupts_once)
+    app.button(key="pg_generate").click().run()  # interrupted inside the engine's generate
+    assert next(calls) > 2  # it did interrupt
+    monkeypatch.setattr(lab, "live_line", real_line)
+    generate(app)  # Generate again on the same engine
+    assert not app.error
+    outputs = next(d.value for d in app.dataframe if "generated text" in d.value.columns)
+    assert list(outputs["prompt"]) == PROMPTS.split("\n") and list(outputs["request"]) == ["r0", "r1", "r2", "r3"]
+    steps = next(d.value for d in app.dataframe if "KV blocks used" in d.value.columns)
+    assert steps["waiting"].max() <= 4 and steps["running"].max() <= 4  # no phantom request queued
+    assert set(" ".join(steps["joined"]).split()) <= {"r0", "r1", "r2", "r3", "—"}
+    assert steps["KV blocks used"].iloc[-1] == 0
+    llm = app.session_state["pg_engine"][1]
+    assert lab.pending_requests(llm) == [] and llm.block_manager.num_free_blocks == llm.num_gpu_blocks
