@@ -19,7 +19,7 @@ from lessons.diagnosis.readlog import MAX_BYTES_PER_TOKEN, MAX_TOKENS, MIN_BYTES
 from lessons.diagnosis.scenarios import CHAT_REPOS
 
 BLOCK = 16  # vLLM's default block size on CUDA
-_ERROR_TOKENS = re.compile(r"stored in KV cache \((\d{1,12})\)|estimated maximum model length is (\d{1,12})")
+_ERROR_TOKENS = re.compile(r"stored in KV cache \((\d{1,12})\)|estimated maximum model length is (\d{1,12})", re.ASCII)
 __all__ = ["BLOCK", "KvPool", "found_rows", "guess_model", "kv_pool", "memory_rows", "read_paste", "room_for",
            "room_sentence", "suggestions"]  # fmt: skip
 _LABELS = {"weights_gb": "weights (GiB; vLLM prints 'GB')", "kv_cache_gib": "KV cache (GiB)",

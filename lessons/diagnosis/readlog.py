@@ -191,7 +191,7 @@ def _last(text: str, patterns: tuple[str, ...]) -> float | None:
     """The value of the last match of any pattern (in text order), or None."""
     best: tuple[int, float] | None = None
     for pattern in patterns:
-        for m in re.finditer(pattern, text):
+        for m in re.finditer(pattern, text, re.ASCII):  # ASCII digits only: float() would read "٩٩" or "９９"
             unit = m.group(2) if m.lastindex and m.lastindex >= 2 else None
             try:
                 value = _number(m.group(1), unit)

@@ -98,3 +98,11 @@ def test_a_huge_paste_is_cut_and_says_so():
 def test_arbitrary_input_never_raises(text):
     got = read_vllm_log(text)
     assert got.recognised or got.message
+
+
+@pytest.mark.parametrize("digits", ["٩٩", "９９", "९९", "𝟗𝟗"])
+def test_figures_are_read_in_ascii_digits_only(digits):
+    # float() reads every script's digits; a vLLM log prints ASCII, so anything else is not a figure
+    parsed = read_vllm_log(f"GPU KV cache size: {digits} tokens\n# GPU blocks: {digits}")
+    assert parsed.found == () and not parsed.recognised
+    assert read_vllm_log("GPU KV cache size: 99 tokens").kv_cache_tokens == 99
