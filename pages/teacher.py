@@ -59,7 +59,7 @@ if st.session_state.get(UNLOCKED_KEY) != fingerprint:
         opened = st.form_submit_button("Open the teacher view")
     if opened:
         try:
-            store.check_teacher_key(given, teacher_key)
+            store.check_teacher_key(given.strip(), teacher_key)  # like the variable: outer spaces do not count
             st.session_state[UNLOCKED_KEY] = fingerprint
             st.rerun()
         except SignInError as exc:
@@ -126,7 +126,8 @@ else:
 st.subheader("Reset a passphrase")
 st.caption(
     "A learner who forgot their passphrase (or whose name someone else took first) asks you; after a reset "
-    "their next sign-in with this name sets a new passphrase. Their progress stays."
+    "their next sign-in with this name sets a new passphrase. Their progress stays; whoever is still signed in "
+    "with the old passphrase is signed out at their next save."
 )
 by_key = {r["learner_key"]: r for r in records}
 chosen = st.selectbox(
@@ -137,7 +138,7 @@ chosen = st.selectbox(
     format_func=lambda k: inert(by_key[k]["learner"]) + ("" if by_key[k]["has_passphrase"] else " (no passphrase)"),
     placeholder="pick a learner of this class",
 )
-if st.button("Reset passphrase…", key="teacher_reset", disabled=chosen is None):
+if st.button("Reset passphrase…", key="teacher_reset", disabled=chosen not in by_key) and chosen in by_key:
     st.session_state[RESET_KEY] = (code, by_key[chosen]["learner"])
 pending = st.session_state.get(RESET_KEY)
 if pending and pending[0] == code:

@@ -6,7 +6,8 @@ Public API (no Streamlit here; the sign-in UI is ui/signin.py and the teacher vi
 - names: `validate_name` (learner / class names: NFKC, one script, 1–40 characters), `name_key` (the compared form);
 - stores: `open_store(url)` -> `ProgressStore` or, when the database cannot be used, `NullStore` (same `Store`
   protocol: load, merging save, class_records, sign_in, reset_passphrase, check_teacher_key), `SignIn`,
-  `SignInError` (a refused sign-in; `retry_after_s` when it must wait), `ProgressStoreError`, `database_url()`;
+  `SignedOut` (a save after a passphrase reset), `SignInError` (a refused sign-in; `retry_after_s` when it
+  must wait), `ProgressStoreError`, `database_url()`;
 - identity rules: progress/auth.py (scrypt parameters, passphrase length, the wait after failures);
 - reports: `class_report(records, lesson_ids)`, `report_csv(rows)`, `REPORT_COLUMNS`; `prediction_rows(records)`
   (each learner's predict-then-observe answers), `PREDICTION_COLUMNS`.
@@ -18,6 +19,7 @@ from progress.store import (
     NullStore,
     ProgressStore,
     ProgressStoreError,
+    SignedOut,
     SignIn,
     Store,
     database_url,
@@ -39,6 +41,7 @@ __all__ = [
     "ProgressStore",
     "ProgressStoreError",
     "SignIn",
+    "SignedOut",
     "SignInError",
     "Store",
     "class_report",

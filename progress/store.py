@@ -14,7 +14,8 @@ for a classmate (Han, Hiragana and Katakana together are one Japanese script).
 
 Identity (progress/auth.py has the hash and the wait rules): the first sign-in of a name in a class sets its
 passphrase (table ``kvlab_learner_auth``: scrypt hash, salt, parameters, a version bumped by every set and
-reset); failures are counted in ``kvlab_auth_throttle`` (one row per (class, learner), one for the teacher
+reset; a session's saves check it, so after a reset whoever signed in with the old passphrase is signed
+out); failures are counted in ``kvlab_auth_throttle`` (one row per (class, learner), one for the teacher
 key), so the wait holds across replicas. Both tables are new in schema 2: a database made before them keeps
 its ``kvlab_progress`` rows untouched; the tables are added when a store opens it (``migrate``), and a
 learner whose record has no passphrase sets one on their next sign-in.
@@ -118,6 +119,11 @@ class SignIn:
     status: str
     class_code: str  # display forms
     learner: str
+    version: int = 0  # the passphrase's version (kvlab_learner_auth.version); saves check it, a reset changes it
+
+
+class SignedOut(RuntimeError):
+    """The learner's passphrase was reset or set again since this session signed in: sign in again."""
 
 
 # --- names ------------------------------------------------------------------------------------------------
@@ -302,7 +308,9 @@ class Store(Protocol):
     message: str
 
     def load(self, class_code: str, learner: str) -> dict[str, Any]: ...
-    def save(self, class_code: str, learner: str, progress: Mapping[str, Any]) -> dict[str, Any]: ...
+    def save(
+        self, class_code: str, learner: str, progress: Mapping[str, Any], auth_version: int | None = None
+    ) -> dict[str, Any]: ...
     def class_records(self, class_code: str) -> list[dict[str, Any]]: ...
     def sign_in(self, class_code: str, learner: str, passphrase: str) -> SignIn: ...
     def reset_passphrase(self, class_code: str, learner: str) -> bool: ...
@@ -322,7 +330,9 @@ class NullStore:
         validate_name(class_code, "class code"), validate_name(learner)
         return empty_progress()
 
-    def save(self, class_code: str, learner: str, progress: Mapping[str, Any]) -> dict[str, Any]:
+    def save(
+        self, class_code: str, learner: str, progress: Mapping[str, Any], auth_version: int | None = None
+    ) -> dict[str, Any]:
         """Validate and drop the progress; return it as it would be stored."""
         validate_name(class_code, "class code"), validate_name(learner)
         return normalize_progress(progress)
@@ -406,11 +416,15 @@ class ProgressStore:
             raise ProgressStoreError(_explain(exc, self.describe())) from exc
         return _parse(text)
 
-    def save(self, class_code: str, learner: str, progress: Mapping[str, Any]) -> dict[str, Any]:
+    def save(
+        self, class_code: str, learner: str, progress: Mapping[str, Any], auth_version: int | None = None
+    ) -> dict[str, Any]:
         """Merge ``progress`` into the stored row in one transaction and return the merged progress.
 
         Entries without a write time are stamped now (a caller that does not stamp writes "now"). The write
-        is a compare-and-swap on the row text: if another session saved in between, re-read and re-merge."""
+        is a compare-and-swap on the row text: if another session saved in between, re-read and re-merge.
+        With ``auth_version`` (``SignIn.version`` of the session) a save after a reset or a new passphrase
+        raises SignedOut and writes nothing: whoever signed in with the old passphrase cannot write on."""
         display = validate_name(learner)
         code, name = _keys(class_code, learner)
         incoming = stamp_missing(progress, self._now_us())
@@ -420,6 +434,12 @@ class ProgressStore:
             for attempt in range(SAVE_ATTEMPTS):
                 try:
                     with self.engine.begin() as conn:
+                        if auth_version is not None:
+                            version = conn.execute(
+                                sa.select(auth_table.c.version).where(_row(auth_table, code, name))
+                            ).scalar_one_or_none()
+                            if version != auth_version:
+                                raise SignedOut("the passphrase of this name in this class changed since you signed in")
                         old_text = conn.execute(read).scalar_one_or_none()
                         merged = merge_progress(_parse(old_text), incoming)
                         row = {
@@ -520,7 +540,8 @@ class ProgressStore:
                             conn.execute(throttle_table.delete().where(_throttle_key(LEARNER_SCOPE, code, name)))
                     except IntegrityError:
                         continue  # a concurrent first sign-in of the same name won: check against theirs
-                    return SignIn("set" if row is not None or had_progress else "new", display_code, display)
+                    status = "set" if row is not None or had_progress else "new"
+                    return SignIn(status, display_code, display, row.version + 1 if row is not None else 1)
                 failures = self._reserve_try(LEARNER_SCOPE, code, name)
                 if verify_passphrase(secret, row.pass_hash, row.salt, row.params):
                     self._clear_tries(LEARNER_SCOPE, code, name)
@@ -532,7 +553,7 @@ class ProgressStore:
                                 .where(key & (auth_table.c.version == row.version))
                                 .values(pass_hash=new_hash, salt=salt, params=params)
                             )
-                    return SignIn("verified", display_code, display)
+                    return SignIn("verified", display_code, display, row.version)
                 wait = lock_seconds(failures)
                 later = f"; wait {wait_text(wait)} before the next try" if wait else ""
                 raise SignInError(

@@ -30,6 +30,7 @@ from progress import (
     NullStore,
     ProgressStore,
     ProgressStoreError,
+    SignedOut,
     SignIn,
     SignInError,
     Store,
@@ -49,6 +50,7 @@ LEARNER_KEY = "progress_learner"  # (class_code, learner) once signed in, as typ
 FALLBACK_KEY = "progress_fallback"  # message once this session's saves failed
 SAVED_KEY = "progress_saved_json"  # progress as last saved or loaded (JSON), so unchanged reruns do not write
 NOTICE_KEY = "progress_notice"  # a message for the sidebar's next run (after st.rerun)
+VERSION_KEY = "progress_auth_version"  # SignIn.version: a save after a passphrase reset signs this session out
 SYNC_KEY = "progress_widget_sync"  # {widget key: (value on screen, value to show)} after another session's save
 PASSPHRASE_LABEL = "Passphrase (8+ characters; your first sign-in sets it)"
 
@@ -148,6 +150,7 @@ def _sign_in(store: Store, class_code: str, learner: str, passphrase: str) -> Si
     merged = merge_progress(saved, mine)
     _adopt(progress, merged)
     st.session_state[LEARNER_KEY] = (result.class_code, result.learner)
+    st.session_state[VERSION_KEY] = result.version if result.status != "unsaved" else None
     for key, value in _widget_values(merged).items():  # widgets already on screen show the loaded answers too
         if key in st.session_state and value is not None:  # (this runs in the sidebar, before the page draws them)
             st.session_state[key] = value
@@ -181,7 +184,7 @@ def sidebar_signin() -> dict[str, Any]:
             code, learner = st.session_state[LEARNER_KEY]
             st.caption(f"Signed in as {inert_md(learner)} · class {inert_md(code)}")
             if st.button("Sign out", key="progress_signout"):
-                for key in (LEARNER_KEY, SAVED_KEY, SYNC_KEY):
+                for key in (LEARNER_KEY, VERSION_KEY, SAVED_KEY, SYNC_KEY):
                     st.session_state.pop(key, None)
                 st.session_state[PROGRESS_KEY] = empty_progress()
                 st.rerun()
@@ -229,7 +232,16 @@ def persist(progress: dict[str, Any]) -> None:
     stamped = stamp_changes(clean, json.loads(base) if base else None, _now_us())
     store = get_store()
     try:
-        merged = store.save(*st.session_state[LEARNER_KEY], stamped)
+        merged = store.save(*st.session_state[LEARNER_KEY], stamped, st.session_state.get(VERSION_KEY))
+    except SignedOut:
+        code, learner = st.session_state[LEARNER_KEY]
+        for key in (LEARNER_KEY, VERSION_KEY, SAVED_KEY, SYNC_KEY):
+            st.session_state.pop(key, None)
+        st.warning(
+            f"Signed out: the passphrase of {inert_md(learner)} in class {inert_md(code)} was reset or set again "
+            "since you signed in. This change was not saved; sign in again to keep saving."
+        )
+        return
     except ProgressStoreError as exc:
         _fail(exc)
         st.warning(st.session_state[FALLBACK_KEY])

@@ -16,6 +16,7 @@ from progress.auth import SignInError, lock_seconds, verify_passphrase
 from progress.store import (
     NullStore,
     ProgressStore,
+    SignedOut,
     auth_table,
     name_key,
     progress_table,
@@ -319,3 +320,19 @@ def test_a_schema_1_database_is_migrated_and_old_records_keep_their_progress(sto
     finally:
         store.close()
     ProgressStore(store_url).close()  # opening a migrated database again changes nothing
+
+
+def test_a_reset_signs_out_whoever_used_the_old_passphrase(store):
+    squatter = store.sign_in("c", "Ana", "took her name first")  # someone claimed Ana's name before she came
+    assert squatter.version == 1
+    store.save("c", "Ana", {"visited": ["gqa"]}, auth_version=squatter.version)
+    assert store.reset_passphrase("c", "Ana")  # Ana asks the teacher
+    ana = store.sign_in("c", "Ana", "anas own passphrase")
+    assert (ana.status, ana.version) == ("set", 3)
+    with pytest.raises(SignedOut):
+        store.save("c", "Ana", {"quiz": {"q": {"answer": "vandalised"}}}, auth_version=squatter.version)
+    assert store.load("c", "Ana")["quiz"] == {}  # nothing written
+    store.save("c", "Ana", {"quiz": {"q": {"answer": "hers"}}}, auth_version=ana.version)
+    assert store.sign_in("c", "Ana", "anas own passphrase").version == 3  # a check or a re-hash keeps the version
+    with pytest.raises(SignedOut):
+        store.save("c", "Bob", {"visited": ["gqa"]}, auth_version=1)  # no passphrase row at all: no write either

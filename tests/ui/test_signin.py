@@ -140,6 +140,21 @@ def test_two_tabs_of_one_learner_merge_and_a_clear_holds(data_dir):
     store.close()
 
 
+def test_a_teacher_reset_signs_out_the_sessions_of_the_old_passphrase(data_dir):
+    squatter = _sign_in(_new_session(), "Ana", "c1", "got here first")
+    store = _store(data_dir)
+    assert store.reset_passphrase("c1", "Ana")  # the real Ana asked the teacher
+    ana = _sign_in(_new_session(), "Ana", "c1", "the real anas one")
+    assert ana.session_state["progress_learner"] == ("c1", "Ana")
+    squatter.text_input(key="probe_answer").input("4").run()
+    assert not squatter.exception and "progress_learner" not in squatter.session_state
+    assert any("Signed out" in w.value and "was reset or set again" in w.value for w in squatter.warning)
+    assert "probe.q" not in store.load("c1", "ana")["quiz"]  # nothing of theirs reached Ana's record
+    ana.text_input(key="probe_answer").input("8").run()
+    assert store.load("c1", "ana")["quiz"]["probe.q"]["answer"] == "8"
+    store.close()
+
+
 def test_ui_keeps_working_on_a_corrupt_database(data_dir):
     (data_dir / "progress.sqlite3").write_bytes(b"garbage" * 500)
     at = _new_session()
