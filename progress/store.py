@@ -509,12 +509,11 @@ class ProgressStore:
         secret = normalize_passphrase(passphrase)
         if not secret:
             raise SignInError("type your passphrase (the first sign-in with a name in a class sets it)")
-        key = _row(auth_table, code, name)
         cols = (auth_table.c.pass_hash, auth_table.c.salt, auth_table.c.params, auth_table.c.version)
         try:
             for _ in range(3):
                 with self.engine.connect() as conn:
-                    row = conn.execute(sa.select(*cols).where(key)).first()
+                    row = conn.execute(sa.select(*cols).where(_row(auth_table, code, name))).first()
                     had_progress = (
                         row is None
                         and conn.execute(
@@ -523,47 +522,55 @@ class ProgressStore:
                             .where(_row(progress_table, code, name))
                         ).scalar_one()
                     )
-                if row is None or row.pass_hash is None:
-                    new_hash, salt, params = hash_passphrase(check_new_passphrase(secret))
-                    values = {"learner": display, "pass_hash": new_hash, "salt": salt, "params": params}
-                    values["updated_at"] = datetime.now(timezone.utc)
-                    try:
-                        with self.engine.begin() as conn:
-                            if row is None:
-                                conn.execute(
-                                    auth_table.insert().values(class_code=code, learner_key=name, version=1, **values)
-                                )
-                            else:
-                                claim = auth_table.update().where(key & auth_table.c.pass_hash.is_(None))
-                                if conn.execute(claim.values(version=auth_table.c.version + 1, **values)).rowcount == 0:
-                                    continue  # someone set it first: check against theirs
-                            conn.execute(throttle_table.delete().where(_throttle_key(LEARNER_SCOPE, code, name)))
-                    except IntegrityError:
-                        continue  # a concurrent first sign-in of the same name won: check against theirs
-                    status = "set" if row is not None or had_progress else "new"
-                    return SignIn(status, display_code, display, row.version + 1 if row is not None else 1)
-                failures = self._reserve_try(LEARNER_SCOPE, code, name)
-                if verify_passphrase(secret, row.pass_hash, row.salt, row.params):
-                    self._clear_tries(LEARNER_SCOPE, code, name)
-                    if needs_rehash(row.params):  # parameters were raised since: store the stronger hash
-                        new_hash, salt, params = hash_passphrase(secret)
-                        with self.engine.begin() as conn:
-                            conn.execute(
-                                auth_table.update()
-                                .where(key & (auth_table.c.version == row.version))
-                                .values(pass_hash=new_hash, salt=salt, params=params)
-                            )
+                if row is not None and row.pass_hash is not None:
+                    self._check_passphrase(row, code, name, secret)
                     return SignIn("verified", display_code, display, row.version)
-                wait = lock_seconds(failures)
-                later = f"; wait {wait_text(wait)} before the next try" if wait else ""
-                raise SignInError(
-                    f"wrong passphrase for this name in this class{later}. Check it (capitals count), "
-                    "or ask your teacher to reset it",
-                    wait or None,
-                )
+                version = self._claim(row, code, name, display, secret)
+                if version is not None:
+                    status = "set" if row is not None or had_progress else "new"
+                    return SignIn(status, display_code, display, version)
+                # someone set a passphrase for this name meanwhile: check against theirs on the next round
         except SQLAlchemyError as exc:
             raise ProgressStoreError(_explain(exc, self.describe())) from exc
         raise ProgressStoreError("could not sign in: the record kept changing; try again")
+
+    def _claim(self, row: Any, code: str, name: str, display: str, secret: str) -> int | None:
+        """Set the passphrase of a name that has none (``row`` None: no auth row yet); the new version, or
+        None when a concurrent sign-in set one first."""
+        new_hash, salt, params = hash_passphrase(check_new_passphrase(secret))
+        values = {"learner": display, "pass_hash": new_hash, "salt": salt, "params": params}
+        values["updated_at"] = datetime.now(timezone.utc)
+        try:
+            with self.engine.begin() as conn:
+                if row is None:
+                    conn.execute(auth_table.insert().values(class_code=code, learner_key=name, version=1, **values))
+                else:
+                    claim = auth_table.update().where(_row(auth_table, code, name) & auth_table.c.pass_hash.is_(None))
+                    if conn.execute(claim.values(version=auth_table.c.version + 1, **values)).rowcount == 0:
+                        return None
+                conn.execute(throttle_table.delete().where(_throttle_key(LEARNER_SCOPE, code, name)))
+        except IntegrityError:  # a concurrent first sign-in of the same name inserted first
+            return None
+        return 1 if row is None else row.version + 1
+
+    def _check_passphrase(self, row: Any, code: str, name: str, secret: str) -> None:
+        """Verify against the stored hash (counted try first); SignInError on a wrong one, with the wait."""
+        failures = self._reserve_try(LEARNER_SCOPE, code, name)
+        if verify_passphrase(secret, row.pass_hash, row.salt, row.params):
+            self._clear_tries(LEARNER_SCOPE, code, name)
+            if needs_rehash(row.params):  # parameters were raised since: store the stronger hash
+                new_hash, salt, params = hash_passphrase(secret)
+                same = _row(auth_table, code, name) & (auth_table.c.version == row.version)
+                with self.engine.begin() as conn:
+                    conn.execute(auth_table.update().where(same).values(pass_hash=new_hash, salt=salt, params=params))
+            return
+        wait = lock_seconds(failures)
+        later = f"; wait {wait_text(wait)} before the next try" if wait else ""
+        raise SignInError(
+            f"wrong passphrase for this name in this class{later}. Check it (capitals count), "
+            "or ask your teacher to reset it",
+            wait or None,
+        )
 
     def reset_passphrase(self, class_code: str, learner: str) -> bool:
         """Forget the learner's passphrase (their next sign-in sets a new one) and their failed tries; the
