@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+FLOAT32 = torch.finfo(torch.float32)
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes any 64-bit value; 0 .. 2**63 - 1 is one per seed
 
 
@@ -63,8 +64,8 @@ class SamplingParams:
     `stop_token_ids` or the tokenizer's EOS is produced ("stop"; the stop token is kept in the output).
     `ignore_eos=True` disables the EOS stop (benchmarks use it so every run produces max_tokens tokens).
 
-    Every finite temperature >= 0 is sampled exactly (see `sample`): a tiny one picks among the top logits'
-    ties, a huge one uniformly among the tokens with finite logits; nothing overflows to NaN. vLLM instead
+    Every finite temperature >= 0 is sampled exactly, at float32's resolution (`tempered`): a tiny one picks
+    among the top logits' ties, a huge one uniformly among the tokens with finite logits; nothing is NaN. vLLM instead
     treats temperature < 1e-5 as greedy and raises 1e-5 .. 1e-2 to 1e-2 with a warning
     (vllm/sampling_params.py: _SAMPLING_EPS = 1e-5, _MAX_TEMP = 1e-2), because its sampler divides the raw
     logits; this sampler subtracts each row's max first, so it needs neither rule.
@@ -162,19 +163,31 @@ def filter_logits(logits: torch.Tensor, top_k: int | None, top_p: float) -> torc
     return out
 
 
-def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """One row's logits [V] (float32) divided by `temperature` (> 0) after subtracting the row's max: the
-    exact limit at any temperature, never NaN.
+def inverse_temperature(temperature: float) -> float:
+    """1 / temperature, kept a normal float32 (1.2e-38 .. 3.4e38): the multiplier `tempered` applies.
 
-    The top logit (and its ties) become 0 and every other one (x - max) / T <= 0, so a tiny T (even one
-    that rounds to 0 in float32) makes the others -inf: an argmax among ties; a huge T (even one that rounds
-    to inf) makes every finite logit ~0: uniform. NaN logits count as -inf (never drawn); +inf logits are
-    the row's top and tie with each other; a row of only -inf / NaN is uniform.
+    Normal on purpose: a subnormal or 0 multiplier (a flush-to-zero device) would turn -inf logits into NaN,
+    an inf one the top logit's 0 into NaN. So temperatures below 1 / FLT_MAX (2.9e-39) act as 2.9e-39, which
+    still weighs a logit 1e-36 below the top by exp(-340) = 0 in float32, and above 1 / FLT_MIN as 8.5e37."""
+    return min(max(1.0 / temperature, FLOAT32.tiny), FLOAT32.max)
+
+
+def tempered(logits: torch.Tensor, inverse: float | torch.Tensor) -> torch.Tensor:
+    """Logits [..., V] (float32) times `inverse` (`inverse_temperature`: a float or a [..., 1] tensor) after
+    subtracting each row's max: the exact limit at any temperature, never NaN.
+
+    The top logit (and its ties) become 0 and every other one (x - max) / T < 0, so a tiny T makes the
+    others -inf: an argmax among ties; a huge T makes every finite logit ~0: uniform. NaN logits count as
+    -inf (never drawn); +inf logits are the row's top and tie with each other; a row of only -inf / NaN is
+    uniform.
     """
+    top = logits.amax(dim=-1, keepdim=True)  # NaN when the row holds a NaN
+    if bool(top.isfinite().all()):  # the common case; 0 * inverse and -inf * inverse are exact
+        # In place on the difference: a second fresh [R, V] tensor cost 10x the arithmetic (page faults).
+        return (logits - top).mul_(inverse)
     x = torch.where(logits.isnan(), float("-inf"), logits)
-    top = x.max()
-    z = torch.where(x == top, 0.0, (x - top) / temperature)  # x == top: also +inf - +inf and -inf - -inf
-    return torch.where(z.isnan(), float("-inf"), z)  # -inf / inf (a temperature beyond float32)
+    top = x.amax(dim=-1, keepdim=True)
+    return torch.where(x == top, 0.0, (x - top) * inverse)  # x == top: also inf - inf and -inf - -inf
 
 
 def sample(
@@ -190,10 +203,15 @@ def sample(
         )
     logits = logits.float()
     tokens = logits.argmax(dim=-1).tolist()  # greedy rows are done; sampled rows are overwritten below
-    for i, (p, gen) in enumerate(zip(params, generators, strict=True)):
-        if p.greedy:
-            continue
-        row = filter_logits(tempered(logits[i], p.temperature), p.top_k, p.top_p)
+    rows = [i for i, p in enumerate(params) if not p.greedy]
+    if not rows:
+        return tokens
+    # Every sampled row tempered at once (one op each, not one per row); then each row's filter and RNG.
+    inverse = torch.tensor([[inverse_temperature(params[i].temperature)] for i in rows], device=logits.device)
+    scaled = tempered(logits if len(rows) == len(params) else logits[rows], inverse)  # [R, V]
+    for j, i in enumerate(rows):
+        p = params[i]
+        row = filter_logits(scaled[j], p.top_k, p.top_p)
         probs = torch.softmax(row, dim=-1)  # the top token is 0 after tempering and survives filtering
-        tokens[i] = int(torch.multinomial(probs, 1, generator=gen).item())
+        tokens[i] = int(torch.multinomial(probs, 1, generator=generators[i]).item())
     return tokens

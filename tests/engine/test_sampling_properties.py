@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.sampling import MAX_SEED, SamplingParams, make_generator, sample, tempered
+from engine.sampling import MAX_SEED, SamplingParams, inverse_temperature, make_generator, sample, tempered
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -84,13 +84,14 @@ def test_every_valid_params_samples_valid_tokens(kwargs, x):
     tokens = draw_tokens(x, params)
     assert len(tokens) == x.shape[0]
     assert all(type(t) is int and 0 <= t < x.shape[1] for t in tokens)
-    # A temperature so small that the next-best logit's weight underflows: exactly an argmax among the ties.
+    # A temperature so small that the next-best logit's weight underflows: exactly an argmax among the ties
+    # (at float32's resolution: 1 / T is capped at FLT_MAX, see inverse_temperature).
     rows = x.double()
     top = rows.max(dim=-1).values
     for i, t in enumerate(tokens):
         below = rows[i][rows[i] < top[i]]
         gap = float(top[i] - below.max()) if below.numel() else math.inf
-        if params.temperature > 0 and gap / params.temperature > 1e4:
+        if params.temperature > 0 and gap * inverse_temperature(params.temperature) > 1e4:
             assert rows[i, t] == top[i], f"temperature {params.temperature} drew a non-top token"
 
 
@@ -180,7 +181,15 @@ def test_tempered_handles_non_finite_logits():
     inf = float("inf")
     x = torch.tensor([float("nan"), inf, 1.0, inf, -inf])
     for t in (1e-300, 1.0, 1e300):
-        z = tempered(x, t)
+        z = tempered(x, inverse_temperature(t))
         assert not z.isnan().any()
         assert z.tolist()[1] == 0.0 and z.tolist()[3] == 0.0 and z.tolist()[0] == -inf
-    assert tempered(torch.full((3,), -inf), 0.5).tolist() == [0.0, 0.0, 0.0]
+    assert tempered(torch.full((3,), -inf), 2.0).tolist() == [0.0, 0.0, 0.0]
+    assert not tempered(torch.tensor([[0.0, -inf, 3e38, -3e38]]), inverse_temperature(1e300)).isnan().any()
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-45, 1e-30, 0.5, 1e30, 1e300])
+def test_the_multiplier_is_a_normal_float32(temperature):
+    """Never subnormal, 0 or inf: -inf * 0 and 0 * inf are NaN, and flush-to-zero devices zero subnormals."""
+    inverse = inverse_temperature(temperature)
+    assert torch.finfo(torch.float32).tiny <= inverse <= torch.finfo(torch.float32).max
