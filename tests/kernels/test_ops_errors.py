@@ -217,10 +217,11 @@ def test_check_false_still_guards_the_triton_strides(op):
 # ---- scales and degenerate shapes, at every public entry point -------------------------------------------
 
 BAD_SCALES = [
-    (0.0, r"scale=0.0 must be a finite number > 0 \(or None for head_dim \*\* -0.5\)"),
-    (0, r"scale=0 must be a finite number > 0"),
-    (-0.0, r"scale=-0.0 must be a finite number > 0"),
-    (-0.125, r"scale=-0.125 must be a finite number > 0"),
+    # The exact message: a zero or negative scale is refused as such, not only by the float32 range check.
+    (0.0, r"^scale=0.0 must be a finite number > 0 \(or None for head_dim \*\* -0.5\)$"),
+    (0, r"^scale=0 must be a finite number > 0 \(or None for head_dim \*\* -0.5\)$"),
+    (-0.0, r"^scale=-0.0 must be a finite number > 0 \(or None for head_dim \*\* -0.5\)$"),
+    (-0.125, r"^scale=-0.125 must be a finite number > 0 \(or None for head_dim \*\* -0.5\)$"),
     (-1e30, r"scale=-1e\+30 must be a finite number > 0"),
     (True, r"scale=True must be a finite number > 0 .*pass a Python float"),
     (False, r"scale=False must be a finite number > 0"),
