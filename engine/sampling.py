@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-FLOAT32 = torch.finfo(torch.float32)
+FLOAT32_TINY = torch.finfo(torch.float32).tiny  # the smallest normal float32, 1.2e-38
+FLOAT32_MAX = torch.finfo(torch.float32).max  # 3.4e38
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes any 64-bit value; 0 .. 2**63 - 1 is one per seed
 
 
@@ -169,7 +170,7 @@ def inverse_temperature(temperature: float) -> float:
     Normal on purpose: a subnormal or 0 multiplier (a flush-to-zero device) would turn -inf logits into NaN,
     an inf one the top logit's 0 into NaN. So temperatures below 1 / FLT_MAX (2.9e-39) act as 2.9e-39, which
     still weighs a logit 1e-36 below the top by exp(-340) = 0 in float32, and above 1 / FLT_MIN as 8.5e37."""
-    return min(max(1.0 / temperature, FLOAT32.tiny), FLOAT32.max)
+    return min(max(1.0 / temperature, FLOAT32_TINY), FLOAT32_MAX)
 
 
 def tempered(logits: torch.Tensor, inverse: float | torch.Tensor) -> torch.Tensor:

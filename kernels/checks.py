@@ -64,7 +64,8 @@ def check_last_stride(**tensors: torch.Tensor) -> None:
 # The kernels compute scores in float32, so a scale must be a normal float32: a smaller one rounds to a
 # subnormal or to 0 (flushed to 0 where the GPU flushes subnormals), a larger one to inf; either makes
 # softmax's input NaN. No model's scale is anywhere near either end.
-FLOAT32 = torch.finfo(torch.float32)
+FLOAT32_TINY = torch.finfo(torch.float32).tiny  # the smallest normal float32, 1.2e-38
+FLOAT32_MAX = torch.finfo(torch.float32).max  # 3.4e38
 
 
 def check_scale(scale: object, head_dim: int) -> float:
@@ -79,10 +80,10 @@ def check_scale(scale: object, head_dim: int) -> float:
         raise ValueError(f"scale={shown} {fix}; pass a Python float, e.g. scale=float(x)")
     if not scale > 0 or scale == float("inf"):  # `not >` also catches NaN
         raise ValueError(f"scale={shown} {fix}")
-    if not FLOAT32.tiny <= scale <= FLOAT32.max:  # compares an int too big for a float exactly
+    if not FLOAT32_TINY <= scale <= FLOAT32_MAX:  # compares an int too big for a float exactly
         raise ValueError(
             f"scale={shown} {fix}: the kernels compute in float32, so use a scale between "
-            f"{FLOAT32.tiny:.3g} and {FLOAT32.max:.3g}"
+            f"{FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g}"
         )
     return float(scale)
 
