@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from ui.course import COURSE
 from ui.progress import ensure_progress
 from ui.sidebar import sidebar, sidebar_progress
 
-st.set_page_config(page_title="KV Lab", page_icon=":material/memory:", layout="wide")
+# A local icon: a `:material/...:` page icon makes every browser fetch the favicon from a font CDN.
+st.set_page_config(page_title="KV Lab", page_icon=str(Path(__file__).parent / "ui" / "favicon.png"), layout="wide")
 ensure_progress()
 nav = st.navigation([st.Page(p.path, title=p.title, icon=p.icon, default=(i == 0)) for i, p in enumerate(COURSE)])
 slot = sidebar()

@@ -16,9 +16,6 @@ from ui.links import SPECS
 pytestmark = pytest.mark.browser
 
 EVIL = "evil.example"
-# app.py's own favicon (st.set_page_config(page_icon=":material/memory:")): Streamlit fetches it from Google's
-# font CDN. Not caused by any input and aborted here like every other foreign request; the only one tolerated.
-APP_FAVICON = "https://fonts.gstatic.com/s/i/short-term/release/materialsymbolsrounded/memory/default/24px.svg"
 PAYLOAD = (
     f"[click](https://{EVIL}/x) ![i](https://{EVIL}/i.png) <img src=https://{EVIL}/h.png> "
     f"https://{EVIL}/auto :material/warning: $x^2$ ``` `` ` **b** \u202e"
@@ -56,8 +53,7 @@ def guarded(page, app_url):
         if url.startswith(origin) or url.startswith(("data:", "blob:")):
             r.continue_()
         else:
-            if url != APP_FAVICON:
-                foreign.append(url)
+            foreign.append(url)  # none tolerated: the app's favicon is a local file (app.py)
             r.abort()
 
     page.context.route("**/*", route)
