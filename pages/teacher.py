@@ -25,7 +25,7 @@ from progress import (
     validate_name,
 )
 from ui.course import LESSON_IDS
-from ui.inert import inert, inert_md
+from ui.inert import inert, inert_md, prose_md
 from ui.page import through_the_router
 from ui.signin import get_store
 
@@ -50,7 +50,7 @@ st.write(
 )
 store = get_store()
 if not store.persistent:
-    st.warning(store.message)
+    st.warning(prose_md(store.message))
 
 fingerprint = hashlib.sha256(teacher_key.encode("utf-8")).hexdigest()  # never the key itself in the session
 if st.session_state.get(UNLOCKED_KEY) != fingerprint:
@@ -63,9 +63,9 @@ if st.session_state.get(UNLOCKED_KEY) != fingerprint:
             st.session_state[UNLOCKED_KEY] = fingerprint
             st.rerun()
         except SignInError as exc:
-            st.error(f"Not opened: {exc}.")
+            st.error(f"Not opened: {prose_md(exc)}.")
         except ProgressStoreError as exc:
-            st.error(str(exc))
+            st.error(prose_md(exc))
     st.info("This server asks for the teacher key (set by whoever runs it in KVLAB_TEACHER_KEY).")
     st.stop()
 
@@ -77,10 +77,10 @@ try:
     records = store.class_records(code)
     rows = class_report(records, LESSON_IDS)
 except ValueError as exc:
-    st.error(f"{exc}.")
+    st.error(f"{prose_md(exc)}.")
     st.stop()
 except ProgressStoreError as exc:
-    st.error(str(exc))
+    st.error(prose_md(exc))
     st.stop()
 
 if not rows:
@@ -153,7 +153,7 @@ if pending and pending[0] == code:
             else:
                 st.info(f"{who} has no passphrase yet: their next sign-in sets one.")
         except (ValueError, ProgressStoreError) as exc:
-            st.error(str(exc))
+            st.error(prose_md(exc))
     if no.button("Cancel", key="teacher_reset_cancel"):
         st.session_state.pop(RESET_KEY, None)
         st.rerun()

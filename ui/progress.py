@@ -27,6 +27,7 @@ from lessons import content, quizzes
 from progress import empty_progress
 from ui import signin
 from ui.course import LESSON_IDS
+from ui.inert import prose_md
 
 
 def ensure_progress() -> dict:
@@ -44,7 +45,7 @@ def _persist(progress: dict) -> None:
     try:
         signin.persist(progress)
     except Exception as exc:  # persistence is optional: the lesson must keep working without it
-        st.warning(f"Progress could not be saved ({exc}); it is kept for this session only.")
+        st.warning(f"Progress could not be saved ({prose_md(exc)}); it is kept for this session only.")
 
 
 def mark_visited(page_id: str) -> None:

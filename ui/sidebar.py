@@ -9,6 +9,7 @@ import streamlit as st
 from lessons import quizzes
 from ui import signin
 from ui.export import to_json
+from ui.inert import prose_md
 from ui.page import backend_info
 from ui.progress import ensure_progress, progress_rows
 
@@ -22,7 +23,7 @@ def sidebar() -> Any:
         try:
             signin.sidebar_signin()
         except Exception as exc:  # a broken store must not take the course down
-            st.warning(f"Sign-in is unavailable ({exc}); progress is kept for this session only.")
+            st.warning(f"Sign-in is unavailable ({prose_md(exc)}); progress is kept for this session only.")
         return st.container()
 
 

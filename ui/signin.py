@@ -43,7 +43,7 @@ from progress import (
     validate_name,
 )
 from progress.store import ID_PARTS, STAMPS
-from ui.inert import inert_md
+from ui.inert import inert_md, prose_md
 
 PROGRESS_KEY = "progress"  # st.session_state key of the progress dict (its shape: ui/progress.py)
 LEARNER_KEY = "progress_learner"  # (class_code, learner) once signed in, as typed (NFKC)
@@ -202,9 +202,9 @@ def sidebar_signin() -> dict[str, Any]:
                     st.rerun()
                 except SignInError as exc:
                     who = f"{inert_md(learner.strip())} in class {inert_md(code.strip())}"
-                    st.error(f"Not signed in as {who}: {exc}.")
+                    st.error(f"Not signed in as {who}: {prose_md(exc)}.")
                 except ValueError as exc:  # a name or class code that is refused: the message names the fix
-                    st.error(f"Not signed in: {exc}.")
+                    st.error(f"Not signed in: {prose_md(exc)}.")
                 except ProgressStoreError as exc:
                     _fail(exc)
                     st.rerun()
@@ -219,7 +219,7 @@ def persist(progress: dict[str, Any]) -> None:
     try:
         clean = normalize_progress(progress)
     except ValueError as exc:
-        st.error(f"Progress not saved: {exc}")
+        st.error(f"Progress not saved: {prose_md(exc)}")
         return
     if st.session_state.get(PROGRESS_KEY) is not progress:
         # Pages mutate the session's dict in place and hold references to it: keep that object, never a copy.
@@ -244,7 +244,7 @@ def persist(progress: dict[str, Any]) -> None:
         return
     except ProgressStoreError as exc:
         _fail(exc)
-        st.warning(st.session_state[FALLBACK_KEY])
+        st.warning(prose_md(st.session_state[FALLBACK_KEY]))
         return
     _queue_widget_sync(clean, merged)
     _adopt(progress, merged)
