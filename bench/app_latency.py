@@ -81,6 +81,7 @@ def _playground_model(tmp: Path) -> str:
         return "demo"
     from tests.lessons.labs.test_playground import make_tiny_model
 
+    os.environ["KVLAB_MODEL_DIRS"] = str(tmp)  # the playground loads only from folders the server allows
     return str(make_tiny_model(tmp / "tiny"))
 
 

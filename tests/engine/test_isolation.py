@@ -231,7 +231,8 @@ def _playground(folder: Path, block_size: int, num_blocks: int) -> AppTest:
     return at
 
 
-def test_two_sessions_keep_their_own_engine_and_allocator(tiny_folder) -> None:
+def test_two_sessions_keep_their_own_engine_and_allocator(tiny_folder, monkeypatch) -> None:
+    monkeypatch.setenv("KVLAB_MODEL_DIRS", str(tiny_folder.parent))  # the server allows the tiny model's folder
     # Two learners run the playground with different paged-KV settings, interleaved.
     a = _playground(tiny_folder, block_size=4, num_blocks=40)
     b = _playground(tiny_folder, block_size=16, num_blocks=10)
