@@ -1,7 +1,7 @@
 """ui/inert.py: untrusted text stays text. Property tests over any text (hypothesis) plus the payloads a hostile
 user would try: a code span the text cannot close, no hidden characters, a bounded length, prose whose only
 Markdown is code spans, plotly text with no tags, CSV downloads with no spreadsheet formula. A CommonMark
-parser (markdown-it-py, which Streamlit's rich dependency brings) checks the spans the way a renderer reads
+parser (markdown-it-py, in requirements-dev.txt) checks the spans the way a renderer reads
 them."""
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ import io
 import re
 import unicodedata
 
-import pytest
+import markdown_it
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ui.export import rows_to_csv
 from ui.inert import LONG, PROSE, SHORT, code_span, inert, inert_md, plotly_text, prose_md
 
-markdown_it = pytest.importorskip("markdown_it")
 MD = markdown_it.MarkdownIt("commonmark")
 
 PAYLOAD = (
