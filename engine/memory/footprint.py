@@ -11,6 +11,7 @@ rest becomes KV blocks). vllm#10517 (Llama-3.1-8B, RTX 3090: 3.81 GiB of KV = 1,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral
@@ -48,8 +49,8 @@ NON_TORCH_BYTES = int(0.35 * GiB)
 def dtype_bytes(dtype: str | float) -> float:
     """Bytes per element of a dtype name ("bf16", "fp8", "int4", ...) or a number passed through."""
     if isinstance(dtype, (int, float)) and not isinstance(dtype, bool):
-        if dtype <= 0:
-            raise ValueError(f"dtype bytes must be positive, got {dtype}")
+        if not math.isfinite(dtype) or dtype <= 0:
+            raise ValueError(f"dtype bytes must be a finite number > 0 (2 for bf16, 1 for fp8), got {dtype}")
         return float(dtype)
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {list(DTYPE_BYTES)}")

@@ -94,15 +94,17 @@ class ModelSpec:
 
     def kv_bytes_per_token(self, dtype_bytes: float = 2) -> int:
         """K and V bytes one token adds to the cache: 2 * layers * kv_heads * head_dim * dtype_bytes."""
-        from engine.memory.footprint import kv_bytes  # local: footprint imports this module
+        from engine.memory.footprint import dtype_bytes as checked  # local: footprint imports this module
+        from engine.memory.footprint import kv_bytes
 
-        return kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, dtype_bytes)
+        return kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, checked(dtype_bytes))
 
     def kv_bytes_per_token_mha(self, dtype_bytes: float = 2) -> int:
         """The naive number that assumes one KV head per query head (the classic calculator bug for GQA)."""
-        from engine.memory.footprint import kv_bytes  # local: footprint imports this module
+        from engine.memory.footprint import dtype_bytes as checked  # local: footprint imports this module
+        from engine.memory.footprint import kv_bytes
 
-        return kv_bytes(self.num_layers, self.num_heads, self.head_dim, dtype_bytes)
+        return kv_bytes(self.num_layers, self.num_heads, self.head_dim, checked(dtype_bytes))
 
     def with_kv_heads(self, num_kv_heads: int) -> ModelSpec:
         """The same model with a different number of KV heads (MHA -> GQA -> MQA slider)."""

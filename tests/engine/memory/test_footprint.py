@@ -333,3 +333,11 @@ def test_any_pasted_config_gives_a_model_or_a_clear_value_error(cfg):
         assert str(e)  # a message, never a bare traceback from deep inside
     else:
         assert m.kv_bytes_per_token(2) > 0 and m.num_heads % m.num_kv_heads == 0
+
+
+@pytest.mark.parametrize("bad", [0, -2, float("nan"), float("inf")])
+def test_kv_bytes_per_token_refuses_a_dtype_size_that_is_not_positive(bad):
+    with pytest.raises(ValueError, match="dtype bytes must be a finite number > 0"):
+        MODELS["llama-3-8b"].kv_bytes_per_token(dtype_bytes=bad)
+    with pytest.raises(ValueError, match="dtype bytes must be a finite number > 0"):
+        MODELS["llama-3-8b"].kv_bytes_per_token_mha(dtype_bytes=bad)
