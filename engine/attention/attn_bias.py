@@ -35,6 +35,8 @@ def _check_lengths(name: str, seqlens: Sequence[int]) -> list[int]:
             raise ValueError(f"{name}[{i}] = {n!r} is not an int; lengths must be non-negative ints")
         if n < 0:
             raise ValueError(f"{name}[{i}] = {n} is negative; lengths must be >= 0")
+    if sum(seqlens) >= 2**31:
+        raise ValueError(f"{name} adds up to {sum(seqlens):,} tokens; offsets are int32, so keep the total below 2**31")
     return seqlens
 
 

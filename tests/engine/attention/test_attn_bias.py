@@ -128,3 +128,11 @@ def test_bad_split_and_materialize():
     info = SeqLenInfo.from_seqlens([1])
     with pytest.raises(ValueError, match="1 query sequences but 2 key"):
         BlockDiagonalMask(info, SeqLenInfo.from_seqlens([1, 1]))
+
+
+def test_lengths_past_int32_offsets_are_refused_not_overflowed():
+    with pytest.raises(ValueError, match="offsets are int32"):
+        BlockDiagonalMask.from_seqlens([10**12])
+    with pytest.raises(ValueError, match="offsets are int32"):
+        BlockDiagonalMask.from_seqlens([2**30, 2**30])
+    assert BlockDiagonalMask.from_seqlens([2**30, 2**30 - 1]).q_seqinfo.seqstart_py[-1] == 2**31 - 1
