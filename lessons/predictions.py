@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from numbers import Real
 
@@ -60,7 +61,10 @@ class PredictionResult:
 
 
 def _num(x: float, digits: int = 3) -> str:
-    """A number for prose: thousands separators, at most `digits` significant decimals, no trailing zeros."""
+    """A number for prose: thousands separators, at most `digits` significant decimals, no trailing zeros;
+    beyond a trillion, scientific notation (a 300-digit number is not prose)."""
+    if abs(x) >= 1e12:
+        return f"{x:.3g}"
     return f"{int(x):,}" if float(x).is_integer() else f"{x:,.{digits}f}".rstrip("0").rstrip(".")
 
 
@@ -246,10 +250,11 @@ def validate(pred: Prediction, value: object) -> float:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise ValueError(f"no prediction yet: type a number of {unit} in the box, then press Check")
     if isinstance(value, str):
-        try:
-            value = float(value.replace(",", ""))
-        except ValueError:
-            raise ValueError(f"prediction {value!r} is not a number; type digits only, e.g. 42") from None
+        text = value.strip().replace(",", "")
+        # ASCII digits only: float() also reads '1_000', other scripts' digits and 'inf'
+        if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)", text):
+            raise ValueError(f"prediction {value[:40]!r} is not a number; type digits only, e.g. 42")
+        value = float(text)
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value)):
         raise ValueError(f"prediction {value!r} is not a finite number; type a number of {unit}")
     number = float(value)

@@ -122,3 +122,20 @@ def test_a_share_above_100_percent_is_refused_and_shares_read_as_percent():
         predictions.check("packing", 200)
     feedback = predictions.check("packing", 40).feedback
     assert feedback.startswith("Off — you predicted 40%, 13.1 percentage points (25%) too low; the engine says 53.1%.")
+
+
+@pytest.mark.parametrize("typed", ["1_000", "١٢", "１２", "1e3", "inf", "nan", "0x10", "12\u200f"])
+def test_a_typed_prediction_takes_ascii_digits_only(typed):
+    with pytest.raises(ValueError, match="is not a number; type digits only"):
+        predictions.validate(predictions.for_page("gqa"), typed)
+
+
+def test_a_typed_prediction_reads_plain_numbers():
+    pred = predictions.for_page("gqa")
+    assert [predictions.validate(pred, t) for t in ("12", " 1,024 ", "1.5", ".5")] == [12.0, 1024.0, 1.5, 0.5]
+
+
+def test_an_absurd_prediction_gets_a_short_message():
+    with pytest.raises(ValueError, match="beyond any plausible answer") as caught:
+        predictions.validate(predictions.for_page("gqa"), 1e308)
+    assert len(str(caught.value)) < 200 and "1e+308" in str(caught.value)
