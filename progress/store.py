@@ -162,12 +162,16 @@ def validate_name(value: object, what: str = "learner name") -> str:
     text = unicodedata.normalize("NFKC", value)  # fullwidth letters, ligatures, odd spaces: their plain forms
     text = " ".join(part for part in text.split(" ") if part)  # trim, collapse spaces; tabs/newlines refused below
     length = max(len(text), len(name_key(text)))
-    if not 1 <= length <= NAME_MAX_LEN:
+    if length == 0:
+        raise ValueError(f"{what} is empty; type one (1–{NAME_MAX_LEN} letters or digits)")
+    if length > NAME_MAX_LEN:
         raise ValueError(f"{what} must be 1–{NAME_MAX_LEN} characters, got {length}; type a shorter one")
     bad = sorted({ch for ch in text if not (ch.isalnum() or ch in NAME_EXTRA_CHARS)})
     if bad:
         shown = " ".join(repr(ch) for ch in bad[:5])
         raise ValueError(f"{what} may use letters, digits, space, '-', '_' and '.' only; remove {shown}")
+    if not any(ch.isalnum() for ch in text):  # "." or "-" alone names nobody a teacher could recognise
+        raise ValueError(f"{what} {text!r} has no letter or digit; type a name with at least one")
     mixed = _mixed_scripts(text)
     if mixed:
         scripts = " and ".join(s.title() for s, _ in mixed)

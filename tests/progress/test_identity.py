@@ -336,3 +336,15 @@ def test_a_reset_signs_out_whoever_used_the_old_passphrase(store):
     assert store.sign_in("c", "Ana", "anas own passphrase").version == 3  # a check or a re-hash keeps the version
     with pytest.raises(SignedOut):
         store.save("c", "Bob", {"visited": ["gqa"]}, auth_version=1)  # no passphrase row at all: no write either
+
+
+@pytest.mark.parametrize("name", [".", "-", "_ . -", "..."])
+def test_a_name_needs_a_letter_or_digit(name):
+    with pytest.raises(ValueError, match="has no letter or digit"):
+        validate_name(name)
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_an_empty_name_is_asked_for_not_called_too_long(name):
+    with pytest.raises(ValueError, match="is empty; type one"):
+        validate_name(name)
