@@ -46,6 +46,23 @@ from kernels.backend import resolve_backend
 Prompt = str | list[int]
 
 
+class PromptTooLongError(ValueError):
+    """A prompt longer than the engine's max_model_len; says whether the KV pool is what set that limit."""
+
+    def __init__(self, index: int, num_tokens: int, max_model_len: int, pool_tokens: int | None) -> None:
+        self.index, self.num_tokens, self.max_model_len, self.pool_tokens = (
+            index,
+            num_tokens,
+            max_model_len,
+            pool_tokens,
+        )
+        if pool_tokens is not None:  # the pool, not the model, set max_model_len
+            fix = f"the KV pool holds only {pool_tokens} tokens; shorten it, or give the engine more or larger blocks"
+        else:
+            fix = "shorten it or raise max_model_len"
+        super().__init__(f"prompt {index} has {num_tokens} tokens, more than max_model_len={max_model_len}; {fix}")
+
+
 def _check_limits(max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int | None,
                   num_gpu_blocks: int | None, util: float) -> None:  # fmt: skip
     """The engine's limits, checked before the model loads or the cache is sized (a 0 is never blamed on memory)."""
@@ -203,10 +220,9 @@ class LLM:
         if not ids:
             raise ValueError(f"prompt {index} is empty; give at least one token")
         if len(ids) > self.max_model_len:
-            raise ValueError(
-                f"prompt {index} has {len(ids)} tokens, more than max_model_len={self.max_model_len}; "
-                "shorten it or raise max_model_len"
-            )
+            capacity = self.num_gpu_blocks * self.block_size
+            by_pool = self.max_model_len == capacity < self.config.max_model_len
+            raise PromptTooLongError(index, len(ids), self.max_model_len, capacity if by_pool else None)
         return ids
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams | None = None) -> int:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import LLM, RequestOutput, SamplingParams
+from engine.llm import PromptTooLongError
 from engine.memory.measure import default_device
 from engine.model import access
 from engine.model.loader import DEMO_DIR, ModelTooLargeError, format_bytes, load_model
@@ -320,6 +321,16 @@ def generate(
 
     try:
         outputs = llm.generate(prompts, params, on_step=record)
+    except PromptTooLongError as exc:  # said in the page's words: lines count from 1, the pool is a slider here
+        raise ValueError(
+            f"prompt {exc.index + 1} has {exc.num_tokens} tokens but the engine accepts at most {exc.max_model_len}"
+            + (
+                f": the KV pool holds {exc.pool_tokens} tokens (blocks x block size); raise the KV blocks or the "
+                "block size, or shorten the prompt"
+                if exc.pool_tokens is not None
+                else "; shorten the prompt"
+            )
+        ) from None
     except BaseException:
         seen = {i for t in traces for i in (*t.admitted, *t.finished, *t.running, *t.waiting)}
         abort_all(llm, also=seen)

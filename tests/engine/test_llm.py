@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from engine import LLM, RequestOutput
+from engine.llm import PromptTooLongError
 from engine.memory import MODELS, kv_blocks_from_budget, kv_bytes_per_token
 from engine.model.loader import DEMO_DIR
 from engine.runner import CPU_KV_BUDGET_BYTES
@@ -437,3 +438,14 @@ def test_demo_model_writes_text():
     out = llm.generate(["def main("], SamplingParams(max_tokens=24, temperature=0.0))[0]
     assert out.text and out.text == llm.tokenizer.decode(out.token_ids)
     assert out.finish_reason in ("stop", "length")
+
+
+def test_a_prompt_longer_than_a_pool_capped_max_model_len_says_the_pool_set_it():
+    llm = LLM("demo", block_size=2, num_gpu_blocks=3)  # 6 tokens: the pool, not the model, sets max_model_len
+    with pytest.raises(PromptTooLongError, match="the KV pool holds only 6 tokens") as caught:
+        llm.generate([[1, 2], [1] * 7], SamplingParams(max_tokens=1))
+    assert (caught.value.index, caught.value.num_tokens, caught.value.max_model_len) == (1, 7, 6)
+    roomy = LLM("demo", block_size=16, num_gpu_blocks=64, max_model_len=8)  # set by the caller
+    with pytest.raises(PromptTooLongError, match="shorten it or raise max_model_len") as caught:
+        roomy.generate([[1] * 9], SamplingParams(max_tokens=1))
+    assert caught.value.pool_tokens is None

@@ -297,3 +297,14 @@ def test_leftovers_from_an_older_interrupted_run_are_cleared(tiny):
     for request_id in stale:
         with pytest.raises(ValueError, match="unknown request id"):
             llm.get_output(request_id)  # forgotten, not only unscheduled
+
+
+def test_a_prompt_longer_than_the_pool_is_named_in_the_page_words(tiny):
+    loaded = lab.load(tiny, "cpu", policy_for(Path(tiny).parent))
+    llm = lab.new_engine(loaded, tiny, lab.EngineSettings(block_size=1, num_blocks=4))
+    prompts = ["a", "blocks hold keys and values for every token"]
+    with pytest.raises(
+        ValueError, match=r"prompt 2 has \d+ tokens but the engine accepts at most 4: the KV pool holds 4 "
+    ):
+        lab.generate(llm, prompts, lab.sampling_params(2, 0.0, 1.0, 0, 0))
+    assert not llm.has_unfinished_requests() and llm.block_manager.num_free_blocks == 4
