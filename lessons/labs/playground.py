@@ -325,7 +325,8 @@ def generate(
         raise ValueError(
             f"prompt {exc.index + 1} has {exc.num_tokens} tokens but the engine accepts at most {exc.max_model_len}"
             + (
-                f": the KV pool holds {exc.pool_tokens} tokens (blocks x block size); raise the KV blocks or the "
+                f": the KV pool holds {exc.pool_tokens} token{'s' * (exc.pool_tokens != 1)} (blocks x block size); "
+                "raise the KV blocks or the "
                 "block size, or shorten the prompt"
                 if exc.pool_tokens is not None
                 else "; shorten the prompt"

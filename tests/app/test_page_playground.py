@@ -121,7 +121,7 @@ def test_knobs_at_extremes(at, tiny):
     at.select_slider(key="pg_block").set_value(1)
     at.slider(key="pg_blocks").set_value(1)  # one 1-token block: no prompt fits
     generate(at)
-    assert "max_model_len=1" in at.error[0].value and "How to fix" in at.error[0].value
+    assert "accepts at most 1: the KV pool holds 1 token " in at.error[0].value and "How to fix" in at.error[0].value
     at.text_area(key="pg_prompts").set_value("")
     generate(at)
     assert "no prompts" in at.error[0].value
