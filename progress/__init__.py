@@ -1,9 +1,11 @@
 """Learner progress that lasts: the store (SQLAlchemy; SQLite by default, PostgreSQL for a class) and teacher reports.
 
 Public API (no Streamlit here; the sign-in UI is ui/signin.py and the teacher view pages/teacher.py):
-- progress dicts: `empty_progress`, `normalize_progress`, `merge_progress` (per-item latest write, visits a
-  union), `stamp_changes` / `stamp_missing` (write times of changed items), `visible_progress`;
-- names: `validate_name` (learner / class names: NFKC, one script, 1–40 characters), `name_key` (the compared form);
+- progress dicts (progress/records.py): `empty_progress`, `normalize_progress`, `merge_progress` (per-item
+  latest write, visits a union), `stamp_changes` / `stamp_missing` (write times of changed items),
+  `visible_progress`;
+- names (progress/names.py): `validate_name` (learner / class names: NFKC, one script, 1–40 characters),
+  `name_key` (the compared form);
 - stores: `open_store(url)` -> `ProgressStore` or, when the database cannot be used, `NullStore` (same `Store`
   protocol: load, merging save, class_records, sign_in, reset_passphrase, check_teacher_key), `SignIn`,
   `SignedOut` (a save after a passphrase reset), `SignInError` (a refused sign-in; `retry_after_s` when it
@@ -14,6 +16,15 @@ Public API (no Streamlit here; the sign-in UI is ui/signin.py and the teacher vi
 """
 
 from progress.auth import SignInError
+from progress.names import name_key, validate_name
+from progress.records import (
+    empty_progress,
+    merge_progress,
+    normalize_progress,
+    stamp_changes,
+    stamp_missing,
+    visible_progress,
+)
 from progress.report import PREDICTION_COLUMNS, REPORT_COLUMNS, class_report, prediction_rows, report_csv
 from progress.store import (
     NullStore,
@@ -23,15 +34,7 @@ from progress.store import (
     SignIn,
     Store,
     database_url,
-    empty_progress,
-    merge_progress,
-    name_key,
-    normalize_progress,
     open_store,
-    stamp_changes,
-    stamp_missing,
-    validate_name,
-    visible_progress,
 )
 
 __all__ = [

@@ -7,10 +7,7 @@ write is one transaction. A store that cannot be opened (corrupt file, locked fi
 driver) is replaced by :class:`NullStore`, which keeps the app working without persistence and carries a
 message the app shows the learner. No Streamlit here: ``ui/signin.py`` is the UI.
 
-Names and class codes are compared in one normal form (``name_key``: Unicode NFKC, then case folding), so
-"Ａｎａ", "ANA" and "ana" are one learner and "Straße" is "STRASSE"; the form the learner typed is kept for
-display. A name may not mix scripts ("аdmin" with a Cyrillic "а" is refused), so a lookalike cannot pass
-for a classmate (Han, Hiragana and Katakana together are one Japanese script).
+Names and class codes are checked and compared in one normal form (progress/names.py).
 
 Identity (progress/auth.py has the hash and the wait rules): the first sign-in of a name in a class sets its
 passphrase (table ``kvlab_learner_auth``: scrypt hash, salt, parameters, a version bumped by every set and
@@ -21,10 +18,11 @@ its ``kvlab_progress`` rows untouched; the tables are added when a store opens i
 learner whose record has no passphrase sets one on their next sign-in.
 
 Saving never loses another session's progress (two tabs, two devices, a reconnect to another replica): a
-save merges into the stored row inside one transaction (``merge_progress``: visits are a union, each answer
-keeps its latest write by the write times in ``written_at_us``; a cleared answer is a time with no entry, a
-tombstone) and writes only if the row is still what it read (compare-and-swap on the row's text, re-read
-and re-merged on conflict; on PostgreSQL the read also locks the row, so concurrent saves queue instead).
+save merges into the stored row inside one transaction (``merge_progress`` in progress/records.py: visits
+are a union, each answer keeps its latest write by the write times in ``written_at_us``; a cleared answer
+is a time with no entry, a tombstone) and writes only if the row is still what it read (compare-and-swap on
+the row's text, re-read and re-merged on conflict; on PostgreSQL the read also locks the row, so concurrent
+saves queue instead).
 
 Settings (environment variables):
   KVLAB_DATABASE_URL  SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``.
@@ -37,7 +35,6 @@ import json
 import os
 import random
 import time
-import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -58,18 +55,19 @@ from progress.auth import (
     verify_passphrase,
     wait_text,
 )
+from progress.names import NAME_MAX_LEN, name_key, validate_name
+from progress.records import (
+    empty_progress,
+    merge_progress,
+    normalize_progress,
+    stamp_missing,
+    visible_progress,
+)
 
-NAME_MAX_LEN = 40
-NAME_EXTRA_CHARS = " -_."
-MAX_PROGRESS_BYTES = 64_000  # one learner's JSON; far above a full course, small enough to refuse abuse
 SQLITE_FILENAME = "progress.sqlite3"
-ID_PARTS = ("quiz", "diagnosis", "predict")  # progress parts keyed by question / scenario / page id
-STAMPS = "written_at_us"  # progress key: {part: {id: microseconds since 1970 of the id's last write or clear}}
 SQLITE_BUSY_TIMEOUT_S = 2.0  # a locked file fails fast with a clear message instead of hanging the page
 SAVE_ATTEMPTS = 40  # compare-and-swap rounds before a save gives up (each a few ms under contention)
 SCHEMA_VERSION = 2  # 1: kvlab_progress; 2: + kvlab_learner_auth, kvlab_auth_throttle
-JAPANESE_SCRIPTS = frozenset({"HAN", "HIRAGANA", "KATAKANA"})  # written together; one script for the mix rule
-SCRIPT_ALIASES = (("CJK", "HAN"), ("IDEOGRAPHIC", "HAN"), ("KATAKANA-HIRAGANA", "KATAKANA"))
 LEARNER_SCOPE, TEACHER_SCOPE = "learner", "teacher"  # throttle rows
 
 _metadata = sa.MetaData()
@@ -124,182 +122,6 @@ class SignIn:
 
 class SignedOut(RuntimeError):
     """The learner's passphrase was reset or set again since this session signed in: sign in again."""
-
-
-# --- names ------------------------------------------------------------------------------------------------
-
-
-def _script(ch: str) -> str | None:
-    """Script of a letter: the first word of its Unicode name (None for digits and punctuation)."""
-    if not ch.isalpha():
-        return None
-    word = unicodedata.name(ch, "UNKNOWN").split(" ")[0]
-    return dict(SCRIPT_ALIASES).get(word, word)
-
-
-def _mixed_scripts(text: str) -> list[tuple[str, str]]:
-    """(script, first letter) of each script in ``text`` when it mixes scripts, else []."""
-    first: dict[str, str] = {}
-    for ch in text:
-        script = _script(ch)
-        if script is not None:
-            first.setdefault(script, ch)
-    if len(first) <= 1 or set(first) <= JAPANESE_SCRIPTS:
-        return []
-    return list(first.items())
-
-
-def name_key(value: str) -> str:
-    """The form names are stored and compared in: NFKC, case-folded, NFKC again (case folding can decompose)."""
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold())
-
-
-def validate_name(value: object, what: str = "learner name") -> str:
-    """``value`` in NFKC, trimmed, spaces collapsed; ValueError unless it is 1–40 letters of one script,
-    digits, space, - _ . (the length counts the normalised form, :func:`name_key`)."""
-    if not isinstance(value, str):
-        raise ValueError(f"{what} must be text, got {type(value).__name__}")
-    text = unicodedata.normalize("NFKC", value)  # fullwidth letters, ligatures, odd spaces: their plain forms
-    text = " ".join(part for part in text.split(" ") if part)  # trim, collapse spaces; tabs/newlines refused below
-    length = max(len(text), len(name_key(text)))
-    if length == 0:
-        raise ValueError(f"{what} is empty; type one (1–{NAME_MAX_LEN} letters or digits)")
-    if length > NAME_MAX_LEN:
-        raise ValueError(f"{what} must be 1–{NAME_MAX_LEN} characters, got {length}; type a shorter one")
-    bad = sorted({ch for ch in text if not (ch.isalnum() or ch in NAME_EXTRA_CHARS)})
-    if bad:
-        shown = " ".join(repr(ch) for ch in bad[:5])
-        raise ValueError(f"{what} may use letters, digits, space, '-', '_' and '.' only; remove {shown}")
-    if not any(ch.isalnum() for ch in text):  # "." or "-" alone names nobody a teacher could recognise
-        raise ValueError(f"{what} {text!r} has no letter or digit; type a name with at least one")
-    mixed = _mixed_scripts(text)
-    if mixed:
-        scripts = " and ".join(s.title() for s, _ in mixed)
-        letters = ", ".join(f"{ch!r} is {s.title()}" for s, ch in mixed)
-        raise ValueError(
-            f"{what} mixes {scripts} letters ({letters}); use letters of one script, "
-            "so that it cannot pass for someone else's name"
-        )
-    return text
-
-
-# --- progress dicts and their merge -----------------------------------------------------------------------
-
-
-def empty_progress() -> dict[str, Any]:
-    """A fresh progress dict: nothing visited, no answers (quiz, diagnosis, predict: keyed by id), no stamps."""
-    return {"visited": [], "quiz": {}, "diagnosis": {}, "predict": {}, STAMPS: {}}
-
-
-def _clean_stamps(stamps: object) -> dict[str, dict[str, int]]:
-    if not isinstance(stamps, Mapping):
-        raise ValueError(f"progress[{STAMPS!r}] must be a dict {{part: {{id: microseconds}}}}")
-    out: dict[str, dict[str, int]] = {}
-    for part, by_id in stamps.items():
-        if part not in ID_PARTS:
-            continue  # a part this version does not know: drop its stamps with it
-        if not isinstance(by_id, Mapping):
-            raise ValueError(f"progress[{STAMPS!r}][{part!r}] must be a dict {{id: microseconds}}")
-        clean = {}
-        for k, v in by_id.items():
-            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int | float) or not v == v:
-                raise ValueError(f"progress[{STAMPS!r}][{part!r}] must map id strings to microseconds")
-            clean[k] = int(v)
-        if clean:
-            out[part] = clean
-    return out
-
-
-def normalize_progress(progress: object) -> dict[str, Any]:
-    """Check the progress dict shape and return a JSON-safe copy; raise ValueError naming the bad part."""
-    if not isinstance(progress, Mapping):
-        raise ValueError(f"progress must be a dict, got {type(progress).__name__}")
-    visited = progress.get("visited", [])
-    if not isinstance(visited, list | tuple) or not all(isinstance(v, str) for v in visited):
-        raise ValueError("progress['visited'] must be a list of page ids (strings)")
-    out = empty_progress()
-    out["visited"] = list(dict.fromkeys(visited))  # unique, first-visit order
-    for part in ID_PARTS:
-        entries = progress.get(part, {})
-        if not isinstance(entries, Mapping) or not all(isinstance(k, str) for k in entries):
-            raise ValueError(f"progress[{part!r}] must be a dict keyed by id strings")
-        out[part] = {k: v for k, v in entries.items()}
-    out[STAMPS] = _clean_stamps(progress.get(STAMPS) or {})
-    try:
-        text = json.dumps(out, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"progress must hold only JSON values (str, number, bool, list, dict): {exc}") from exc
-    if len(text) > MAX_PROGRESS_BYTES:
-        raise ValueError(f"progress is {len(text)} bytes; the limit is {MAX_PROGRESS_BYTES}")
-    return json.loads(text)
-
-
-def _stamp(progress: Mapping[str, Any], part: str, item: str) -> int:
-    """When ``item`` of ``part`` was last written or cleared (0: unknown, e.g. a row from before stamps)."""
-    return int(progress[STAMPS].get(part, {}).get(item, 0))
-
-
-def _side(progress: Mapping[str, Any], part: str, item: str) -> tuple[int, int, str]:
-    """A total order of one item's versions: later write first, then an entry over a tombstone, then content."""
-    present = item in progress[part]
-    return (_stamp(progress, part, item), int(present), json.dumps(progress[part].get(item), sort_keys=True))
-
-
-def merge_progress(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """Two progress dicts as one: visits a union, each item the later write of the two (by ``written_at_us``).
-
-    Per item the merge takes the maximum of a total order (stamp, entry-over-tombstone, content), so it is
-    commutative, associative and idempotent: sessions can merge in any order and agree. An item with a stamp
-    but no entry is a cleared answer (a tombstone); it wins over older entries. Items without a stamp (rows
-    from before stamps) lose to any stamped write."""
-    x, y = normalize_progress(a), normalize_progress(b)
-    out = empty_progress()
-    out["visited"] = list(dict.fromkeys(x["visited"] + y["visited"]))
-    for part in ID_PARTS:
-        items = set(x[part]) | set(y[part]) | set(x[STAMPS].get(part, {})) | set(y[STAMPS].get(part, {}))
-        for item in sorted(items):
-            win = x if _side(x, part, item) >= _side(y, part, item) else y
-            if item in win[part]:
-                out[part][item] = win[part][item]
-            stamp = _stamp(win, part, item)
-            if stamp:
-                out[STAMPS].setdefault(part, {})[item] = stamp
-    return normalize_progress(out)  # the size limit holds for the union too
-
-
-def stamp_changes(progress: Mapping[str, Any], base: Mapping[str, Any] | None, now_us: int) -> dict[str, Any]:
-    """``progress`` with a write time for every item that differs from ``base`` (what was last saved or
-    loaded): added or changed entries and removed ones (tombstones). Each new stamp is later than the
-    item's previous one, so a write always wins over the version it replaced, even with clocks apart.
-    With no ``base`` only items without any stamp are stamped (work done before signing in)."""
-    out = normalize_progress(progress)
-    old = normalize_progress(base) if base is not None else None
-    for part in ID_PARTS:
-        stamps = out[STAMPS].setdefault(part, {})
-        items = set(out[part]) | (set(old[part]) if old else set())
-        for item in items:
-            if old is None:
-                changed = item in out[part] and item not in stamps
-            else:
-                changed = (item in out[part], out[part].get(item)) != (item in old[part], old[part].get(item))
-            if changed:
-                before = max(stamps.get(item, 0), _stamp(old, part, item) if old else 0)
-                stamps[item] = max(now_us, before + 1)
-        if not stamps:
-            del out[STAMPS][part]
-    return out
-
-
-def stamp_missing(progress: Mapping[str, Any], now_us: int) -> dict[str, Any]:
-    """``progress`` with ``now_us`` as the write time of every entry that has none (a caller that does not stamp)."""
-    return stamp_changes(progress, None, now_us)
-
-
-def visible_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
-    """The progress without its bookkeeping (write stamps): what a learner or teacher reads."""
-    out = normalize_progress(progress)
-    del out[STAMPS]
-    return out
 
 
 # --- stores -----------------------------------------------------------------------------------------------

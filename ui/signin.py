@@ -42,7 +42,7 @@ from progress import (
     stamp_missing,
     validate_name,
 )
-from progress.store import ID_PARTS, STAMPS
+from progress.records import ID_PARTS, STAMPS
 from ui.inert import inert_md, prose_md
 
 PROGRESS_KEY = "progress"  # st.session_state key of the progress dict (its shape: ui/progress.py)

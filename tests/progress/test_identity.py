@@ -13,17 +13,9 @@ import sqlalchemy as sa
 
 from progress import auth
 from progress.auth import SignInError, lock_seconds, verify_passphrase
-from progress.store import (
-    NullStore,
-    ProgressStore,
-    SignedOut,
-    auth_table,
-    name_key,
-    progress_table,
-    throttle_table,
-    validate_name,
-    visible_progress,
-)
+from progress.names import name_key, validate_name
+from progress.records import visible_progress
+from progress.store import NullStore, ProgressStore, SignedOut, auth_table, progress_table, throttle_table
 
 PASS = "correct horse battery"
 

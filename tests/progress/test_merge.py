@@ -10,14 +10,8 @@ import threading
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from progress.store import (
-    ProgressStore,
-    empty_progress,
-    merge_progress,
-    normalize_progress,
-    stamp_changes,
-    visible_progress,
-)
+from progress.records import empty_progress, merge_progress, normalize_progress, stamp_changes, visible_progress
+from progress.store import ProgressStore
 
 
 def _with(progress: dict, part: str, item: str, entry: dict | None, at: int) -> dict:

@@ -14,6 +14,8 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from progress.names import validate_name
+from progress.records import empty_progress, normalize_progress, visible_progress
 from progress.report import PREDICTION_COLUMNS, class_report, prediction_rows, report_csv
 from progress.store import (
     NullStore,
@@ -21,12 +23,8 @@ from progress.store import (
     ProgressStoreError,
     data_dir,
     database_url,
-    empty_progress,
-    normalize_progress,
     open_store,
     progress_table,
-    validate_name,
-    visible_progress,
 )
 from tests.pg import require_postgres
 
