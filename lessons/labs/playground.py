@@ -111,10 +111,10 @@ def model_policy(env: Mapping[str, str] | None = None) -> ModelPolicy:
     """The server's ModelPolicy from KVLAB_MODEL_DIRS and KVLAB_MAX_MODEL_BYTES (see the module docstring)."""
     env = os.environ if env is None else env
     raw_limit = env.get(MAX_BYTES_ENV, "").strip()
-    try:
-        max_bytes = int(raw_limit) if raw_limit else DEFAULT_MAX_MODEL_BYTES
-    except ValueError:
-        max_bytes = 0
+    if not raw_limit:
+        max_bytes = DEFAULT_MAX_MODEL_BYTES
+    else:  # ASCII digits only: int() also reads "2_000" and other scripts' digits
+        max_bytes = int(raw_limit) if raw_limit.isascii() and raw_limit.isdigit() else 0
     if max_bytes < 1:
         raise ValueError(
             f"{MAX_BYTES_ENV}={raw_limit!r} must be a whole number of bytes >= 1, e.g. {DEFAULT_MAX_MODEL_BYTES} "

@@ -82,10 +82,10 @@ def test_policy_from_the_environment(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").symlink_to(tmp_path / "a")
     env = {lab.MODEL_DIRS_ENV: os.pathsep.join([str(tmp_path / "a"), "", str(tmp_path / "b"), "models"])}
-    two = lab.model_policy(env | {lab.MAX_BYTES_ENV: " 1_000 "})
+    two = lab.model_policy(env | {lab.MAX_BYTES_ENV: " 1000 "})
     assert two.roots == ((tmp_path / "a").resolve(), (lab.PROJECT_DIR / "models").resolve())  # b is a, once
     assert two.labels == (str(tmp_path / "a"), "models") and two.max_bytes == 1000
-    for bad in ("lots", "0", "-5", "1.5"):
+    for bad in ("lots", "0", "-5", "1.5", "1_000", "１０００", "+5"):
         with pytest.raises(ValueError, match=f"KVLAB_MAX_MODEL_BYTES='{bad}' must be a whole number"):
             lab.model_policy({lab.MAX_BYTES_ENV: bad})
 
