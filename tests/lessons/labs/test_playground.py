@@ -3,6 +3,7 @@
 import gc
 import itertools
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_policy_from_the_environment(tmp_path):
     assert two.roots == ((tmp_path / "a").resolve(), (lab.PROJECT_DIR / "models").resolve())  # b is a, once
     assert two.labels == (str(tmp_path / "a"), "models") and two.max_bytes == 1000
     for bad in ("lots", "0", "-5", "1.5", "1_000", "１０００", "+5"):
-        with pytest.raises(ValueError, match=f"KVLAB_MAX_MODEL_BYTES='{bad}' must be a whole number"):
+        with pytest.raises(ValueError, match=re.escape(f"KVLAB_MAX_MODEL_BYTES='{bad}' must be a whole number")):
             lab.model_policy({lab.MAX_BYTES_ENV: bad})
 
 
