@@ -70,8 +70,21 @@ def _spawn_app(port: int, data_dir: Path, log: Any, extra_env: dict[str, str] | 
     """``streamlit run app.py`` on 127.0.0.1:``port``, output into the open file ``log``."""
     env = {**os.environ, "KVLAB_DATA_DIR": str(data_dir), **(extra_env or {})}
     env.pop("TRITON_INTERPRET", None)  # the app picks its backend like a normal run, not like pytest
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-           "--server.port", str(port), "--server.address", HOST, "--browser.gatherUsageStats", "false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        HOST,
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -141,8 +154,9 @@ def running_apps(
                 port, log_path = free_port(), log_dir / names[i]
                 proc = _spawn_app(port, data_dir, files.enter_context(open(log_path, "w")), extra_env)
                 procs.append(proc)
-                apps.append({"url": f"http://{HOST}:{port}", "port": port, "pid": proc.pid, "proc": proc,
-                             "log": log_path})  # fmt: skip
+                apps.append(
+                    {"url": f"http://{HOST}:{port}", "port": port, "pid": proc.pid, "proc": proc, "log": log_path}
+                )
             _wait_healthy(procs, [a["url"] for a in apps], [a["log"] for a in apps], timeout_s)
             yield apps
         finally:
@@ -218,22 +232,48 @@ def postgres_cluster(timeout_s: float = 60.0) -> Iterator[dict[str, Any]]:
             os.chown(path, *owner)
     started = False
     try:
-        _pg_run(bindir, ["initdb", "-D", str(data), "-U", PG_USER, f"--pwfile={pwfile}", "-A", "scram-sha-256",
-                         "-E", "UTF8", "--no-locale", "--no-sync"], log, timeout_s)  # fmt: skip
+        _pg_run(
+            bindir,
+            [
+                "initdb",
+                "-D",
+                str(data),
+                "-U",
+                PG_USER,
+                f"--pwfile={pwfile}",
+                "-A",
+                "scram-sha-256",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ],
+            log,
+            timeout_s,
+        )
         for attempt in range(3):  # a free port can be taken by someone else before the server binds it
             port = free_port()
             opts = f"-c listen_addresses={HOST} -p {port} -k {top} -c max_connections=200"
             try:
-                _pg_run(bindir, ["pg_ctl", "-D", str(data), "-l", str(log), "-w", "-t", str(int(timeout_s)),
-                                 "-o", opts, "start"], log, timeout_s + 10)  # fmt: skip
+                _pg_run(
+                    bindir,
+                    ["pg_ctl", "-D", str(data), "-l", str(log), "-w", "-t", str(int(timeout_s)), "-o", opts, "start"],
+                    log,
+                    timeout_s + 10,
+                )
                 started = True
                 break
             except RuntimeError:
                 if attempt == 2:
                     raise
         env = {**os.environ, "PGPASSWORD": password}
-        subprocess.run([str(bindir / "createdb"), "-h", HOST, "-p", str(port), "-U", PG_USER, PG_DATABASE],
-                       env=env, check=True, capture_output=True, timeout=timeout_s)  # fmt: skip
+        subprocess.run(
+            [str(bindir / "createdb"), "-h", HOST, "-p", str(port), "-U", PG_USER, PG_DATABASE],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=timeout_s,
+        )
         url = f"postgresql+psycopg://{PG_USER}:{password}@{HOST}:{port}/{PG_DATABASE}"
         yield {"url": url, "port": port, "log": log, "bindir": bindir}
     finally:

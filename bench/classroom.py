@@ -160,8 +160,9 @@ async def learner(browser, url: str, idx: int, path, moves: int, timeout_ms: flo
                 direction = -1 if value >= high else 1 if value <= low else direction
                 where = f"{route} move {move} from {value:g} in [{low:g}, {high:g}] by {direction:+d}"
                 start = time.perf_counter()
-                await move_and_commit(page, thumb, "ArrowRight" if direction > 0 else "ArrowLeft", out, where,
-                                      timeout_ms)  # fmt: skip
+                await move_and_commit(
+                    page, thumb, "ArrowRight" if direction > 0 else "ArrowLeft", out, where, timeout_ms
+                )
                 out["updates_ms"].append(1000 * (time.perf_counter() - start))
                 out["by_page"].setdefault(route, []).append(out["updates_ms"][-1])
             errors = await page.locator(ERRORS_SEL).all_inner_texts()
@@ -296,8 +297,18 @@ def _serve(args, chromium: str) -> tuple[dict, bool]:
         try:
             server: dict = {}
             with running_app(Path(data_dir), Path(data_dir) / "streamlit.log", info=server) as url:
-                coro = run_classroom(url, chromium, args.sessions, args.moves, PATH, args.step_timeout, args.ramp,
-                                     args.think, server["pid"], raw)  # fmt: skip
+                coro = run_classroom(
+                    url,
+                    chromium,
+                    args.sessions,
+                    args.moves,
+                    PATH,
+                    args.step_timeout,
+                    args.ramp,
+                    args.think,
+                    server["pid"],
+                    raw,
+                )
                 asyncio.run(asyncio.wait_for(coro, timeout=args.timeout))
         except (TimeoutError, asyncio.TimeoutError):
             raw["errors"].append(f"hard timeout after {args.timeout:.0f} s")
@@ -344,9 +355,17 @@ def _summary(args, raw: dict, wall_s: float) -> dict:
 def main() -> None:
     """Run the classroom check; print one JSON line."""
     args, chromium = _arguments()
-    result = {"bench": "classroom", "host": "127.0.0.1", "sessions": args.sessions, "moves_per_page": args.moves,
-              "ramp_s": args.ramp, "think_s": args.think, "client": args.client,
-              "path": [route for route, _ in PATH], "client_note": CLIENT_NOTES[args.client]}  # fmt: skip
+    result = {
+        "bench": "classroom",
+        "host": "127.0.0.1",
+        "sessions": args.sessions,
+        "moves_per_page": args.moves,
+        "ramp_s": args.ramp,
+        "think_s": args.think,
+        "client": args.client,
+        "path": [route for route, _ in PATH],
+        "client_note": CLIENT_NOTES[args.client],
+    }
     start = time.perf_counter()
     # Last resort if shutdown itself hangs: end the process a minute after the hard limit.
     watchdog = threading.Timer(args.timeout + 60, lambda: os._exit(3))
@@ -354,8 +373,10 @@ def main() -> None:
     watchdog.start()
     raw, result["timed_out"] = _serve(args, chromium)
     result.update(_summary(args, raw, time.perf_counter() - start))
-    log(f"classroom: {result['updates']}/{result['updates_expected']} updates, {result['errors']} errors, "
-        f"{result['lost_commits']} lost commits, p95 {result['update_p95_ms']} ms")  # fmt: skip
+    log(
+        f"classroom: {result['updates']}/{result['updates_expected']} updates, {result['errors']} errors, "
+        f"{result['lost_commits']} lost commits, p95 {result['update_p95_ms']} ms"
+    )
     if args.save:
         log(f"saved {save('classroom' if args.client == 'protocol' else 'classroom-browser', result)}")
     emit(result)

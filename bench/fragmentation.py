@@ -36,10 +36,13 @@ POLICIES = {
 def run_policies(trace: list[Request], model: str, gpu: str, **kw: int) -> dict[str, Callable[[], SimResult]]:
     """name -> a zero-argument call simulating the trace under that policy."""
     return {
-        name: (lambda policy=policy, reservation=reservation: simulate_model(
-            trace, model, gpu, policy, reservation=reservation, **kw))
+        name: (
+            lambda policy=policy, reservation=reservation: simulate_model(
+                trace, model, gpu, policy, reservation=reservation, **kw
+            )
+        )
         for name, (policy, reservation) in POLICIES.items()
-    }  # fmt: skip
+    }
 
 
 def policy_row(s: SimSummary, seconds: float) -> dict[str, float]:
@@ -139,7 +142,7 @@ def main() -> None:
                 name: reservation for name, (policy, reservation) in POLICIES.items() if policy == "static"
             },
             "step_time": "roofline",
-        },  # fmt: skip
+        },
         "trace": trace_record(trace, args),
         "env": env_info(),
         "targets": {"paged_waste": "<= 0.04", "static_waste": ">= 0.5", "waste": "all four policies reported"},

@@ -74,8 +74,18 @@ def make_workload(args, device: str) -> dict:
     if args.causal:
         full_mask = full_mask & torch.ones(l_max, l_max, dtype=torch.bool, device=device).tril()
     full_mask = full_mask.contiguous()  # [B, 1, Lmax, Lmax], materialized
-    return {"lens": lens, "q": q, "k": k, "v": v, "cu": cu, "qp": pad(q), "kp": pad(k), "vp": pad(v),
-            "key_mask": key_mask, "full_mask": full_mask}  # fmt: skip
+    return {
+        "lens": lens,
+        "q": q,
+        "k": k,
+        "v": v,
+        "cu": cu,
+        "qp": pad(q),
+        "kp": pad(k),
+        "vp": pad(v),
+        "key_mask": key_mask,
+        "full_mask": full_mask,
+    }
 
 
 def padded_sides(w: dict, causal: bool) -> dict:

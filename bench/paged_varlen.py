@@ -166,8 +166,15 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     torch.set_num_threads(args.threads)
-    defaults = {"seqs": (16, 64), "max_len": (1024, 4096), "chunk": (128, 512), "heads": (8, 32),
-                "kv_heads": (2, 8), "head_dim": (64, 128), "dtype": ("float32", "bfloat16")}  # fmt: skip
+    defaults = {
+        "seqs": (16, 64),
+        "max_len": (1024, 4096),
+        "chunk": (128, 512),
+        "heads": (8, 32),
+        "kv_heads": (2, 8),
+        "head_dim": (64, 128),
+        "dtype": ("float32", "bfloat16"),
+    }
     for name, pair in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, pair[cuda])

@@ -40,9 +40,16 @@ BLOCK_SIZE = 16
 HF_BUDGET_BATCH = 8  # default KV budget: what a static cache needs for this many max-length sequences
 # The demo model's shape (scripts/train_demo.py) with room for 256 + 128 positions.
 MODEL = dict(
-    vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=True,
-)  # fmt: skip
+    vocab_size=1024,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+)
 
 
 def workload() -> tuple[list[list[int]], list[int]]:
@@ -74,9 +81,13 @@ def hf_generate(
             mask[i, width - len(p) :] = 1
         with torch.inference_mode():
             out = model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=max(outs),
-                do_sample=False, pad_token_id=0, **extra,
-            )  # fmt: skip
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max(outs),
+                do_sample=False,
+                pad_token_id=0,
+                **extra,
+            )
         assert out.shape[1] == width + max(outs)
         useful += sum(outs)
     return useful
@@ -123,12 +134,19 @@ def decode_step_costs(llm_like, hf, batches=(1, 8, 16), context=240, new_tokens=
     g = torch.Generator().manual_seed(SEED + 1)
     slots = max(batches) * (context + new_tokens + 1)
     llm = LLM(
-        block_size=BLOCK_SIZE, num_gpu_blocks=-(-slots // BLOCK_SIZE) + max(batches), device="cpu",
-        max_model_len=llm_like.max_model_len, preloaded=(llm_like.model, llm_like.config, llm_like.tokenizer),
-    )  # fmt: skip
+        block_size=BLOCK_SIZE,
+        num_gpu_blocks=-(-slots // BLOCK_SIZE) + max(batches),
+        device="cpu",
+        max_model_len=llm_like.max_model_len,
+        preloaded=(llm_like.model, llm_like.config, llm_like.tokenizer),
+    )
     costs: dict = {
-        "context": context, "new_tokens": new_tokens, "repeats": repeats, "engine_ms": {}, "hf_static_ms": {},
-    }  # fmt: skip
+        "context": context,
+        "new_tokens": new_tokens,
+        "repeats": repeats,
+        "engine_ms": {},
+        "hf_static_ms": {},
+    }
     for b in batches:
         prompts = torch.randint(3, MODEL["vocab_size"], (b, context), generator=g)
         as_lists = prompts.tolist()
@@ -139,17 +157,23 @@ def decode_step_costs(llm_like, hf, batches=(1, 8, 16), context=240, new_tokens=
         def theirs(n: int, prompts=prompts) -> None:
             with torch.inference_mode():
                 hf.generate(
-                    input_ids=prompts, max_new_tokens=n, do_sample=False, pad_token_id=0,
+                    input_ids=prompts,
+                    max_new_tokens=n,
+                    do_sample=False,
+                    pad_token_id=0,
                     cache_implementation="static",
-                )  # fmt: skip
+                )
 
         times = time_interleaved(
             {
-                "ours_1": lambda: ours(1), "ours_n": lambda: ours(1 + new_tokens),
-                "hf_1": lambda: theirs(1), "hf_n": lambda: theirs(1 + new_tokens),
+                "ours_1": lambda: ours(1),
+                "ours_n": lambda: ours(1 + new_tokens),
+                "hf_1": lambda: theirs(1),
+                "hf_n": lambda: theirs(1 + new_tokens),
             },
-            repeats=repeats, warmup=1,
-        )  # fmt: skip
+            repeats=repeats,
+            warmup=1,
+        )
         costs["engine_ms"][b] = round((times["ours_n"] - times["ours_1"]) / new_tokens * 1e3, 3)
         costs["hf_static_ms"][b] = round((times["hf_n"] - times["hf_1"]) / new_tokens * 1e3, 3)
         log(f"decode step, batch {b}: engine {costs['engine_ms'][b]} ms, transformers {costs['hf_static_ms'][b]} ms")

@@ -78,8 +78,16 @@ class ForwardMeta:
         """
         key = (block_size, heads, sliding_window, kv_fp8)
         if self._index is None or self._index[0] != key:
-            index = paged_varlen_index(self.cu_seqlens_q, self.seq_lens, self.block_tables, block_size, heads,
-                                       sliding_window, kv_fp8, host=self.host)  # fmt: skip
+            index = paged_varlen_index(
+                self.cu_seqlens_q,
+                self.seq_lens,
+                self.block_tables,
+                block_size,
+                heads,
+                sliding_window,
+                kv_fp8,
+                host=self.host,
+            )
             self._index = (key, index)
         return self._index[1]
 

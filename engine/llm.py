@@ -63,8 +63,9 @@ class PromptTooLongError(ValueError):
         super().__init__(f"prompt {index} has {num_tokens} tokens, more than max_model_len={max_model_len}; {fix}")
 
 
-def _check_limits(max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int | None,
-                  num_gpu_blocks: int | None, util: float) -> None:  # fmt: skip
+def _check_limits(
+    max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int | None, num_gpu_blocks: int | None, util: float
+) -> None:
     """The engine's limits, checked before the model loads or the cache is sized (a 0 is never blamed on memory)."""
     for name, value, hint in (
         ("max_num_seqs", max_num_seqs, "requests running at once, e.g. 64"),
@@ -116,8 +117,14 @@ class LLM:
         self.kv_cache_dtype = kv_dtype = kv_cache_torch_dtype(kv_cache_dtype, self.dtype)
         self.block_size = block_size
         window = self.config.sliding_window
-        num_gpu_blocks = self._size_cache(num_gpu_blocks, kv_cache_memory_bytes, max_model_len, max_num_seqs,
-                                          max_num_batched_tokens, gpu_memory_utilization)  # fmt: skip
+        num_gpu_blocks = self._size_cache(
+            num_gpu_blocks,
+            kv_cache_memory_bytes,
+            max_model_len,
+            max_num_seqs,
+            max_num_batched_tokens,
+            gpu_memory_utilization,
+        )
         self.max_model_len = self._fit_max_model_len(max_model_len, num_gpu_blocks, max_num_batched_tokens)
         self.runner = ModelRunner(self.model, num_gpu_blocks, block_size, self.device, self.backend, kv_dtype)
         self.block_manager = BlockManager(num_gpu_blocks, block_size, enable_prefix_caching, window)
@@ -131,8 +138,15 @@ class LLM:
         self._requests: dict[int, Sequence] = {}  # every request added and not yet released
         self._step = 0
 
-    def _size_cache(self, num_gpu_blocks: int | None, budget: int | None, max_model_len: int | None,
-                    max_num_seqs: int, max_num_batched_tokens: int, util: float) -> int:  # fmt: skip
+    def _size_cache(
+        self,
+        num_gpu_blocks: int | None,
+        budget: int | None,
+        max_model_len: int | None,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        util: float,
+    ) -> int:
         """Checks max_model_len against the model; the pool's blocks: given, from a byte budget, or sized."""
         spec = model_spec(self.config)  # the memory model's view of this model: KV bytes, activations
         self.kv_bytes_per_token = kv_bytes_per_token(spec, self.kv_cache_dtype.itemsize)
@@ -151,9 +165,15 @@ class LLM:
         if num_gpu_blocks is not None:
             return num_gpu_blocks
         return auto_num_blocks(
-            spec, self.kv_cache_dtype.itemsize, self.block_size, self.device, max_model_len or limit, max_num_seqs,
-            max_num_batched_tokens, util,
-        )  # fmt: skip
+            spec,
+            self.kv_cache_dtype.itemsize,
+            self.block_size,
+            self.device,
+            max_model_len or limit,
+            max_num_seqs,
+            max_num_batched_tokens,
+            util,
+        )
 
     def _fit_max_model_len(self, max_model_len: int | None, num_gpu_blocks: int, max_num_batched_tokens: int) -> int:
         """The model's limit unless the cache is smaller; a requested length the cache cannot hold is an error.
@@ -162,8 +182,9 @@ class LLM:
         bounded by max_position_embeddings only once the cache holds one window."""
         capacity = num_gpu_blocks * self.block_size
         window = self.config.sliding_window
-        need = kv_blocks_per_seq(max_model_len or self.config.max_model_len, self.block_size, window,
-                                 max_num_batched_tokens)  # fmt: skip
+        need = kv_blocks_per_seq(
+            max_model_len or self.config.max_model_len, self.block_size, window, max_num_batched_tokens
+        )
         if max_model_len is None:
             return self.config.max_model_len if need <= num_gpu_blocks else min(self.config.max_model_len, capacity)
         if need > num_gpu_blocks:
@@ -234,9 +255,14 @@ class LLM:
 
     def _add(self, ids: list[int], params: SamplingParams, prompt: str | None) -> int:
         seq = Sequence(
-            next(self._ids), ids, self.block_size, params, arrival_time=time.perf_counter(), prompt=prompt,
+            next(self._ids),
+            ids,
+            self.block_size,
+            params,
+            arrival_time=time.perf_counter(),
+            prompt=prompt,
             generator=make_generator(params, self.device),
-        )  # fmt: skip
+        )
         self.scheduler.add(seq)
         self._requests[seq.seq_id] = seq
         return seq.seq_id

@@ -132,7 +132,7 @@ class StepTrace:
                 s.num_computed_tokens,
                 "decode" if is_decode(s.num_new_tokens, s.num_computed_tokens) else "prefill",
                 token,
-            )  # fmt: skip
+            )
             for s, token in zip(out.scheduled, sampled, strict=True)
         ]
         return cls(

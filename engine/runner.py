@@ -87,9 +87,15 @@ def auto_num_blocks(
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         budget = kv_budget_bytes(
-            spec, total, total - free, gpu_memory_utilization, max_num_batched_tokens, element_size, 1,
+            spec,
+            total,
+            total - free,
+            gpu_memory_utilization,
+            max_num_batched_tokens,
+            element_size,
+            1,
             CUDA_OVERHEAD_BYTES,
-        )  # fmt: skip
+        )
     else:
         budget = CPU_KV_BUDGET_BYTES
     # More than max_num_seqs full-length sequences can never be resident at once; a bigger pool would only
@@ -127,9 +133,14 @@ class ModelRunner:
         self.backend = backend
         self.block_size = block_size
         self.kv_cache = PagedKVCache(
-            cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
-            dtype=kv_dtype or model.lm_head.weight.dtype, device=device,
-        )  # fmt: skip
+            cfg.num_hidden_layers,
+            num_blocks,
+            block_size,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            dtype=kv_dtype or model.lm_head.weight.dtype,
+            device=device,
+        )
 
     def prepare(self, scheduled: list[ScheduledSequence]) -> tuple[torch.Tensor, ForwardMeta]:
         """The step's packed input ids [T] and its ForwardMeta."""

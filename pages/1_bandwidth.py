@@ -56,11 +56,15 @@ context = c5.number_input(
 )
 fit = _fit(model, gpu, int(context), dtype)
 batch = c4.slider(
-    "Sequences decoding together (batch)", 1, lab.MAX_BATCH, key=view.keys["batch"],
+    "Sequences decoding together (batch)",
+    1,
+    lab.MAX_BATCH,
+    key=view.keys["batch"],
     help=f"At this context, at most {fit.max_batch:,} sequences fit in the {GPUS[gpu].name}'s KV budget "
     f"(gpu_memory_utilization {lab.GPU_MEMORY_UTILIZATION}); larger batches are shown as not fitting."
-    if fit else None,
-)  # fmt: skip
+    if fit
+    else None,
+)
 view.publish()
 spec = MODELS[model]
 if context > spec.max_context:
@@ -73,8 +77,9 @@ result = run_or_stop(_lesson, model, gpu, int(batch), int(context), dtype, hint=
 if fit is None:  # unreachable: the context was checked above; keeps the type narrow without an assert
     st.stop()
 if not fit.fits(int(batch)):
-    st.warning(fit.why(int(batch)) + " The numbers below are what the roofline would give if it did.",
-               icon=":material/block:")  # fmt: skip
+    st.warning(
+        fit.why(int(batch)) + " The numbers below are what the roofline would give if it did.", icon=":material/block:"
+    )
 
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Bytes moved per generated token", f"{result.bytes_per_token / 1e9:,.2f} GB")
@@ -171,8 +176,11 @@ if demo:
     d1, d2, d3 = st.columns(3)
     d1.metric("Demo model: time per generated token", f"{demo['seconds'] * 1e3:,.2f} ms")
     d2.metric("Demo model: bytes moved per second", f"{demo['GB_per_s']:,.2f} GB/s", help="weights + KV read per step")
-    d3.metric("Model bandwidth utilization (MBU)", f"{100 * mbu:,.1f}%",
-              help="the decode step's bytes per second over this machine's measured (GEMV) bandwidth")  # fmt: skip
+    d3.metric(
+        "Model bandwidth utilization (MBU)",
+        f"{100 * mbu:,.1f}%",
+        help="the decode step's bytes per second over this machine's measured (GEMV) bandwidth",
+    )
     st.caption(
         f"{demo['bytes_moved'] / 1e6:,.2f} MB per decode step ({demo['shape']}, {demo['dtype']}) in "
         f"{demo['seconds'] * 1e3:,.2f} ms is {demo['GB_per_s']:,.2f} GB/s, {100 * mbu:,.1f}% of the "

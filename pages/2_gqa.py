@@ -113,8 +113,12 @@ with st.spinner(f"Decoding: {lab.DECODE_BATCH} queries over {context_tokens:,} c
     dec = run_or_stop(_decode, spec.num_heads, groups, spec.head_dim)
 r1, r2, r3, r4 = st.columns(4)
 r1.metric("Decode, GQA", f"{dec.gqa_seconds * 1e3:,.2f} ms", f"{dec.gb_per_s('gqa'):,.1f} GB/s", delta_color="off")
-r2.metric("Decode, MHA (heads repeated)", f"{dec.mha_seconds * 1e3:,.2f} ms", f"{dec.gb_per_s('mha'):,.1f} GB/s",
-          delta_color="off")  # fmt: skip
+r2.metric(
+    "Decode, MHA (heads repeated)",
+    f"{dec.mha_seconds * 1e3:,.2f} ms",
+    f"{dec.gb_per_s('mha'):,.1f} GB/s",
+    delta_color="off",
+)
 r3.metric("Decode speed-up of GQA", f"{dec.speedup:,.2f}×", help="MHA time / GQA time, interleaved on this machine")
 r4.metric("Max |GQA − MHA with repeated heads|", f"{dec.max_abs_err:.2e}")
 st.caption(

@@ -126,7 +126,7 @@ show_chart(
         + "Left of the crossover the padded call's one big launch beats packed's per-sequence overhead; to the "
         "right, the padded call computes scores for padding and packing saves that work. The dotted line is the "
         "padding of your batch above (its times are in the table above)."
-    ),  # fmt: skip
+    ),
     sweep["rows"],
     "packing-sweep",
     "pack_sweep",

@@ -35,11 +35,13 @@ page_header(PAGE)
 view = linked_view(PAGE)  # the settings come from the URL (defaults in ui/links.py) and are written back
 
 c1, c2, c3 = st.columns(3)
-model = c1.selectbox("Model", [m for m in MODELS if m != "demo"], key=view.keys["model"],
-                     format_func=lambda k: MODELS[k].name)  # fmt: skip
+model = c1.selectbox(
+    "Model", [m for m in MODELS if m != "demo"], key=view.keys["model"], format_func=lambda k: MODELS[k].name
+)
 gpu = c2.selectbox("GPU", list(GPUS), key=view.keys["gpu"], format_func=lambda k: GPUS[k].name)
-max_len = c3.select_slider("max_model_len (tokens reserved per request)", options=lab.MAX_MODEL_LENS,
-                           key=view.keys["max_model_len"])  # fmt: skip
+max_len = c3.select_slider(
+    "max_model_len (tokens reserved per request)", options=lab.MAX_MODEL_LENS, key=view.keys["max_model_len"]
+)
 c4, c5, c6 = st.columns(3)
 sources_help = "Prompt / output lengths: " + "; ".join(f"{k}: {v.source}" for k, v in DATASETS.items())
 dataset = c4.selectbox("Traffic", list(DATASETS), key=view.keys["dataset"], help=sources_help)
@@ -49,21 +51,34 @@ view.publish()
 
 with st.spinner("Replaying the trace through three static servers and a paged one …"):
     rep = run_or_stop(
-        _report, model, gpu, int(max_len), dataset, int(num_requests), float(rate),
+        _report,
+        model,
+        gpu,
+        int(max_len),
+        dataset,
+        int(num_requests),
+        float(rate),
         hint="pick a larger GPU, a smaller model, a longer max_model_len for long-prompt traffic, or fewer requests.",
-    )  # fmt: skip
+    )
 
 if max_len > MODELS[model].max_context:
-    st.warning(f"{MODELS[model].name} was trained for at most {MODELS[model].max_context:,} tokens; the memory "
-               "arithmetic still runs, but a real server would refuse this max_model_len.")  # fmt: skip
+    st.warning(
+        f"{MODELS[model].name} was trained for at most {MODELS[model].max_context:,} tokens; the memory "
+        "arithmetic still runs, but a real server would refuse this max_model_len."
+    )
 st.info(rep.callout(), icon=":material/calculate:")
 s = rep.static
 m1, m2, m3, m4 = st.columns(4)
 m1.metric(
     "KV holding live tokens, static Max", f"{100 * rep.stored_fraction:.1f}%", help="step-average share of held KV"
 )
-m2.metric("Unused slots at the peak", f"{int(rep.peak['unused']):,}", f"{rep.unused_gib_at_peak:,.1f} GiB",
-          delta_color="off", delta_arrow="off")  # fmt: skip
+m2.metric(
+    "Unused slots at the peak",
+    f"{int(rep.peak['unused']):,}",
+    f"{rep.unused_gib_at_peak:,.1f} GiB",
+    delta_color="off",
+    delta_arrow="off",
+)
 m3.metric("Running at once, static Max", f"{s.peak_concurrency}")
 gain = f"{rep.paged.peak_concurrency / max(s.peak_concurrency, 1):.1f}× static Max"
 m4.metric("Running at once, paged", f"{rep.paged.peak_concurrency}", gain, delta_color="off", delta_arrow="off")
@@ -76,10 +91,17 @@ st.markdown(
     f"**{100 * (1 - p['Pow2'].avg_waste):.1f}%** reserving a power of two, "
     f"**{100 * (1 - p['Oracle'].avg_waste):.1f}%** reserving the exact final length and "
     f"**{100 * (1 - p['paged'].avg_waste):.1f}%** paged. Kwon et al. (Fig. 2) measured "
-    + ", ".join(f"{name} {lab.PAPER_STORED_PCT[key]}%" for key, name in
-                (("Max", "Orca (Max)"), ("Pow2", "Orca (Pow2)"), ("Oracle", "Orca (Oracle)"), ("paged", "vLLM")))
+    + ", ".join(
+        f"{name} {lab.PAPER_STORED_PCT[key]}%"
+        for key, name in (
+            ("Max", "Orca (Max)"),
+            ("Pow2", "Orca (Pow2)"),
+            ("Oracle", "Orca (Oracle)"),
+            ("paged", "vLLM"),
+        )
+    )
     + " on their own traces."
-)  # fmt: skip
+)
 
 prose(PAGE, "The trace")
 show_chart(

@@ -73,14 +73,18 @@ view = linked_view(PAGE)  # block_size and max_context come from the URL; the wi
 
 c1, c2 = st.columns(2)
 block_size = c1.select_slider(
-    "Block size (tokens per KV block)", options=lab.BLOCK_SIZES, key=view.keys["block_size"],
+    "Block size (tokens per KV block)",
+    options=lab.BLOCK_SIZES,
+    key=view.keys["block_size"],
     help="vLLM's default is 16; its --block-size takes 1, 8, 16, 32, 64, 128 (and 256 in recent releases), and "
     "its FlashAttention backend needs a multiple of 16. Use the arrow keys to move the slider.",
-)  # fmt: skip
+)
 max_context = c2.select_slider(
-    "Max context (max_model_len)", options=lab.MAX_CONTEXTS, key=view.keys["max_context"],
+    "Max context (max_model_len)",
+    options=lab.MAX_CONTEXTS,
+    key=view.keys["max_context"],
     help="The longest sequence the server accepts: it sets the block-table width and the trace's lengths.",
-)  # fmt: skip
+)
 view.publish()
 
 with st.spinner("Timing the paged kernel per block size, then replaying the trace once per block size …"):
@@ -93,17 +97,23 @@ m2.metric("Block-table entries", f"{row['entries per sequence']:.1f}", help="per
 m3.metric("Table width (max entries)", f"{int(row['table width (max entries)']):,}")
 m4.metric("KV utilization", f"{row['utilization %']:.1f}%")
 m5, m6, m7, m8 = st.columns(4)
-m5.metric("Kernel cost vs best block size (fitted)", f"{float(row['kernel cost vs best']):.2f}×",
-          help="the paged decode kernel timed on this machine at this block size / at its fastest one")  # fmt: skip
+m5.metric(
+    "Kernel cost vs best block size (fitted)",
+    f"{float(row['kernel cost vs best']):.2f}×",
+    help="the paged decode kernel timed on this machine at this block size / at its fastest one",
+)
 m6.metric("Tokens/s (kernel cost charged)", f"{float(row['tokens/s']):,.0f}")
 m7.metric("Best block size here", f"{best['block size']}")
 m8.metric("vLLM accepts this block size", str(row["vLLM accepts"]))
 if row["vLLM accepts"] != "yes":
     st.warning(
         f"vLLM would not run {block_size}-token blocks on a GPU: "
-        + ("its `--block-size` takes only 1, 8, 16, 32, 64, 128 (256 in recent releases)."
-           if row["vLLM accepts"] == "no" else "its FlashAttention backend needs a multiple of 16.")
-    )  # fmt: skip
+        + (
+            "its `--block-size` takes only 1, 8, 16, 32, 64, 128 (256 in recent releases)."
+            if row["vLLM accepts"] == "no"
+            else "its FlashAttention backend needs a multiple of 16."
+        )
+    )
 st.markdown(
     f"With **{block_size}-token blocks**, only the last block of a sequence can be partly empty: at most "
     f"{block_size - 1} idle slots per sequence, {row['internal waste %']:.2f}% of the allocated KV on this trace. "
@@ -176,16 +186,21 @@ prose(PAGE, "Sharing")
 stages = run_or_stop(_sharing, block_size)
 show_table([s.row() for s in stages], f"sharing-{block_size}", "paged_sharing", "sharing steps")
 stage = st.select_slider(
-    "Show the pool after step", options=list(range(len(stages))), value=2,
-    format_func=lambda i: stages[i].title.split(":")[0], key="paged_stage",
-)  # fmt: skip
+    "Show the pool after step",
+    options=list(range(len(stages))),
+    value=2,
+    format_func=lambda i: stages[i].title.split(":")[0],
+    key="paged_stage",
+)
 chosen = stages[stage]
 st.markdown(f"**{chosen.title}**")
 if chosen.copies:
     st.info(
-        "Copy-on-write: " + ", ".join(f"block {s} was copied to block {d}" for s, d in chosen.copies) +
-        " before the write, so the other sharer still reads the old contents.", icon=":material/content_copy:",
-    )  # fmt: skip
+        "Copy-on-write: "
+        + ", ".join(f"block {s} was copied to block {d}" for s, d in chosen.copies)
+        + " before the write, so the other sharer still reads the old contents.",
+        icon=":material/content_copy:",
+    )
 _pool(
     chosen.picture,
     stage,

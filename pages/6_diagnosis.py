@@ -57,12 +57,15 @@ page_header(PAGE)
 view = linked_view(PAGE)  # incident and variant come from the URL (defaults in ui/links.py) and are written back
 
 c1, c2 = st.columns([3, 1])
-sid = c1.selectbox("Incident", scenario_ids(), format_func=lambda i: get_scenario(i).title,
-                   key=view.keys["incident"])  # fmt: skip
+sid = c1.selectbox("Incident", scenario_ids(), format_func=lambda i: get_scenario(i).title, key=view.keys["incident"])
 variant = c2.number_input(
-    "Variant (0 = original)", 0, lab.MAX_VARIANT, step=1, key=view.keys["variant"],
+    "Variant (0 = original)",
+    0,
+    lab.MAX_VARIANT,
+    step=1,
+    key=view.keys["variant"],
     help="Each variant changes the traffic and sizes a little, so classmates do not share one answer.",
-)  # fmt: skip
+)
 view.publish()
 scenario = run_or_stop(lab.scenario_for, sid, int(variant), hint="pick a whole number from 0 to 999")
 st.markdown(f"### {scenario.title}\n\n{scenario.story}")
@@ -79,8 +82,12 @@ show_chart(
     f"memory-{sid}-{variant}",
     "diag_mem",
 )
-show_table([{"measure": k, "value": str(v)} for k, v in sym.traffic.items()], f"traffic-{sid}-{variant}",
-           "diag_traffic", "traffic numbers")  # fmt: skip
+show_table(
+    [{"measure": k, "value": str(v)} for k, v in sym.traffic.items()],
+    f"traffic-{sid}-{variant}",
+    "diag_traffic",
+    "traffic numbers",
+)
 
 st.subheader("Your diagnosis")
 st.caption("Tick every explanation you think is true (there may be more than one).")
@@ -108,14 +115,20 @@ for i, (param, current) in enumerate(now.items()):
 fixes = run_or_stop(lab.changed_fixes, scenario.config, chosen)
 st.markdown("**Changed:** " + (", ".join(f"`{k}` {now[k]} → {v}" for k, v in fixes.items()) or "nothing yet"))
 st.code(vllm_command(scenario, fixes), language="bash", wrap_lines=True)
-st.download_button("Download this `vllm serve` command", vllm_command(scenario, fixes) + "\n",
-                   file_name=f"serve-{sid}.sh", mime="text/x-shellscript", key="diag_cmd_dl")  # fmt: skip
+st.download_button(
+    "Download this `vllm serve` command",
+    vllm_command(scenario, fixes) + "\n",
+    file_name=f"serve-{sid}.sh",
+    mime="text/x-shellscript",
+    key="diag_cmd_dl",
+)
 
 result_key = f"diag_result_{suffix}"
 if st.button("Run the traffic again", key="diag_run", type="primary"):
     with st.status("Re-running the incident with your configuration …", expanded=False) as status:
-        result = run_or_stop(_grade, sid, int(variant), picked, tuple(sorted(fixes.items())),
-                             hint="pick another combination of fixes")  # fmt: skip
+        result = run_or_stop(
+            _grade, sid, int(variant), picked, tuple(sorted(fixes.items())), hint="pick another combination of fixes"
+        )
         status.update(label="Re-run finished", state="complete")
     st.session_state[result_key] = {"picked": picked, "fixes": fixes, **result}
     record_diagnosis(sid, result["record"])
@@ -142,10 +155,18 @@ def _own_server() -> None:
     """The paste box: a learner's own vLLM log (and OOM message) read into numbers, a bar and flag changes."""
     st.subheader("Diagnose your own server")
     prose(PAGE, "Your own server")
-    pasted = st.text_area("Your vLLM start-up log", key="diag_paste_log", height=180,
-                          placeholder="INFO ... [gpu_worker.py] Available KV cache memory: 6.87 GiB")  # fmt: skip
-    oom = st.text_area("PyTorch out-of-memory message (optional)", key="diag_paste_oom", height=80,
-                       placeholder="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...")  # fmt: skip
+    pasted = st.text_area(
+        "Your vLLM start-up log",
+        key="diag_paste_log",
+        height=180,
+        placeholder="INFO ... [gpu_worker.py] Available KV cache memory: 6.87 GiB",
+    )
+    oom = st.text_area(
+        "PyTorch out-of-memory message (optional)",
+        key="diag_paste_oom",
+        height=80,
+        placeholder="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...",
+    )
     if not (pasted.strip() or oom.strip()):
         return
     log = own_log.read_paste(pasted, oom)
@@ -159,8 +180,13 @@ def _own_server() -> None:
     guess = own_log.guess_model(log)
     keys = ["", *(k for k in MODELS if k != "demo")]
     c1, c2 = st.columns(2)
-    model = c1.selectbox("Model (KV bytes per token; empty: from the log)", keys, index=keys.index(guess or ""),
-                         key="diag_paste_model", format_func=lab.model_label_or_log)  # fmt: skip
+    model = c1.selectbox(
+        "Model (KV bytes per token; empty: from the log)",
+        keys,
+        index=keys.index(guess or ""),
+        key="diag_paste_model",
+        format_func=lab.model_label_or_log,
+    )
     start = min(log.max_model_len or 4096, 10_000_000)
     length = int(c2.number_input("Request length (tokens)", 1, 10_000_000, start, step=256, key="diag_paste_len"))
     show_table(own_log.found_rows(log), "your-vllm-log", "diag_paste_found", "what your log says")
@@ -169,8 +195,13 @@ def _own_server() -> None:
     rows = own_log.memory_rows(log)
     if rows:
         fig = charts_memory.memory_breakdown(rows, "Your GPU's memory, from the log")
-        show_chart(fig, "Your GPU's memory by part, as the pasted log states it (GiB); parts the log does not "
-                   "state are left out.", rows, "your-gpu-memory", "diag_paste_mem")  # fmt: skip
+        show_chart(
+            fig,
+            "Your GPU's memory by part, as the pasted log states it (GiB); parts the log does not state are left out.",
+            rows,
+            "your-gpu-memory",
+            "diag_paste_mem",
+        )
     pool = own_log.kv_pool(log, model or None)
     if pool:
         st.markdown(own_log.room_sentence(pool, length))
@@ -179,8 +210,10 @@ def _own_server() -> None:
         st.markdown("**Flag changes and what vLLM's start-up arithmetic gives with each**")
         show_table(changes, "your-server-fixes", "diag_paste_fixes", "flag changes")
     else:
-        st.caption("For flag suggestions the page needs the KV cache size ('Available KV cache memory' or "
-                   "'GPU KV cache size') or the model: pick it above.")  # fmt: skip
+        st.caption(
+            "For flag suggestions the page needs the KV cache size ('Available KV cache memory' or "
+            "'GPU KV cache size') or the model: pick it above."
+        )
 
 
 _own_server()

@@ -75,14 +75,25 @@ if policy.folders_allowed:
 else:
     folder = ""
     c2.info(lab.FOLDERS_DISABLED[:1].upper() + lab.FOLDERS_DISABLED[1:] + ".", icon=":material/block:")
-text = st.text_area("Prompts, one per line", lab.DEFAULT_PROMPTS, key="pg_prompts", height=120,
-                    help=f"At most {lab.MAX_PROMPTS} prompts.")  # fmt: skip
+text = st.text_area(
+    "Prompts, one per line",
+    lab.DEFAULT_PROMPTS,
+    key="pg_prompts",
+    height=120,
+    help=f"At most {lab.MAX_PROMPTS} prompts.",
+)
 
 st.markdown("**Sampling**")
 s1, s2, s3, s4, s5 = st.columns(5)
 max_tokens = s1.slider("Max new tokens", 1, lab.MAX_NEW_TOKENS, key=view.keys["max_tokens"])
-temperature = s2.slider("Temperature (0 = greedy)", 0.0, 2.0, step=0.1, key=view.keys["temperature"],
-                        help="The tiny demo model loops when greedy; 0.6 with top-k 40 reads better.")  # fmt: skip
+temperature = s2.slider(
+    "Temperature (0 = greedy)",
+    0.0,
+    2.0,
+    step=0.1,
+    key=view.keys["temperature"],
+    help="The tiny demo model loops when greedy; 0.6 with top-k 40 reads better.",
+)
 top_p = s3.slider("Top-p", 0.05, 1.0, step=0.05, key=view.keys["top_p"])
 top_k = s4.number_input("Top-k (0 = off)", 0, 1024, key=view.keys["top_k"])
 seed = s5.number_input("Seed", 0, 2**31 - 1, key=view.keys["seed"])
@@ -91,8 +102,9 @@ st.markdown("**Paged KV cache** — few blocks make the scheduler queue and pree
 e1, e2, e3 = st.columns(3)
 block_size = e1.select_slider("Block size (tokens)", options=BLOCK_SIZES, key=view.keys["block_size"])
 num_blocks = e2.slider("KV blocks in the pool", 1, lab.MAX_BLOCKS, key=view.keys["num_blocks"])
-prefix = e3.toggle("Prefix caching", key=view.keys["prefix_caching"],
-                   help="Reuse full blocks of identical prompt prefixes.")  # fmt: skip
+prefix = e3.toggle(
+    "Prefix caching", key=view.keys["prefix_caching"], help="Reuse full blocks of identical prompt prefixes."
+)
 view.publish()
 st.caption(f"The pool holds {block_size * num_blocks:,} tokens; that is also the longest sequence it accepts.")
 

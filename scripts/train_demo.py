@@ -144,8 +144,11 @@ def main() -> None:
     data = torch.tensor(ids, dtype=torch.int64)
     split = int(0.98 * len(data))
     train, val = data[:split], data[split:]
-    print(f"corpus {len(files)} files, {len(text):,} chars, {len(data):,} tokens "
-          f"({len(text) / len(data):.2f} chars/token), tokenizer {time.time() - t0:.1f}s", file=sys.stderr)  # fmt: skip
+    print(
+        f"corpus {len(files)} files, {len(text):,} chars, {len(data):,} tokens "
+        f"({len(text) / len(data):.2f} chars/token), tokenizer {time.time() - t0:.1f}s",
+        file=sys.stderr,
+    )
 
     config = demo_config(tokenizer)
     model = CausalLM(config)
@@ -199,8 +202,12 @@ def main() -> None:
         optimizer.step()
         last = steps is not None and step == steps - 1
         if step % 25 == 0 or last:
-            entry = {"step": step, "train_loss": round(loss.item(), 4), "elapsed_s": round(time.time() - t0, 1),
-                     "cpu_s": round(time.process_time() - cpu0, 1)}  # fmt: skip
+            entry = {
+                "step": step,
+                "train_loss": round(loss.item(), 4),
+                "elapsed_s": round(time.time() - t0, 1),
+                "cpu_s": round(time.process_time() - cpu0, 1),
+            }
             if step % 100 == 0 or last:
                 entry["val_loss"] = round(val_loss(), 4)
             log.append(entry)
@@ -215,14 +222,24 @@ def main() -> None:
     tokenizer.save(out)
     corpus_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
     meta = {
-        "seed": SEED, "steps": steps, "decay_start": decay_start, "batch": BATCH, "context": CONTEXT,
+        "seed": SEED,
+        "steps": steps,
+        "decay_start": decay_start,
+        "batch": BATCH,
+        "context": CONTEXT,
         "peak_lr": args.lr,
-        "threads": args.threads, "parameters": num_params, "python": platform.python_version(),
-        "torch": torch.__version__, "corpus_files": len(files), "corpus_chars": len(text),
-        "corpus_tokens": len(data), "corpus_sha256": corpus_hash, "train_seconds": round(time.time() - t0, 1),
+        "threads": args.threads,
+        "parameters": num_params,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "corpus_files": len(files),
+        "corpus_chars": len(text),
+        "corpus_tokens": len(data),
+        "corpus_sha256": corpus_hash,
+        "train_seconds": round(time.time() - t0, 1),
         "train_cpu_seconds": round(time.process_time() - cpu0, 1),
         "log": log,
-    }  # fmt: skip
+    }
     (out / "train_log.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"wrote {out}", file=sys.stderr)
 

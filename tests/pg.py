@@ -28,8 +28,10 @@ def unavailable(msg: str) -> None:
 def require_postgres() -> None:
     """The PostgreSQL server binaries and the psycopg driver, or `unavailable` with what to install."""
     if find_postgres_bindir() is None:
-        unavailable("POSTGRESQL TESTS CANNOT RUN: no PostgreSQL server; run scripts/install_postgres.sh "
-                    "(or set KVLAB_PG_BINDIR)")  # fmt: skip
+        unavailable(
+            "POSTGRESQL TESTS CANNOT RUN: no PostgreSQL server; run scripts/install_postgres.sh "
+            "(or set KVLAB_PG_BINDIR)"
+        )
     try:
         import psycopg  # noqa: F401
     except ImportError:

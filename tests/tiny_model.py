@@ -19,10 +19,16 @@ def make_tiny_model(folder: Path, text: str) -> Path:
     tok = ByteBPETokenizer.train(text, vocab_size=300)
     tok.save(folder)
     config = ModelConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,),
-    )  # fmt: skip
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=tok.bos_token_id,
+        eos_token_ids=(tok.eos_token_id,),
+    )
     torch.manual_seed(0)
     model = CausalLM(config)
     for p in model.parameters():

@@ -125,8 +125,14 @@ def gqa_times(shapes: Sequence[str], gqa_ms: Sequence[float], mha_ms: Sequence[f
         raise ValueError(f"{len(shapes)} shapes but {len(gqa_ms)} GQA and {len(mha_ms)} MHA times; give one each")
     fig = go.Figure()
     for i, (name, ys) in enumerate((("GQA (K/V once per group)", gqa_ms), ("MHA (K/V heads repeated)", mha_ms))):
-        fig.add_bar(name=name, x=list(shapes), y=list(ys), text=[f"{fmt(y)} ms" for y in ys], textposition="outside",
-                    marker={"color": PALETTE[i], "pattern": {"shape": ("", "/")[i]}})  # fmt: skip
+        fig.add_bar(
+            name=name,
+            x=list(shapes),
+            y=list(ys),
+            text=[f"{fmt(y)} ms" for y in ys],
+            textposition="outside",
+            marker={"color": PALETTE[i], "pattern": {"shape": ("", "/")[i]}},
+        )
     fig.update_layout(barmode="group")
     return layout(fig, title, "", "ms per attention call")
 
@@ -156,4 +162,4 @@ def packing_sweep(
             annotation_text=f"your batch: {current_pct:.0f}%",
             annotation_position="bottom right",
         )
-    return fig  # fmt: skip
+    return fig

@@ -61,8 +61,9 @@ def roofline(
     return layout(fig, title, "arithmetic intensity (FLOP per byte moved)", "attainable FLOP/s", height=420)
 
 
-def batch_sweep(rows: Sequence[Mapping[str, object]], max_batch: int, title: str = "Decode throughput vs batch"
-                ) -> go.Figure:  # fmt: skip
+def batch_sweep(
+    rows: Sequence[Mapping[str, object]], max_batch: int, title: str = "Decode throughput vs batch"
+) -> go.Figure:
     """Decode tokens/s per batch (log-log): batches that fit in memory as a solid line, the ones that do not as
     grey crosses labelled "does not fit", and a dotted line at the largest batch that fits.
 
@@ -74,18 +75,33 @@ def batch_sweep(rows: Sequence[Mapping[str, object]], max_batch: int, title: str
     over = [r for r in rows if r["fits in memory"] != "yes"]
     fig = go.Figure()
     fig.add_scatter(
-        name="fits in GPU memory", x=[r["batch"] for r in fit], y=[r["tokens per s"] for r in fit],
-        mode="lines+markers", line={"color": PALETTE[0]}, marker={"symbol": "circle", "size": 9},
-    )  # fmt: skip
+        name="fits in GPU memory",
+        x=[r["batch"] for r in fit],
+        y=[r["tokens per s"] for r in fit],
+        mode="lines+markers",
+        line={"color": PALETTE[0]},
+        marker={"symbol": "circle", "size": 9},
+    )
     fig.add_scatter(
-        name="does not fit (KV over the budget)", x=[r["batch"] for r in over], y=[r["tokens per s"] for r in over],
-        mode="markers+text", text=["does not fit"] * len(over), textposition="bottom center",
+        name="does not fit (KV over the budget)",
+        x=[r["batch"] for r in over],
+        y=[r["tokens per s"] for r in over],
+        mode="markers+text",
+        text=["does not fit"] * len(over),
+        textposition="bottom center",
         marker={"symbol": "x", "size": 12, "color": "#999999"},
-    )  # fmt: skip
+    )
     if max_batch >= 1:
         fig.add_vline(x=max_batch, line={"color": PALETTE[3], "dash": "dot"})
-        fig.add_annotation(x=math.log10(max_batch), y=1.0, yref="paper", text=f"largest batch that fits: {max_batch:,}",
-                           showarrow=False, xanchor="right", yanchor="bottom")  # fmt: skip
+        fig.add_annotation(
+            x=math.log10(max_batch),
+            y=1.0,
+            yref="paper",
+            text=f"largest batch that fits: {max_batch:,}",
+            showarrow=False,
+            xanchor="right",
+            yanchor="bottom",
+        )
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return layout(fig, title, "batch (sequences decoding together)", "decode tokens/s (roofline bound)", height=400)

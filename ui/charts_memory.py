@@ -135,14 +135,28 @@ def block_size_sweep(
     )
     # on a log axis plotly places shapes in data units but annotations in log10 units: add them separately
     fig.add_vline(x=chosen, line={"color": PALETTE[7], "dash": "dot"})
-    fig.add_annotation(x=math.log10(chosen), y=1.0, yref="paper", text=f"chosen: {chosen}", showarrow=False,
-                       xanchor="left", yanchor="bottom")  # fmt: skip
+    fig.add_annotation(
+        x=math.log10(chosen),
+        y=1.0,
+        yref="paper",
+        text=f"chosen: {chosen}",
+        showarrow=False,
+        xanchor="left",
+        yanchor="bottom",
+    )
     ticks = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
     fig.update_layout(
         xaxis={"type": "log", "tickvals": sizes, "ticktext": [str(s) for s in sizes]},
-        yaxis2={"overlaying": "y", "side": "right", "type": "log", "title": "entries per sequence (log)",
-                "tickvals": ticks, "ticktext": [f"{v:,}" for v in ticks], "showgrid": False},
-    )  # fmt: skip
+        yaxis2={
+            "overlaying": "y",
+            "side": "right",
+            "type": "log",
+            "title": "entries per sequence (log)",
+            "tickvals": ticks,
+            "ticktext": [f"{v:,}" for v in ticks],
+            "showgrid": False,
+        },
+    )
     return layout(fig, title, "block size (tokens, log scale)", "internal waste (% of allocated slots)", height=400)
 
 
@@ -175,8 +189,9 @@ def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:
     return fig
 
 
-def block_size_throughput(rows: Sequence[Mapping[str, object]], chosen: int, title: str = "Tokens/s by block size"
-                          ) -> go.Figure:  # fmt: skip
+def block_size_throughput(
+    rows: Sequence[Mapping[str, object]], chosen: int, title: str = "Tokens/s by block size"
+) -> go.Figure:
     """Bars of tokens/s per block size (the peak labelled, sizes vLLM refuses hatched and named) and the
     measured kernel cost vs its best block size on the right axis.
 
@@ -190,19 +205,34 @@ def block_size_throughput(rows: Sequence[Mapping[str, object]], chosen: int, tit
     tps = [float(r["tokens/s"]) for r in rows]  # type: ignore[arg-type]
     peak = max(range(len(rows)), key=lambda i: (tps[i], -i))
     verdict = [str(r["vLLM accepts"]) for r in rows]
-    texts = [f"{v:,.0f}" + (" ← peak" if i == peak else "") + ("<br>not in vLLM" if verdict[i] == "no" else "")
-             for i, v in enumerate(tps)]  # fmt: skip
+    texts = [
+        f"{v:,.0f}" + (" ← peak" if i == peak else "") + ("<br>not in vLLM" if verdict[i] == "no" else "")
+        for i, v in enumerate(tps)
+    ]
     fig = go.Figure()
     fig.add_bar(
-        name="tokens/s (left)", x=sizes, y=tps, text=texts, textposition="outside", cliponaxis=False,
-        marker={"color": [PALETTE[1] if i == peak else "#BBBBBB" if verdict[i] == "no" else PALETTE[0]
-                          for i in range(len(rows))],
-                "pattern": {"shape": ["x" if v == "no" else "." if v != "yes" else "" for v in verdict]}},
-    )  # fmt: skip
+        name="tokens/s (left)",
+        x=sizes,
+        y=tps,
+        text=texts,
+        textposition="outside",
+        cliponaxis=False,
+        marker={
+            "color": [
+                PALETTE[1] if i == peak else "#BBBBBB" if verdict[i] == "no" else PALETTE[0] for i in range(len(rows))
+            ],
+            "pattern": {"shape": ["x" if v == "no" else "." if v != "yes" else "" for v in verdict]},
+        },
+    )
     fig.add_scatter(
-        name="kernel cost vs best block size (right)", x=sizes, y=[r["kernel cost vs best"] for r in rows],
-        mode="lines+markers", yaxis="y2", line={"color": PALETTE[3], "dash": DASHES[1]}, marker={"symbol": "diamond"},
-    )  # fmt: skip
+        name="kernel cost vs best block size (right)",
+        x=sizes,
+        y=[r["kernel cost vs best"] for r in rows],
+        mode="lines+markers",
+        yaxis="y2",
+        line={"color": PALETTE[3], "dash": DASHES[1]},
+        marker={"symbol": "diamond"},
+    )
     fig.add_annotation(x=str(chosen), y=1.0, yref="paper", text=f"chosen: {chosen}", showarrow=False, yanchor="bottom")
     low = min(tps)
     fig.update_layout(
@@ -214,8 +244,9 @@ def block_size_throughput(rows: Sequence[Mapping[str, object]], chosen: int, tit
     return layout(fig, title, "block size (tokens)", "tokens/s (simulated, kernel cost charged)", height=420)
 
 
-def waste_by_policy(rows: Sequence[Mapping[str, object]], title: str = "Where held KV memory goes, by policy"
-                    ) -> go.Figure:  # fmt: skip
+def waste_by_policy(
+    rows: Sequence[Mapping[str, object]], title: str = "Where held KV memory goes, by policy"
+) -> go.Figure:
     """One horizontal stacked bar per server: stored / reserved / internal / external % of held KV slots.
 
     `rows`: dicts with "server" and the four "... %" columns (FragmentationReport.waste_rows()).
@@ -227,15 +258,27 @@ def waste_by_policy(rows: Sequence[Mapping[str, object]], title: str = "Where he
     for i, part in enumerate(("stored %", "reserved %", "internal %", "external %")):
         values = [float(r[part]) for r in rows]  # type: ignore[arg-type]
         fig.add_bar(
-            name=part.removesuffix(" %"), y=names, x=values, orientation="h",
-            text=[f"{v:.1f}%" if v >= 4 else "" for v in values], textposition="inside",
+            name=part.removesuffix(" %"),
+            y=names,
+            x=values,
+            orientation="h",
+            text=[f"{v:.1f}%" if v >= 4 else "" for v in values],
+            textposition="inside",
             marker={"color": PALETTE[i], "pattern": {"shape": PATTERNS[i], "fgopacity": 0.45}},
             insidetextfont={"color": "#000000" if i else "#FFFFFF"},
-        )  # fmt: skip
+        )
     fig.update_yaxes(autorange="reversed")
     layout(fig, title, "% of held KV slots (step average)", "", height=340)
     return fig.update_layout(barmode="stack", margin={"l": 230}, legend={"traceorder": "normal"})
 
 
-__all__ = ["STATE_VALUES", "block_pool_grid", "block_size_sweep", "block_size_throughput", "block_table_picture",
-           "memory_breakdown", "waste_by_policy", "with_marker"]  # fmt: skip
+__all__ = [
+    "STATE_VALUES",
+    "block_pool_grid",
+    "block_size_sweep",
+    "block_size_throughput",
+    "block_table_picture",
+    "memory_breakdown",
+    "waste_by_policy",
+    "with_marker",
+]

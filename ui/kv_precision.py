@@ -32,8 +32,9 @@ def kv_precision_section(page_id: str, model: str = "demo") -> None:
         "(four times) the tokens. What does it cost? Run the same prompts through both caches."
     )
     names = {"auto": "full precision (auto)", "fp8": "fp8 (e4m3 + scales)"}
-    choice = st.radio("KV cache precision", lab.CHOICES, key=f"{page_id}_kv_precision", horizontal=True,
-                      format_func=names.get)  # fmt: skip
+    choice = st.radio(
+        "KV cache precision", lab.CHOICES, key=f"{page_id}_kv_precision", horizontal=True, format_func=names.get
+    )
     ran = st.session_state.get(f"{page_id}_kv_precision_ran", False)
     if st.button("Run both caches on the engine", key=f"{page_id}_kv_precision_run"):
         st.session_state[f"{page_id}_kv_precision_ran"] = ran = True

@@ -200,68 +200,188 @@ def _groups(earlier: Earlier) -> list[int]:
     return gqa.group_options(MODELS[earlier["model"]].num_heads)
 
 
-SPECS: Mapping[str, LinkSpec] = MappingProxyType({
-    s.page_id: s
-    for s in (
-        LinkSpec("bandwidth", "bandwidth", (
-            Param("model", "bw_model", "model", str, bandwidth.DEFAULTS["model"], tuple(MODELS)),
-            Param("gpu", "bw_gpu", "GPU", str, bandwidth.DEFAULTS["gpu"], tuple(GPUS)),
-            Param("dtype", "bw_dtype", "weight precision", str, bandwidth.DEFAULTS["dtype"], bandwidth.WEIGHT_DTYPES),
-            Param("batch", "bw_batch", "sequences decoding together", int, bandwidth.DEFAULTS["batch"], low=1,
-                  high=bandwidth.MAX_BATCH),
-            Param("context", "bw_context", "context length (tokens)", int,
-                  lambda e: min(bandwidth.DEFAULTS["context"], _model_max(e)),
-                  low=1, high=_model_max, accepts="1 … the model's context length"),
-        )),
-        LinkSpec("gqa", "gqa", (
-            Param("model", "gqa_model", "model shape", str, gqa.DEFAULT_MODEL, tuple(MODELS)),
-            Param("kv_dtype", "gqa_dtype", "KV cache precision", str, gqa.KV_DTYPES[0], gqa.KV_DTYPES),
-            Param("groups", "gqa_groups_{model}", "KV groups G", int, lambda e: MODELS[e["model"]].num_kv_heads,
-                  _groups, accepts="a divisor of the model's query heads (default: its real KV heads)"),
-            Param("context", "gqa_context", "context length per user", int, 8192, low=1, high=10_000_000),
-            Param("users", "gqa_users", "concurrent users", int, 16, low=1, high=100_000),
-            Param("seq_len", "gqa_seq", "tokens in the prefill run", int, gqa.DEFAULT_SEQ_LEN, low=gqa.SEQ_LENS[0],
-                  high=gqa.SEQ_LENS[1], step=gqa.SEQ_LENS[2]),
-        )),
-        LinkSpec("packing", "packing", (
-            Param("lengths", "pack_lengths", "request lengths", str, packing.DEFAULT_LENGTHS,
-                  check=packing.parse_lengths, accepts=f"up to {packing.MAX_REQUESTS} whole numbers 1 … "
-                  f"{packing.MAX_LENGTH}, comma-separated, at most {packing.MAX_TOTAL} in total"),
-            Param("causal", "pack_causal", "causal attention", bool, True),
-        )),
-        LinkSpec("fragmentation", "fragmentation", (
-            Param("model", "frag_model", "model", str, fragmentation.DEFAULTS["model"],
-                  tuple(m for m in MODELS if m != "demo")),
-            Param("gpu", "frag_gpu", "GPU", str, fragmentation.DEFAULTS["gpu"], tuple(GPUS)),
-            Param("max_model_len", "frag_max_len", "max_model_len", int, fragmentation.DEFAULTS["max_model_len"],
-                  fragmentation.MAX_MODEL_LENS),
-            Param("dataset", "frag_dataset", "traffic", str, fragmentation.DEFAULTS["dataset"], tuple(DATASETS)),
-            Param("rate", "frag_rate", "requests per second", float, fragmentation.DEFAULTS["rate"], low=0.5,
-                  high=fragmentation.MAX_RATE, step=0.5),
-            Param("requests", "frag_requests", "requests in the trace", int, fragmentation.DEFAULTS["requests"],
-                  low=20, high=fragmentation.MAX_REQUESTS, step=20),
-        )),
-        LinkSpec("paged", "paged_attention", (
-            Param("block_size", "paged_block", "tokens per KV block", int, paged.DEFAULT_BLOCK_SIZE, paged.BLOCK_SIZES),
-            Param("max_context", "paged_context", "max context (max_model_len)", int, paged.DEFAULT_MAX_CONTEXT,
-                  paged.MAX_CONTEXTS),
-        )),
-        LinkSpec("diagnosis", "diagnosis", (
-            Param("incident", "diag_scenario", "incident", str, scenario_ids()[0], tuple(scenario_ids())),
-            Param("variant", "diag_variant", "variant (0 = original)", int, 0, low=0, high=MAX_VARIANT),
-        )),
-        LinkSpec("playground", "playground", (
-            Param("max_tokens", "pg_max_tokens", "max new tokens", int, 12, low=1, high=playground.MAX_NEW_TOKENS),
-            Param("temperature", "pg_temperature", "temperature", float, 0.6, low=0.0, high=2.0, step=0.1),
-            Param("top_p", "pg_top_p", "top-p", float, 1.0, low=0.05, high=1.0, step=0.05),
-            Param("top_k", "pg_top_k", "top-k (0 = off)", int, 40, low=0, high=1024),
-            Param("seed", "pg_seed", "seed", int, 0, low=0, high=2**31 - 1),
-            Param("block_size", "pg_block", "KV block size", int, 8, paged.BLOCK_SIZES),
-            Param("num_blocks", "pg_blocks", "KV blocks in the pool", int, 12, low=1, high=playground.MAX_BLOCKS),
-            Param("prefix_caching", "pg_prefix", "prefix caching", bool, False),
-        )),
-    )
-})  # fmt: skip
+SPECS: Mapping[str, LinkSpec] = MappingProxyType(
+    {
+        s.page_id: s
+        for s in (
+            LinkSpec(
+                "bandwidth",
+                "bandwidth",
+                (
+                    Param("model", "bw_model", "model", str, bandwidth.DEFAULTS["model"], tuple(MODELS)),
+                    Param("gpu", "bw_gpu", "GPU", str, bandwidth.DEFAULTS["gpu"], tuple(GPUS)),
+                    Param(
+                        "dtype",
+                        "bw_dtype",
+                        "weight precision",
+                        str,
+                        bandwidth.DEFAULTS["dtype"],
+                        bandwidth.WEIGHT_DTYPES,
+                    ),
+                    Param(
+                        "batch",
+                        "bw_batch",
+                        "sequences decoding together",
+                        int,
+                        bandwidth.DEFAULTS["batch"],
+                        low=1,
+                        high=bandwidth.MAX_BATCH,
+                    ),
+                    Param(
+                        "context",
+                        "bw_context",
+                        "context length (tokens)",
+                        int,
+                        lambda e: min(bandwidth.DEFAULTS["context"], _model_max(e)),
+                        low=1,
+                        high=_model_max,
+                        accepts="1 … the model's context length",
+                    ),
+                ),
+            ),
+            LinkSpec(
+                "gqa",
+                "gqa",
+                (
+                    Param("model", "gqa_model", "model shape", str, gqa.DEFAULT_MODEL, tuple(MODELS)),
+                    Param("kv_dtype", "gqa_dtype", "KV cache precision", str, gqa.KV_DTYPES[0], gqa.KV_DTYPES),
+                    Param(
+                        "groups",
+                        "gqa_groups_{model}",
+                        "KV groups G",
+                        int,
+                        lambda e: MODELS[e["model"]].num_kv_heads,
+                        _groups,
+                        accepts="a divisor of the model's query heads (default: its real KV heads)",
+                    ),
+                    Param("context", "gqa_context", "context length per user", int, 8192, low=1, high=10_000_000),
+                    Param("users", "gqa_users", "concurrent users", int, 16, low=1, high=100_000),
+                    Param(
+                        "seq_len",
+                        "gqa_seq",
+                        "tokens in the prefill run",
+                        int,
+                        gqa.DEFAULT_SEQ_LEN,
+                        low=gqa.SEQ_LENS[0],
+                        high=gqa.SEQ_LENS[1],
+                        step=gqa.SEQ_LENS[2],
+                    ),
+                ),
+            ),
+            LinkSpec(
+                "packing",
+                "packing",
+                (
+                    Param(
+                        "lengths",
+                        "pack_lengths",
+                        "request lengths",
+                        str,
+                        packing.DEFAULT_LENGTHS,
+                        check=packing.parse_lengths,
+                        accepts=f"up to {packing.MAX_REQUESTS} whole numbers 1 … "
+                        f"{packing.MAX_LENGTH}, comma-separated, at most {packing.MAX_TOTAL} in total",
+                    ),
+                    Param("causal", "pack_causal", "causal attention", bool, True),
+                ),
+            ),
+            LinkSpec(
+                "fragmentation",
+                "fragmentation",
+                (
+                    Param(
+                        "model",
+                        "frag_model",
+                        "model",
+                        str,
+                        fragmentation.DEFAULTS["model"],
+                        tuple(m for m in MODELS if m != "demo"),
+                    ),
+                    Param("gpu", "frag_gpu", "GPU", str, fragmentation.DEFAULTS["gpu"], tuple(GPUS)),
+                    Param(
+                        "max_model_len",
+                        "frag_max_len",
+                        "max_model_len",
+                        int,
+                        fragmentation.DEFAULTS["max_model_len"],
+                        fragmentation.MAX_MODEL_LENS,
+                    ),
+                    Param(
+                        "dataset", "frag_dataset", "traffic", str, fragmentation.DEFAULTS["dataset"], tuple(DATASETS)
+                    ),
+                    Param(
+                        "rate",
+                        "frag_rate",
+                        "requests per second",
+                        float,
+                        fragmentation.DEFAULTS["rate"],
+                        low=0.5,
+                        high=fragmentation.MAX_RATE,
+                        step=0.5,
+                    ),
+                    Param(
+                        "requests",
+                        "frag_requests",
+                        "requests in the trace",
+                        int,
+                        fragmentation.DEFAULTS["requests"],
+                        low=20,
+                        high=fragmentation.MAX_REQUESTS,
+                        step=20,
+                    ),
+                ),
+            ),
+            LinkSpec(
+                "paged",
+                "paged_attention",
+                (
+                    Param(
+                        "block_size",
+                        "paged_block",
+                        "tokens per KV block",
+                        int,
+                        paged.DEFAULT_BLOCK_SIZE,
+                        paged.BLOCK_SIZES,
+                    ),
+                    Param(
+                        "max_context",
+                        "paged_context",
+                        "max context (max_model_len)",
+                        int,
+                        paged.DEFAULT_MAX_CONTEXT,
+                        paged.MAX_CONTEXTS,
+                    ),
+                ),
+            ),
+            LinkSpec(
+                "diagnosis",
+                "diagnosis",
+                (
+                    Param("incident", "diag_scenario", "incident", str, scenario_ids()[0], tuple(scenario_ids())),
+                    Param("variant", "diag_variant", "variant (0 = original)", int, 0, low=0, high=MAX_VARIANT),
+                ),
+            ),
+            LinkSpec(
+                "playground",
+                "playground",
+                (
+                    Param(
+                        "max_tokens", "pg_max_tokens", "max new tokens", int, 12, low=1, high=playground.MAX_NEW_TOKENS
+                    ),
+                    Param("temperature", "pg_temperature", "temperature", float, 0.6, low=0.0, high=2.0, step=0.1),
+                    Param("top_p", "pg_top_p", "top-p", float, 1.0, low=0.05, high=1.0, step=0.05),
+                    Param("top_k", "pg_top_k", "top-k (0 = off)", int, 40, low=0, high=1024),
+                    Param("seed", "pg_seed", "seed", int, 0, low=0, high=2**31 - 1),
+                    Param("block_size", "pg_block", "KV block size", int, 8, paged.BLOCK_SIZES),
+                    Param(
+                        "num_blocks", "pg_blocks", "KV blocks in the pool", int, 12, low=1, high=playground.MAX_BLOCKS
+                    ),
+                    Param("prefix_caching", "pg_prefix", "prefix caching", bool, False),
+                ),
+            ),
+        )
+    }
+)
 
 
 def markdown_table() -> str:

@@ -218,8 +218,11 @@ class LinkedView:
             st.code(link, language=None)
             st.caption("To embed this view in a course page (`embed=true`: no Streamlit toolbar or footer):")
             embed = links.link(self.spec, self.values(), embed="true")
-            st.code(f'<iframe src="https://kvlab.example.org/{embed}" width="100%" height="900" '
-                    'style="border:0" title="KV Lab"></iframe>', language="html")  # fmt: skip
+            st.code(
+                f'<iframe src="https://kvlab.example.org/{embed}" width="100%" height="900" '
+                'style="border:0" title="KV Lab"></iframe>',
+                language="html",
+            )
         return link
 
 

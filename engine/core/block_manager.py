@@ -33,8 +33,9 @@ class BlockManager:
         self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False, sliding_window: int | None = None
     ) -> None:
         """sliding_window: the model's attention window W (None: every query sees every earlier token)."""
-        if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
-                                           or sliding_window < 1):  # fmt: skip
+        if sliding_window is not None and (
+            isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 1
+        ):
             raise ValueError(f"sliding_window={sliding_window!r} must be an integer >= 1 or None")
         self.allocator = BlockAllocator(num_blocks, block_size, enable_prefix_caching)
         self.block_size = block_size

@@ -103,8 +103,9 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
         capacity = block_manager.num_blocks * block_manager.block_size
         # One sequence of max_model_len tokens must fit; a sliding window caps what it holds at its window.
-        need = kv_blocks_per_seq(config.max_model_len, block_manager.block_size, block_manager.sliding_window,
-                                 config.max_num_batched_tokens)  # fmt: skip
+        need = kv_blocks_per_seq(
+            config.max_model_len, block_manager.block_size, block_manager.sliding_window, config.max_num_batched_tokens
+        )
         if need > block_manager.num_blocks:
             raise ValueError(
                 f"max_model_len={config.max_model_len} is larger than the KV cache can hold "

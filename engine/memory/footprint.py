@@ -185,12 +185,19 @@ class ServingFootprint:
     @property
     def startup_error(self) -> str | None:
         """The error vLLM V1 would raise at start-up with this configuration (its wording), or None."""
-        per_seq = kv_blocks_per_seq(self.max_model_len, self.block_size, self.model.sliding_window,
-                                    self.max_num_batched_tokens)  # fmt: skip
+        per_seq = kv_blocks_per_seq(
+            self.max_model_len, self.block_size, self.model.sliding_window, self.max_num_batched_tokens
+        )
         return startup_error_text(
-            self.capacity_bytes, self.other_process_bytes, self.gpu_memory_utilization,
-            self.num_blocks, self.block_size, self.kv_bytes_per_token, self.max_model_len, per_seq,
-        )  # fmt: skip
+            self.capacity_bytes,
+            self.other_process_bytes,
+            self.gpu_memory_utilization,
+            self.num_blocks,
+            self.block_size,
+            self.kv_bytes_per_token,
+            self.max_model_len,
+            per_seq,
+        )
 
     def max_concurrency(self, context_len: int | None = None) -> int:
         """Sequences of context_len tokens (None: max_model_len) that fit at once, in whole blocks.
@@ -256,8 +263,15 @@ def serving_footprint(
     --kv-cache-memory-bytes). total_bytes: the device total CUDA reports (None: the catalog's capacity).
     """
     m, g = resolve_model(model), resolve_gpu(gpu)
-    check_startup_args(gpu_memory_utilization, block_size, other_process_bytes, overhead_bytes, cuda_graph_bytes,
-                        kv_cache_memory_bytes, total_bytes)  # fmt: skip
+    check_startup_args(
+        gpu_memory_utilization,
+        block_size,
+        other_process_bytes,
+        overhead_bytes,
+        cuda_graph_bytes,
+        kv_cache_memory_bytes,
+        total_bytes,
+    )
     max_model_len = m.max_context if max_model_len is None else max_model_len
     if max_model_len < 1:
         raise ValueError(f"max_model_len must be a positive integer, got {max_model_len}")
@@ -268,15 +282,39 @@ def serving_footprint(
     acts = activation_bytes(m, max_num_batched_tokens, "bf16", tensor_parallel)
     per_token = kv_bytes_per_token(m, kv_dtype, tensor_parallel)
     total = g.memory_bytes if total_bytes is None else total_bytes
-    budget = kv_cache_memory_bytes if kv_cache_memory_bytes is not None else kv_budget_bytes(
-        m, total, weights, gpu_memory_utilization, max_num_batched_tokens, "bf16", tensor_parallel,
-        overhead_bytes, cuda_graph_bytes,
-    )  # fmt: skip
+    budget = (
+        kv_cache_memory_bytes
+        if kv_cache_memory_bytes is not None
+        else kv_budget_bytes(
+            m,
+            total,
+            weights,
+            gpu_memory_utilization,
+            max_num_batched_tokens,
+            "bf16",
+            tensor_parallel,
+            overhead_bytes,
+            cuda_graph_bytes,
+        )
+    )
     return ServingFootprint(
-        model=m, gpu=g, gpu_memory_utilization=gpu_memory_utilization, weights_bytes=weights, activation_bytes=acts,
-        overhead_bytes=overhead_bytes, other_process_bytes=other_process_bytes, kv_budget_bytes=budget,
-        kv_bytes_per_token=per_token, naive_kv_bytes_per_token=m.kv_bytes_per_token_mha(dtype_bytes(kv_dtype)),
-        block_size=block_size, num_blocks=kv_blocks_from_budget(budget, per_token, block_size),
-        max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, tensor_parallel=tensor_parallel,
-        weight_dtype=weight_dtype, kv_dtype=kv_dtype, cuda_graph_bytes=cuda_graph_bytes, total_bytes=total_bytes,
-    )  # fmt: skip
+        model=m,
+        gpu=g,
+        gpu_memory_utilization=gpu_memory_utilization,
+        weights_bytes=weights,
+        activation_bytes=acts,
+        overhead_bytes=overhead_bytes,
+        other_process_bytes=other_process_bytes,
+        kv_budget_bytes=budget,
+        kv_bytes_per_token=per_token,
+        naive_kv_bytes_per_token=m.kv_bytes_per_token_mha(dtype_bytes(kv_dtype)),
+        block_size=block_size,
+        num_blocks=kv_blocks_from_budget(budget, per_token, block_size),
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        tensor_parallel=tensor_parallel,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        cuda_graph_bytes=cuda_graph_bytes,
+        total_bytes=total_bytes,
+    )

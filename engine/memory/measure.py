@@ -197,8 +197,10 @@ def decode_kv_read_bytes(kv_bytes_per_token: int, prompt_len: int, new_tokens: i
     a mean of prompt_len + new_tokens / 2.
     """
     if kv_bytes_per_token < 0 or prompt_len < 1 or new_tokens < 2:
-        raise ValueError(f"need kv_bytes_per_token >= 0, prompt_len >= 1, new_tokens >= 2; got "
-                         f"{kv_bytes_per_token}, {prompt_len}, {new_tokens}")  # fmt: skip
+        raise ValueError(
+            f"need kv_bytes_per_token >= 0, prompt_len >= 1, new_tokens >= 2; got "
+            f"{kv_bytes_per_token}, {prompt_len}, {new_tokens}"
+        )
     return kv_bytes_per_token * (prompt_len + new_tokens / 2)
 
 

@@ -98,17 +98,38 @@ class Attention(nn.Module):
         if kv_scale is not None:  # fp8: fixed at the layer's first write, a no-op (on the device) afterwards
             calibrate_scale(k_scale, k)
             calibrate_scale(v_scale, v)
-        ops.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=meta.backend, k_scale=k_scale,
-                     v_scale=v_scale, check=check)  # fmt: skip
+        ops.store_kv(
+            k,
+            v,
+            k_cache,
+            v_cache,
+            meta.slot_mapping,
+            backend=meta.backend,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            check=check,
+        )
         index = None  # the torch backend's plan of the step: built once per step, shared by the layers
         if meta.backend == "torch":
             heads = (self.num_heads, self.num_kv_heads) if use_sparse(q, k_cache, v_cache) else None
             index = meta.varlen_index(k_cache.shape[1], heads, self.sliding_window, kv_scale is not None)
         out = ops.paged_varlen_attention(
-            q, k_cache, v_cache, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.max_seqlen_q,
-            causal=True, scale=self.scale, sliding_window=self.sliding_window, backend=meta.backend,
-            k_scale=k_scale, v_scale=v_scale, index=index, check=check,
-        )  # fmt: skip  # [T, Hq, D]
+            q,
+            k_cache,
+            v_cache,
+            meta.cu_seqlens_q,
+            meta.seq_lens,
+            meta.block_tables,
+            meta.max_seqlen_q,
+            causal=True,
+            scale=self.scale,
+            sliding_window=self.sliding_window,
+            backend=meta.backend,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            index=index,
+            check=check,
+        )  # [T, Hq, D]
         return F.linear(out.flatten(-2), self.o_proj.weight, self.o_proj.bias)  # [T, Hq * D] -> [T, hidden]
 
 

@@ -44,10 +44,15 @@ class ServingLoop:
         self.unchecked = config.admission == "unchecked"
         reqs = sorted(trace, key=lambda r: (r.arrival_s, r.request_id))
         self.requests = [
-            SimRequest(i, r, min(r.prompt_len + r.output_len, config.max_model_len),
-                       RequestOutcome(r.request_id, arrival_s=r.arrival_s), r.prompt_len)
+            SimRequest(
+                i,
+                r,
+                min(r.prompt_len + r.output_len, config.max_model_len),
+                RequestOutcome(r.request_id, arrival_s=r.arrival_s),
+                r.prompt_len,
+            )
             for i, r in enumerate(reqs)
-        ]  # fmt: skip
+        ]
         self.arrivals = [r.arrival_s for r in reqs]
         self.next_arrival_s = self.arrivals[0] if reqs else math.inf
         self.waiting: deque[SimRequest] = deque()
@@ -92,8 +97,22 @@ class ServingLoop:
             due = finish_at.pop(step, None)
             if due:
                 self._finish(due)
-            records.append((step, start, stored, reserved, internal, external, free, num_running, len(waiting),
-                         self.num_finished, num_decode, dt))  # fmt: skip
+            records.append(
+                (
+                    step,
+                    start,
+                    stored,
+                    reserved,
+                    internal,
+                    external,
+                    free,
+                    num_running,
+                    len(waiting),
+                    self.num_finished,
+                    num_decode,
+                    dt,
+                )
+            )
         outcomes = [r.outcome for r in self.requests]
         return summarize(self.config, records, self.events, outcomes, self.clock, time.perf_counter() - t_start)
 

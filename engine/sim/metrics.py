@@ -127,9 +127,13 @@ def _columns(steps: list[tuple[float, ...]]) -> dict[str, list[float]]:
 
 
 def summarize(
-    cfg: Any, steps: list[tuple[float, ...]], events: list[SimEvent], out: list[RequestOutcome], clock: float,
+    cfg: Any,
+    steps: list[tuple[float, ...]],
+    events: list[SimEvent],
+    out: list[RequestOutcome],
+    clock: float,
     wall_s: float,
-) -> SimResult:  # fmt: skip
+) -> SimResult:
     """Summarise the per-step records: step-averaged waste while requests run, waits, throughput."""
     waste = internal = reserved = external = 0.0
     busy = peak = generated = 0

@@ -32,8 +32,19 @@ from engine.sim.arena import FirstFitArena
 from engine.sim.metrics import RequestOutcome
 from engine.sim.traces import Request
 
-__all__ = ["ADMITTED", "NO_ROOM", "NEVER", "SimRequest", "MemoryPolicy", "StaticReservation", "MaxReservation",
-           "Pow2Reservation", "OracleReservation", "PagedBlocks", "RESERVATIONS"]  # fmt: skip
+__all__ = [
+    "ADMITTED",
+    "NO_ROOM",
+    "NEVER",
+    "SimRequest",
+    "MemoryPolicy",
+    "StaticReservation",
+    "MaxReservation",
+    "Pow2Reservation",
+    "OracleReservation",
+    "PagedBlocks",
+    "RESERVATIONS",
+]
 
 # admit() verdicts: memory taken; no room now (wait, or fail if admission is unchecked); can never fit
 ADMITTED, NO_ROOM, NEVER = "ok", "wait", "reject"

@@ -26,11 +26,15 @@ def _costs(before: Outcome, after: Outcome) -> list[str]:
             f"{after.footprint.kv_bytes_per_token // 1024} KiB) at a small accuracy risk: re-run evals"
         )
     if a.enforce_eager and not b.enforce_eager:
-        costs.append(f"--enforce-eager: no CUDA graphs ({before.footprint.cuda_graph_bytes / GiB:.2f} GiB back for "
-                     f"KV), but each decode step launches its kernels one by one: slower at small batches")  # fmt: skip
+        costs.append(
+            f"--enforce-eager: no CUDA graphs ({before.footprint.cuda_graph_bytes / GiB:.2f} GiB back for "
+            f"KV), but each decode step launches its kernels one by one: slower at small batches"
+        )
     if a.quantization == "fp8" and b.quantization != "fp8":
-        costs.append(f"fp8 weights ({before.footprint.weights_bytes / GiB:.1f} -> "
-                     f"{after.footprint.weights_bytes / GiB:.1f} GiB) at an accuracy risk: re-run evals")  # fmt: skip
+        costs.append(
+            f"fp8 weights ({before.footprint.weights_bytes / GiB:.1f} -> "
+            f"{after.footprint.weights_bytes / GiB:.1f} GiB) at an accuracy risk: re-run evals"
+        )
     if a.max_num_batched_tokens and a.max_num_batched_tokens < (b.max_num_batched_tokens or 2048):
         costs.append(f"--max-num-batched-tokens {a.max_num_batched_tokens}: long prompts prefill in more chunks")
     if a.kv_cache_memory_bytes and not b.kv_cache_memory_bytes:
@@ -83,15 +87,19 @@ def grade(scenario: Scenario, diagnosis_ids: list[str] | tuple[str, ...], fixes:
     fp = after.footprint
     need = scenario.traffic.required_context
     room = fp.max_concurrency(need)
-    lines = [f"{MODELS[after.config.model].name} on {fp.gpu.name} (x{after.config.tensor_parallel_size}): weights "
-             f"{fp.weights_bytes / GiB:.2f} GiB, KV {fp.kv_bytes_per_token / 1024:.0f} KiB/token, KV pool "
-             f"{max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB = {max(fp.kv_budget_bytes, 0) // fp.kv_bytes_per_token} "
-             f"tokens: room for {room} full-length ({need}-token) sequence{'s' * (room != 1)} at once"]  # fmt: skip
+    lines = [
+        f"{MODELS[after.config.model].name} on {fp.gpu.name} (x{after.config.tensor_parallel_size}): weights "
+        f"{fp.weights_bytes / GiB:.2f} GiB, KV {fp.kv_bytes_per_token / 1024:.0f} KiB/token, KV pool "
+        f"{max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB = {max(fp.kv_budget_bytes, 0) // fp.kv_bytes_per_token} "
+        f"tokens: room for {room} full-length ({need}-token) sequence{'s' * (room != 1)} at once"
+    ]
     if after.summary:
         s = after.summary
-        lines.append(f"Replayed {scenario.traffic.num_requests} requests: {s.num_finished} finished, {s.num_oom} OOM, "
-                     f"peak {s.peak_concurrency} running, p95 wait {s.p95_wait_s:.1f} s, KV waste "
-                     f"{100 * s.avg_waste:.1f}%, {s.tokens_per_s:.0f} tokens/s")  # fmt: skip
+        lines.append(
+            f"Replayed {scenario.traffic.num_requests} requests: {s.num_finished} finished, {s.num_oom} OOM, "
+            f"peak {s.peak_concurrency} running, p95 wait {s.p95_wait_s:.1f} s, KV waste "
+            f"{100 * s.avg_waste:.1f}%, {s.tokens_per_s:.0f} tokens/s"
+        )
     lines += [f"Still wrong: {p}" for p in after.problems] or ["Resolved: every requirement is met."]
     return Grade(
         after.resolved,

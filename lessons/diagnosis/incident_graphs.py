@@ -59,11 +59,23 @@ def _diagnoses(sc: Scenario) -> tuple[Diagnosis, ...]:
             f"Without graphs (--enforce-eager) the pool is {eager.kv_budget_bytes / GiB:.2f} GiB = "
             f"{eager.kv_token_capacity:,} tokens.",
         ),
-        Diagnosis("weights-too-big", "Llama-3.1-8B does not fit an L4", False,
-                  f"The weights ({fp.weights_bytes / GiB:.2f} GiB) load; the log goes on to size the KV cache."),
-        Diagnosis("activation-peak", "The 32K max length raises the profiled activation peak", False,
-                  f"V1 profiles max_num_batched_tokens ({fp.max_num_batched_tokens}) tokens whatever max_model_len "
-                  f"is: {fp.activation_bytes / GiB:.2f} GiB of activations."),
-        Diagnosis("memory-leak", "The new vLLM version leaks memory", False,
-                  "It fails at start-up, before any request, in vLLM's own capacity check."),
-    )  # fmt: skip
+        Diagnosis(
+            "weights-too-big",
+            "Llama-3.1-8B does not fit an L4",
+            False,
+            f"The weights ({fp.weights_bytes / GiB:.2f} GiB) load; the log goes on to size the KV cache.",
+        ),
+        Diagnosis(
+            "activation-peak",
+            "The 32K max length raises the profiled activation peak",
+            False,
+            f"V1 profiles max_num_batched_tokens ({fp.max_num_batched_tokens}) tokens whatever max_model_len "
+            f"is: {fp.activation_bytes / GiB:.2f} GiB of activations.",
+        ),
+        Diagnosis(
+            "memory-leak",
+            "The new vLLM version leaks memory",
+            False,
+            "It fails at start-up, before any request, in vLLM's own capacity check.",
+        ),
+    )

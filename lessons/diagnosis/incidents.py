@@ -28,8 +28,14 @@ def chat_oom(rng: random.Random | None, seed: int | None) -> Scenario:
     """Llama-3-8B chat on one 24 GB card, static max-length reservations: OOM although the weights fit."""
     rate = round(_jitter(rng, 3.0), 2)
     users = 32 if rng is None else rng.choice((24, 32, 48))
-    cfg = ServeConfig("llama-3-8b", "rtx-4090", "meta-llama/Meta-Llama-3-8B-Instruct", policy="static",
-                      max_model_len=8192, max_num_seqs=users)  # fmt: skip
+    cfg = ServeConfig(
+        "llama-3-8b",
+        "rtx-4090",
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        policy="static",
+        max_model_len=8192,
+        max_num_seqs=users,
+    )
     return Scenario(
         id="chat-oom",
         title="The chat service that crashes at lunchtime",
@@ -121,16 +127,28 @@ def _mha_rag_diagnoses(sc: Scenario) -> tuple[Diagnosis, ...]:
             f"stores 128 KiB/token, but its weights are {(gqa.weights_bytes - mha.weights_bytes) / GiB:.1f} GiB "
             f"larger: {gqa.kv_token_capacity:,} tokens = {n_gqa} requests, {ratio:.1f}x the room, not 4x.",
         ),
-        Diagnosis("weights-too-big", "The weights do not fit the L4", False,
-                  f"{mha.weights_bytes / GiB:.1f} GiB of weights fit; vLLM starts and serves."),
-        Diagnosis("need-more-utilization", "gpu_memory_utilization is too low", False,
-                  f"0.9 already hands vLLM 90% of the card; 0.95 adds "
-                  f"{(more.kv_budget_bytes - mha.kv_budget_bytes) / GiB:.1f} GiB of KV, "
-                  f"{more.kv_token_capacity - mha.kv_token_capacity:,} tokens: {n_more} full requests at once "
-                  f"(was {n_mha})."),
-        Diagnosis("memory-leak", "vLLM leaks memory under load", False,
-                  "Usage is flat at the configured 90%: vLLM pre-allocates its KV pool at start-up."),
-    )  # fmt: skip
+        Diagnosis(
+            "weights-too-big",
+            "The weights do not fit the L4",
+            False,
+            f"{mha.weights_bytes / GiB:.1f} GiB of weights fit; vLLM starts and serves.",
+        ),
+        Diagnosis(
+            "need-more-utilization",
+            "gpu_memory_utilization is too low",
+            False,
+            f"0.9 already hands vLLM 90% of the card; 0.95 adds "
+            f"{(more.kv_budget_bytes - mha.kv_budget_bytes) / GiB:.1f} GiB of KV, "
+            f"{more.kv_token_capacity - mha.kv_token_capacity:,} tokens: {n_more} full requests at once "
+            f"(was {n_mha}).",
+        ),
+        Diagnosis(
+            "memory-leak",
+            "vLLM leaks memory under load",
+            False,
+            "Usage is flat at the configured 90%: vLLM pre-allocates its KV pool at start-up.",
+        ),
+    )
 
 
 def default_128k(rng: random.Random | None, seed: int | None) -> Scenario:

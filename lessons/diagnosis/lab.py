@@ -140,6 +140,18 @@ def gib_label(num_bytes: int) -> str:
     return "not set" if not num_bytes else f"{num_bytes / GiB:g} GiB"
 
 
-__all__ = ["FIX_LABELS", "MAX_VARIANT", "before_after_rows", "changed_fixes", "current_values", "gib_label",
-           "model_label", "model_label_or_log", "options_for", "record", "run_grade", "scenario_for",
-           "verdict"]  # fmt: skip
+__all__ = [
+    "FIX_LABELS",
+    "MAX_VARIANT",
+    "before_after_rows",
+    "changed_fixes",
+    "current_values",
+    "gib_label",
+    "model_label",
+    "model_label_or_log",
+    "options_for",
+    "record",
+    "run_grade",
+    "scenario_for",
+    "verdict",
+]

@@ -20,16 +20,36 @@ from lessons.diagnosis.scenarios import CHAT_REPOS
 
 BLOCK = 16  # vLLM's default block size on CUDA
 _ERROR_TOKENS = re.compile(r"stored in KV cache \((\d{1,12})\)|estimated maximum model length is (\d{1,12})", re.ASCII)
-__all__ = ["BLOCK", "KvPool", "found_rows", "guess_model", "kv_pool", "memory_rows", "read_paste", "room_for",
-           "room_sentence", "suggestions"]  # fmt: skip
-_LABELS = {"weights_gb": "weights (GiB; vLLM prints 'GB')", "kv_cache_gib": "KV cache (GiB)",
-           "kv_cache_tokens": "KV cache (tokens)", "num_gpu_blocks": "GPU blocks", "max_model_len": "max_model_len",
-           "max_concurrency": "maximum concurrency (x)", "cuda_graph_gib": "CUDA graphs (GiB)",
-           "total_gib": "total GPU memory (GiB)", "gpu_memory_utilization": "gpu_memory_utilization",
-           "peak_torch_gib": "peak torch memory (GiB)", "non_torch_gib": "non-torch memory (GiB)",
-           "activation_gib": "activation peak (GiB)", "oom_tried_gib": "OOM: tried to allocate (GiB)",
-           "oom_total_gib": "OOM: total capacity (GiB)", "oom_free_gib": "OOM: free (GiB)",
-           "oom_allocated_gib": "OOM: allocated by PyTorch (GiB)"}  # fmt: skip
+__all__ = [
+    "BLOCK",
+    "KvPool",
+    "found_rows",
+    "guess_model",
+    "kv_pool",
+    "memory_rows",
+    "read_paste",
+    "room_for",
+    "room_sentence",
+    "suggestions",
+]
+_LABELS = {
+    "weights_gb": "weights (GiB; vLLM prints 'GB')",
+    "kv_cache_gib": "KV cache (GiB)",
+    "kv_cache_tokens": "KV cache (tokens)",
+    "num_gpu_blocks": "GPU blocks",
+    "max_model_len": "max_model_len",
+    "max_concurrency": "maximum concurrency (x)",
+    "cuda_graph_gib": "CUDA graphs (GiB)",
+    "total_gib": "total GPU memory (GiB)",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "peak_torch_gib": "peak torch memory (GiB)",
+    "non_torch_gib": "non-torch memory (GiB)",
+    "activation_gib": "activation peak (GiB)",
+    "oom_tried_gib": "OOM: tried to allocate (GiB)",
+    "oom_total_gib": "OOM: total capacity (GiB)",
+    "oom_free_gib": "OOM: free (GiB)",
+    "oom_allocated_gib": "OOM: allocated by PyTorch (GiB)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +85,10 @@ def room_sentence(pool: KvPool, request_len: int) -> str:
     n, blocks = room_for(pool.tokens, request_len), -(-request_len // BLOCK)
     size = f" ({pool.gib:.2f} GiB)" if pool.gib is not None else ""
     fit = "request fits" if n == 1 else "requests fit"
-    text = (f"Your KV pool holds **{pool.tokens:,} tokens**{size} ({pool.source}). A {request_len:,}-token request "
-            f"takes {blocks:,} blocks of {BLOCK}: **{n} such {fit} at once**.")  # fmt: skip
+    text = (
+        f"Your KV pool holds **{pool.tokens:,} tokens**{size} ({pool.source}). A {request_len:,}-token request "
+        f"takes {blocks:,} blocks of {BLOCK}: **{n} such {fit} at once**."
+    )
     if n == 0:
         text += " Not even one: vLLM V1 refuses to start with a max_model_len this long."
     return text
@@ -89,9 +111,13 @@ def memory_rows(log: VllmLog) -> list[dict[str, float | str]]:
     activations = log.activation_gib
     if activations is None and log.peak_torch_gib is not None and log.weights_gb is not None:
         activations = max(log.peak_torch_gib - log.weights_gb, 0.0)
-    parts = [("weights", log.weights_gb), ("activations (profiled peak)", activations),
-             ("CUDA context / non-torch", log.non_torch_gib), ("CUDA graphs", log.cuda_graph_gib),
-             ("KV cache", log.kv_cache_gib)]  # fmt: skip
+    parts = [
+        ("weights", log.weights_gb),
+        ("activations (profiled peak)", activations),
+        ("CUDA context / non-torch", log.non_torch_gib),
+        ("CUDA graphs", log.cuda_graph_gib),
+        ("KV cache", log.kv_cache_gib),
+    ]
     rows = [(p, g) for p, g in parts if g is not None]
     if not rows and log.oom_total_gib is not None:  # only a PyTorch OOM message
         used = max(log.oom_total_gib - (log.oom_free_gib or 0.0), 0.0)  # "free" above the total: flagged, not drawn
@@ -150,8 +176,13 @@ def _row(
     flag: str, why: str, kv_gib: float, per_token: float, request_len: int, tokens: int | None = None
 ) -> dict[str, str | int | float]:
     tokens = int(max(kv_gib, 0) * GiB // per_token) // BLOCK * BLOCK if tokens is None else tokens
-    return {"change": flag, "KV cache (GiB)": round(kv_gib, 2), "KV tokens": tokens,
-            "requests at once": room_for(tokens, request_len), "why": why}  # fmt: skip
+    return {
+        "change": flag,
+        "KV cache (GiB)": round(kv_gib, 2),
+        "KV tokens": tokens,
+        "requests at once": room_for(tokens, request_len),
+        "why": why,
+    }
 
 
 def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> list[dict[str, str | int | float]]:
@@ -163,14 +194,35 @@ def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> lis
     rows = [_row("(as logged)", f"from {pool.source}", kv, per, request_len, pool.tokens)]
     if log.total_gib and log.gpu_memory_utilization and log.gpu_memory_utilization <= 0.9:
         util = round(log.gpu_memory_utilization + 0.05, 2)
-        rows.append(_row(f"--gpu-memory-utilization {util:g}", "5% more of the card for vLLM (only if nothing else "
-                         "runs on it)", kv + 0.05 * log.total_gib, per, request_len))  # fmt: skip
+        rows.append(
+            _row(
+                f"--gpu-memory-utilization {util:g}",
+                "5% more of the card for vLLM (only if nothing else runs on it)",
+                kv + 0.05 * log.total_gib,
+                per,
+                request_len,
+            )
+        )
     if log.cuda_graph_gib:
-        rows.append(_row("--enforce-eager", "no CUDA graphs: their memory goes to KV (decode gets slower)",
-                         kv + log.cuda_graph_gib, per, request_len))  # fmt: skip
+        rows.append(
+            _row(
+                "--enforce-eager",
+                "no CUDA graphs: their memory goes to KV (decode gets slower)",
+                kv + log.cuda_graph_gib,
+                per,
+                request_len,
+            )
+        )
         share = len(cudagraph_capture_sizes(64, 8192)) / len(cudagraph_capture_sizes(256, 8192))
-        rows.append(_row("--max-num-seqs 64", "fewer captured batch sizes (assuming the default 256 before)",
-                         kv + log.cuda_graph_gib * (1 - share), per, request_len))  # fmt: skip
+        rows.append(
+            _row(
+                "--max-num-seqs 64",
+                "fewer captured batch sizes (assuming the default 256 before)",
+                kv + log.cuda_graph_gib * (1 - share),
+                per,
+                request_len,
+            )
+        )
     rows.append(
         _row(
             "--kv-cache-dtype fp8",
@@ -181,15 +233,44 @@ def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> lis
         )
     )
     if log.weights_gb:
-        rows.append(_row("--quantization fp8", "fp8 weights from a bf16 checkpoint: half the weight memory "
-                         "(re-run your evals)", kv + log.weights_gb / 2, per, request_len))  # fmt: skip
-        rows.append(_row("--tensor-parallel-size 2", "two GPUs: each holds half the weights and half the KV heads",
-                         kv + log.weights_gb / 2, per / 2, request_len))  # fmt: skip
+        rows.append(
+            _row(
+                "--quantization fp8",
+                "fp8 weights from a bf16 checkpoint: half the weight memory (re-run your evals)",
+                kv + log.weights_gb / 2,
+                per,
+                request_len,
+            )
+        )
+        rows.append(
+            _row(
+                "--tensor-parallel-size 2",
+                "two GPUs: each holds half the weights and half the KV heads",
+                kv + log.weights_gb / 2,
+                per / 2,
+                request_len,
+            )
+        )
     if log.activation_gib:
-        rows.append(_row("--max-num-batched-tokens (halve it)", "the profiled activation peak scales with the "
-                         "token budget", kv + log.activation_gib / 2, per, request_len))  # fmt: skip
+        rows.append(
+            _row(
+                "--max-num-batched-tokens (halve it)",
+                "the profiled activation peak scales with the token budget",
+                kv + log.activation_gib / 2,
+                per,
+                request_len,
+            )
+        )
     if log.errors and any("max seq len" in e for e in log.errors):
         fit = pool.tokens // 1024 * 1024
-        rows.append(_row(f"--max-model-len {fit}", "the longest context the logged pool can hold, rounded down",
-                         kv, per, request_len, pool.tokens))  # fmt: skip
+        rows.append(
+            _row(
+                f"--max-model-len {fit}",
+                "the longest context the logged pool can hold, rounded down",
+                kv,
+                per,
+                request_len,
+                pool.tokens,
+            )
+        )
     return rows

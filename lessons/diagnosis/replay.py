@@ -119,11 +119,15 @@ def run_outcome(scenario: Scenario, fixes: dict[str, Any] | None = None) -> Outc
     if error:
         return Outcome(cfg, fp, error, None, (f"the server does not start: {error}", *problems))
     trace = generate_trace(tr.dataset, tr.num_requests, tr.request_rate, seed=tr.seed, max_len=tr.required_context)
-    sim = SimConfig(cfg.policy, max(1, fp.kv_budget_bytes // fp.kv_bytes_per_token), block_size=cfg.block_size,
-                    max_model_len=cfg.context_len, max_num_seqs=cfg.max_num_seqs,
-                    admission="unchecked" if cfg.policy == "static" else "fcfs",
-                    step_time=StepTimeModel.for_model(cfg.model, cfg.gpu, "bf16", fp.kv_dtype,
-                                                      cfg.tensor_parallel_size))  # fmt: skip
+    sim = SimConfig(
+        cfg.policy,
+        max(1, fp.kv_budget_bytes // fp.kv_bytes_per_token),
+        block_size=cfg.block_size,
+        max_model_len=cfg.context_len,
+        max_num_seqs=cfg.max_num_seqs,
+        admission="unchecked" if cfg.policy == "static" else "fcfs",
+        step_time=StepTimeModel.for_model(cfg.model, cfg.gpu, "bf16", fp.kv_dtype, cfg.tensor_parallel_size),
+    )
     result = simulate(trace, sim)
     return Outcome(cfg, fp, None, result, tuple(problems + _service_problems(result.summary, tr)))
 
@@ -136,8 +140,10 @@ def _memory_rows(scenario: Scenario, before: Outcome) -> list[dict[str, float | 
     fp, peak = before.footprint, before.summary.peak_concurrency
     held = min(fp.kv_budget_bytes, peak * before.config.context_len * fp.kv_bytes_per_token)
     parts = [(r["part"], r["bytes"]) for r in rows[:3]]
-    parts += [(f"KV reserved by {peak} sessions ({before.config.context_len} tokens each)", held),
-              ("other processes", scenario.other_process_bytes)]  # fmt: skip
+    parts += [
+        (f"KV reserved by {peak} sessions ({before.config.context_len} tokens each)", held),
+        ("other processes", scenario.other_process_bytes),
+    ]
     parts.append(("free", fp.capacity_bytes - sum(b for _, b in parts)))
     return [{"part": p, "bytes": float(b), "GiB": b / GiB} for p, b in parts]
 
@@ -146,9 +152,13 @@ def symptoms(scenario: Scenario) -> Symptoms:
     """Memory breakdown, log lines and traffic numbers of the incident as deployed (no fixes)."""
     before = run_outcome(scenario)
     tr = scenario.traffic
-    traffic: dict[str, float | int | str] = {"requests": tr.num_requests, "requests_per_s": tr.request_rate,
-                                             "workload": tr.dataset, "required_context": tr.required_context,
-                                             "p95_wait_target_s": tr.slo_p95_wait_s}  # fmt: skip
+    traffic: dict[str, float | int | str] = {
+        "requests": tr.num_requests,
+        "requests_per_s": tr.request_rate,
+        "workload": tr.dataset,
+        "required_context": tr.required_context,
+        "p95_wait_target_s": tr.slo_p95_wait_s,
+    }
     if before.summary:
         s = before.summary
         traffic.update(

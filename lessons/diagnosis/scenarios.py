@@ -194,9 +194,13 @@ def apply_fixes(config: ServeConfig, fixes: dict[str, Any]) -> ServeConfig:
 def vllm_command(scenario: Scenario, fixes: dict[str, Any] | None = None) -> str:
     """The `vllm serve` command line equivalent to the scenario's deployment with the fixes applied."""
     cfg = apply_fixes(scenario.config, fixes or {})
-    parts = [f"vllm serve {cfg.hf_repo}", f"--max-model-len {cfg.context_len}",
-             f"--gpu-memory-utilization {cfg.gpu_memory_utilization:g}", f"--max-num-seqs {cfg.max_num_seqs}",
-             f"--block-size {cfg.block_size}"]  # fmt: skip
+    parts = [
+        f"vllm serve {cfg.hf_repo}",
+        f"--max-model-len {cfg.context_len}",
+        f"--gpu-memory-utilization {cfg.gpu_memory_utilization:g}",
+        f"--max-num-seqs {cfg.max_num_seqs}",
+        f"--block-size {cfg.block_size}",
+    ]
     optional = [
         (cfg.max_num_batched_tokens is not None, f"--max-num-batched-tokens {cfg.max_num_batched_tokens}"),
         (cfg.quantization == "fp8", "--quantization fp8"),

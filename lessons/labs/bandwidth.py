@@ -26,8 +26,13 @@ WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int4")
 MAX_BATCH = 256  # the batch slider's range
 SWEEP_BATCHES: tuple[int, ...] = (1, 4, 16, 64, 256)
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory
-DEFAULTS: dict[str, Any] = {"model": "llama-3-8b", "gpu": "h100-sxm", "dtype": WEIGHT_DTYPES[0], "batch": 1,
-                            "context": 4096}  # the page's (ui/links.py reads them)  # fmt: skip
+DEFAULTS: dict[str, Any] = {
+    "model": "llama-3-8b",
+    "gpu": "h100-sxm",
+    "dtype": WEIGHT_DTYPES[0],
+    "batch": 1,
+    "context": 4096,
+}  # the page's (ui/links.py reads them)
 
 
 @dataclass(frozen=True)
@@ -55,23 +60,36 @@ class BatchFit:
         """One sentence: does this batch fit, and what is the largest that does."""
         gpu, need, left = GPUS[self.gpu].name, self.kv_bytes(batch) / GiB, max(self.kv_budget_bytes, 0) / GiB
         if self.max_batch == 0:
-            return (f"Not even one {self.context_len:,}-token sequence fits on the {gpu}: its "
-                    f"{self.weights_bytes / GiB:,.1f} GiB of weights and the activation peak leave {left:,.2f} GiB "
-                    f"for KV at gpu_memory_utilization {GPU_MEMORY_UTILIZATION}.")  # fmt: skip
+            return (
+                f"Not even one {self.context_len:,}-token sequence fits on the {gpu}: its "
+                f"{self.weights_bytes / GiB:,.1f} GiB of weights and the activation peak leave {left:,.2f} GiB "
+                f"for KV at gpu_memory_utilization {GPU_MEMORY_UTILIZATION}."
+            )
         verdict = "fits" if self.fits(batch) else "does not fit"
-        return (f"Batch {batch} at {self.context_len:,} tokens needs {need:,.1f} GiB of KV and {verdict}: the "
-                f"{gpu} has {left:,.1f} GiB left for KV after {self.weights_bytes / GiB:,.1f} "
-                f"GiB of weights at gpu_memory_utilization {GPU_MEMORY_UTILIZATION}, room for at most "
-                f"**{self.max_batch:,}** such sequences.")  # fmt: skip
+        return (
+            f"Batch {batch} at {self.context_len:,} tokens needs {need:,.1f} GiB of KV and {verdict}: the "
+            f"{gpu} has {left:,.1f} GiB left for KV after {self.weights_bytes / GiB:,.1f} "
+            f"GiB of weights at gpu_memory_utilization {GPU_MEMORY_UTILIZATION}, room for at most "
+            f"**{self.max_batch:,}** such sequences."
+        )
 
 
 def batch_fit(model: str, gpu: str, context_len: int, weight_dtype: str = "bf16") -> BatchFit:
     """The largest batch of context_len-token sequences the GPU's KV budget holds (footprint.py's arithmetic)."""
-    fp = serving_footprint(model, gpu, weight_dtype=weight_dtype, max_model_len=context_len,
-                           gpu_memory_utilization=GPU_MEMORY_UTILIZATION)  # fmt: skip
+    fp = serving_footprint(
+        model, gpu, weight_dtype=weight_dtype, max_model_len=context_len, gpu_memory_utilization=GPU_MEMORY_UTILIZATION
+    )
     max_batch = fp.max_concurrency(context_len) if fp.num_blocks > 0 else 0
-    return BatchFit(model, gpu, context_len, fp.capacity_bytes, fp.weights_bytes, fp.kv_budget_bytes,
-                    fp.kv_bytes_per_token, max_batch)  # fmt: skip
+    return BatchFit(
+        model,
+        gpu,
+        context_len,
+        fp.capacity_bytes,
+        fp.weights_bytes,
+        fp.kv_budget_bytes,
+        fp.kv_bytes_per_token,
+        max_batch,
+    )
 
 
 @dataclass(frozen=True)
@@ -157,8 +175,9 @@ def lesson(model: str, gpu: str, batch_size: int, context_len: int, weight_dtype
     )
 
 
-def batch_sweep(model: str, gpu: str, context_len: int, weight_dtype: str = "bf16",
-                batches: tuple[int, ...] = SWEEP_BATCHES) -> list[dict[str, Any]]:  # fmt: skip
+def batch_sweep(
+    model: str, gpu: str, context_len: int, weight_dtype: str = "bf16", batches: tuple[int, ...] = SWEEP_BATCHES
+) -> list[dict[str, Any]]:
     """Decode tokens/s and intensities as the batch grows, each batch marked as fitting in memory or not.
 
     The largest batch that fits is added as a point of its own. Weights are shared by the batch; KV is not, so
@@ -170,16 +189,18 @@ def batch_sweep(model: str, gpu: str, context_len: int, weight_dtype: str = "bf1
     for b in sorted(points):
         r = roofline(model, gpu, "decode", b, context_len, weight_dtype)
         attn = r.ops[0]  # the score / value part that reads the KV cache
-        rows.append({
-            "batch": b,
-            "fits in memory": "yes" if fit.fits(b) else "no",
-            "KV GiB": fit.kv_bytes(b) / GiB,
-            "FLOP per byte": r.intensity,
-            "attention FLOP per byte": attn.intensity,
-            "KV share of bytes %": 100 * attn.bytes / r.bytes,
-            "tokens per s": r.tokens_per_s,
-            "bound": r.bound,
-        })  # fmt: skip
+        rows.append(
+            {
+                "batch": b,
+                "fits in memory": "yes" if fit.fits(b) else "no",
+                "KV GiB": fit.kv_bytes(b) / GiB,
+                "FLOP per byte": r.intensity,
+                "attention FLOP per byte": attn.intensity,
+                "KV share of bytes %": 100 * attn.bytes / r.bytes,
+                "tokens per s": r.tokens_per_s,
+                "bound": r.bound,
+            }
+        )
     return rows
 
 
@@ -202,18 +223,24 @@ def claims() -> dict[str, dict]:
     entry: dict[str, Any] = {
         "claim": "no offered batch beyond the GPU's KV budget is shown as fitting, and the demo model's decode "
         "step's bandwidth utilization (MBU) is measured on this machine",
-        "max_batch": fit.max_batch, "kv_budget_GiB": round(fit.kv_budget_bytes / GiB, 2),
-        "sweep": {r["batch"]: r["fits in memory"] for r in rows}, "shown_fitting_beyond_capacity": sorted(set(wrong)),
+        "max_batch": fit.max_batch,
+        "kv_budget_GiB": round(fit.kv_budget_bytes / GiB, 2),
+        "sweep": {r["batch"]: r["fits in memory"] for r in rows},
+        "shown_fitting_beyond_capacity": sorted(set(wrong)),
         "attention_FLOP_per_byte": sorted({round(r["attention FLOP per byte"], 2) for r in rows}),
-    }  # fmt: skip
+    }
     try:
         machine, demo = [m.row() for m in measure_machine()], measure_demo_decode().row()
     except (FileNotFoundError, OSError) as exc:  # the demo weights are not installed
         return {"bandwidth": {**entry, "holds": False, "error": repr(exc)}}
     mbu = model_bandwidth_utilization(demo, machine)
-    entry.update(mbu=round(mbu, 4), demo_GB_per_s=round(demo["GB_per_s"], 3),
-                 machine_GB_per_s=round(max(m["GB_per_s"] for m in machine), 2),
-                 demo_bytes_per_step=demo["bytes_moved"], demo_ms_per_step=round(1e3 * demo["seconds"], 3))  # fmt: skip
+    entry.update(
+        mbu=round(mbu, 4),
+        demo_GB_per_s=round(demo["GB_per_s"], 3),
+        machine_GB_per_s=round(max(m["GB_per_s"] for m in machine), 2),
+        demo_bytes_per_step=demo["bytes_moved"],
+        demo_ms_per_step=round(1e3 * demo["seconds"], 3),
+    )
     return {"bandwidth": {**entry, "holds": not wrong and mbu > 0}}
 
 

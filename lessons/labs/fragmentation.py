@@ -99,17 +99,19 @@ class FragmentationReport:
         rows: list[dict[str, float | str]] = []
         for key, s in self.policies.items():
             name = f"static {key} ({STATIC_POLICIES[key][1]})" if key in STATIC_POLICIES else "paged (16-token blocks)"
-            rows.append({
-                "server": name,
-                "stored %": round(100 * (1 - s.avg_waste), 1),
-                "paper: stored %": PAPER_STORED_PCT[key],
-                "reserved %": round(100 * s.avg_reserved, 1),
-                "internal %": round(100 * s.avg_internal, 1),
-                "external %": round(100 * s.avg_external, 1),
-                "peak running": s.peak_concurrency,
-                "tokens/s": round(s.tokens_per_s, 1),
-                "p95 wait s": round(s.p95_wait_s, 2),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "server": name,
+                    "stored %": round(100 * (1 - s.avg_waste), 1),
+                    "paper: stored %": PAPER_STORED_PCT[key],
+                    "reserved %": round(100 * s.avg_reserved, 1),
+                    "internal %": round(100 * s.avg_internal, 1),
+                    "external %": round(100 * s.avg_external, 1),
+                    "peak running": s.peak_concurrency,
+                    "tokens/s": round(s.tokens_per_s, 1),
+                    "p95 wait s": round(s.p95_wait_s, 2),
+                }
+            )
         return rows
 
 
@@ -137,8 +139,13 @@ def _example(trace: list, max_model_len: int) -> dict[str, int]:
     ordered = sorted(trace, key=lambda r: r.prompt_len + r.output_len)
     r = ordered[len(ordered) // 2]
     used = min(r.prompt_len + r.output_len, max_model_len)
-    return {"prompt": r.prompt_len, "output": r.output_len, "used": used, "reserved": max_model_len,
-            "unused": max_model_len - used}  # fmt: skip
+    return {
+        "prompt": r.prompt_len,
+        "output": r.output_len,
+        "used": used,
+        "reserved": max_model_len,
+        "unused": max_model_len - used,
+    }
 
 
 def _peak(columns: dict[str, list[float]]) -> dict[str, float]:
@@ -147,14 +154,24 @@ def _peak(columns: dict[str, list[float]]) -> dict[str, float]:
     k = max(range(len(held)), key=held.__getitem__) if held else 0
     if not held:
         return {"step": 0, "held": 0, "stored": 0, "unused": 0, "running": 0}
-    return {"step": columns["step"][k], "held": held[k], "stored": columns["stored"][k],
-            "unused": held[k] - columns["stored"][k], "running": columns["running"][k]}  # fmt: skip
+    return {
+        "step": columns["step"][k],
+        "held": held[k],
+        "stored": columns["stored"][k],
+        "unused": held[k] - columns["stored"][k],
+        "running": columns["running"][k],
+    }
 
 
 def static_report(
-    model: str, gpu: str, max_model_len: int, dataset: str = "sharegpt", num_requests: int = 200,
-    rate: float = 8.0, seed: int = 0,
-) -> FragmentationReport:  # fmt: skip
+    model: str,
+    gpu: str,
+    max_model_len: int,
+    dataset: str = "sharegpt",
+    num_requests: int = 200,
+    rate: float = 8.0,
+    seed: int = 0,
+) -> FragmentationReport:
     """Replay a seeded trace through a static max-length server and a paged one with the same KV bytes."""
     check_settings(model, gpu, max_model_len, dataset, num_requests, rate)
     fp = serving_footprint(model, gpu, max_model_len=max_model_len)
@@ -196,15 +213,17 @@ def claims() -> dict[str, dict]:
     rep = static_report(d["model"], d["gpu"], d["max_model_len"], d["dataset"], d["requests"], d["rate"])
     waste = {key: round(100 * s.avg_waste, 2) for key, s in rep.policies.items()}
     static = min(v for k, v in waste.items() if k != "paged")
-    return {"fragmentation": {
-        "claim": "paged KV wastes less held memory than static Max, Pow2 and Oracle reservation on the same trace",
-        "holds": waste["paged"] < static,
-        "waste_pct": waste,
-        "stored_pct": {key: round(100 - w, 2) for key, w in waste.items()},
-        "paper_stored_pct": dict(PAPER_STORED_PCT),
-        "peak_running": {key: s.peak_concurrency for key, s in rep.policies.items()},
-        "settings": dict(d),
-    }}  # fmt: skip
+    return {
+        "fragmentation": {
+            "claim": "paged KV wastes less held memory than static Max, Pow2 and Oracle reservation on the same trace",
+            "holds": waste["paged"] < static,
+            "waste_pct": waste,
+            "stored_pct": {key: round(100 - w, 2) for key, w in waste.items()},
+            "paper_stored_pct": dict(PAPER_STORED_PCT),
+            "peak_running": {key: s.peak_concurrency for key, s in rep.policies.items()},
+            "settings": dict(d),
+        }
+    }
 
 
 def series(rows: list[dict[str, float]]) -> tuple[list[float], dict[str, list[float]]]:

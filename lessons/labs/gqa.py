@@ -110,11 +110,16 @@ def footprint_rows(model: str, kv_dtype: str = "bf16", context_len: int = 8192, 
     spec = MODELS[model]
     fps = [footprint(model, g, kv_dtype, context_len, users) for g in group_options(spec.num_heads)]
     return [
-        {"groups (KV heads)": fp.groups, "kind": attention_kind(spec.num_heads, fp.groups),
-         "query heads per KV head": spec.num_heads // fp.groups, "KiB per token": fp.bytes_per_token / KiB,
-         "GiB at context x users": fp.total_bytes / GiB, "x smaller than MHA": fp.overcount}
+        {
+            "groups (KV heads)": fp.groups,
+            "kind": attention_kind(spec.num_heads, fp.groups),
+            "query heads per KV head": spec.num_heads // fp.groups,
+            "KiB per token": fp.bytes_per_token / KiB,
+            "GiB at context x users": fp.total_bytes / GiB,
+            "x smaller than MHA": fp.overcount,
+        }
         for fp in fps
-    ]  # fmt: skip
+    ]
 
 
 @dataclass(frozen=True)
@@ -150,13 +155,25 @@ class GqaRun:
     def rows(self) -> list[dict]:
         """Side-by-side table of the two runs."""
         return [
-            {"shape": self.name, "run": "GQA, 5-D layout (stride-0 K/V)", "query shape": str(self.query_shape),
-             "key shape": str(self.key_shape), "K+V MiB read": self.gqa_kv_bytes / MiB,
-             "ms": self.gqa_seconds * 1e3, "GB/s": self.gb_per_s("gqa")},
-            {"shape": self.name, "run": "MHA, K/V heads repeated", "query shape": str(self.query_shape),
-             "key shape": str(self.mha_key_shape), "K+V MiB read": self.mha_kv_bytes / MiB,
-             "ms": self.mha_seconds * 1e3, "GB/s": self.gb_per_s("mha")},
-        ]  # fmt: skip
+            {
+                "shape": self.name,
+                "run": "GQA, 5-D layout (stride-0 K/V)",
+                "query shape": str(self.query_shape),
+                "key shape": str(self.key_shape),
+                "K+V MiB read": self.gqa_kv_bytes / MiB,
+                "ms": self.gqa_seconds * 1e3,
+                "GB/s": self.gb_per_s("gqa"),
+            },
+            {
+                "shape": self.name,
+                "run": "MHA, K/V heads repeated",
+                "query shape": str(self.query_shape),
+                "key shape": str(self.mha_key_shape),
+                "K+V MiB read": self.mha_kv_bytes / MiB,
+                "ms": self.mha_seconds * 1e3,
+                "GB/s": self.gb_per_s("mha"),
+            },
+        ]
 
 
 def layout_shapes(
@@ -278,11 +295,18 @@ def claims(repeats: int = 9) -> dict[str, dict]:
     pre = run_gqa(heads, groups, dim, DEFAULT_SEQ_LEN, repeats=4 * repeats)
 
     def numbers(run: GqaRun) -> dict:
-        return {"gqa_ms": round(run.gqa_seconds * 1e3, 3), "mha_ms": round(run.mha_seconds * 1e3, 3),
-                "speedup": round(run.speedup, 3), "gqa_kv_bytes": run.gqa_kv_bytes, "mha_kv_bytes": run.mha_kv_bytes,
-                "gqa_GB_per_s": round(run.gb_per_s("gqa"), 2), "mha_GB_per_s": round(run.gb_per_s("mha"), 2),
-                "query_shape": list(run.query_shape), "max_abs_err": run.max_abs_err,
-                "threads": torch.get_num_threads()}  # fmt: skip
+        return {
+            "gqa_ms": round(run.gqa_seconds * 1e3, 3),
+            "mha_ms": round(run.mha_seconds * 1e3, 3),
+            "speedup": round(run.speedup, 3),
+            "gqa_kv_bytes": run.gqa_kv_bytes,
+            "mha_kv_bytes": run.mha_kv_bytes,
+            "gqa_GB_per_s": round(run.gb_per_s("gqa"), 2),
+            "mha_GB_per_s": round(run.gb_per_s("mha"), 2),
+            "query_shape": list(run.query_shape),
+            "max_abs_err": run.max_abs_err,
+            "threads": torch.get_num_threads(),
+        }
 
     return {
         "gqa_decode": {

@@ -38,14 +38,25 @@ MAX_TOKENS = 24
 BUDGET_BYTES = 8 * 2**20  # the same KV budget for both engines: 8 MiB
 
 
-def engine(loaded: tuple[Any, Any, Any], kv_cache_dtype: str, budget_bytes: int = BUDGET_BYTES,
-           block_size: int = 16, model: str = "demo") -> LLM:  # fmt: skip
+def engine(
+    loaded: tuple[Any, Any, Any],
+    kv_cache_dtype: str,
+    budget_bytes: int = BUDGET_BYTES,
+    block_size: int = 16,
+    model: str = "demo",
+) -> LLM:
     """An engine around shared weights (`load_model(model)`) with a `kv_cache_dtype` cache of budget_bytes."""
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"KV precision {kv_cache_dtype!r} is not offered; use one of {', '.join(KV_CACHE_DTYPES)}")
     device = next(loaded[0].parameters()).device
-    return LLM(model, block_size=block_size, device=device, kv_cache_dtype=kv_cache_dtype,
-               kv_cache_memory_bytes=budget_bytes, preloaded=loaded)  # fmt: skip
+    return LLM(
+        model,
+        block_size=block_size,
+        device=device,
+        kv_cache_dtype=kv_cache_dtype,
+        kv_cache_memory_bytes=budget_bytes,
+        preloaded=loaded,
+    )
 
 
 def path_logits(llm: LLM, ids: Sequence[int], prompt_len: int) -> torch.Tensor:
@@ -111,8 +122,13 @@ def compare_engines(full: LLM, fp8: LLM, prompts: Sequence[str], max_tokens: int
     }
 
 
-def compare(model: str = "demo", prompts: Sequence[str] = PROMPTS, max_tokens: int = MAX_TOKENS,
-            budget_bytes: int = BUDGET_BYTES, device: str = "cpu") -> dict[str, Any]:  # fmt: skip
+def compare(
+    model: str = "demo",
+    prompts: Sequence[str] = PROMPTS,
+    max_tokens: int = MAX_TOKENS,
+    budget_bytes: int = BUDGET_BYTES,
+    device: str = "cpu",
+) -> dict[str, Any]:
     """Load `model` once and compare an fp8 KV cache with full precision under the same byte budget."""
     if not prompts:
         raise ValueError("prompts is empty; give at least one prompt")
@@ -140,13 +156,15 @@ def pool_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for choice in CHOICES:
         p = result[choice]
-        rows.append({
-            "KV precision": f"{choice} ({p['kv_cache_dtype']})",
-            "KV bytes / token": p["kv_bytes_per_token"],
-            "blocks in budget": p["num_gpu_blocks"],
-            "tokens in budget": p["token_capacity"],
-            "pool MiB": round(p["kv_cache_bytes"] / 2**20, 2),
-        })  # fmt: skip
+        rows.append(
+            {
+                "KV precision": f"{choice} ({p['kv_cache_dtype']})",
+                "KV bytes / token": p["kv_bytes_per_token"],
+                "blocks in budget": p["num_gpu_blocks"],
+                "tokens in budget": p["token_capacity"],
+                "pool MiB": round(p["kv_cache_bytes"] / 2**20, 2),
+            }
+        )
     return rows
 
 

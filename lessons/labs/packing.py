@@ -109,11 +109,21 @@ class PaddingStats:
     def rows(self) -> list[dict]:
         """The page's comparison table."""
         return [
-            {"batch": "padded", "token slots": self.padded_slots, "real tokens": self.real_tokens,
-             "padding %": 100 * self.padding_fraction, "attention pairs": self.padded_pairs},
-            {"batch": "packed", "token slots": self.real_tokens, "real tokens": self.real_tokens,
-             "padding %": 0.0, "attention pairs": self.packed_pairs},
-        ]  # fmt: skip
+            {
+                "batch": "padded",
+                "token slots": self.padded_slots,
+                "real tokens": self.real_tokens,
+                "padding %": 100 * self.padding_fraction,
+                "attention pairs": self.padded_pairs,
+            },
+            {
+                "batch": "packed",
+                "token slots": self.real_tokens,
+                "real tokens": self.real_tokens,
+                "padding %": 0.0,
+                "attention pairs": self.packed_pairs,
+            },
+        ]
 
 
 def padding_stats(lengths: list[int], causal: bool = True) -> PaddingStats:
@@ -270,9 +280,15 @@ def padding_sweep(causal: bool = True, repeats: int = 3, device: str | None = No
     for target in SWEEP_FRACTIONS:
         lengths = sweep_lengths(target)
         run = run_packed_vs_padded(lengths, causal, repeats=repeats, device=device, masked=False)
-        rows.append({"padding %": 100 * padding_stats(lengths, causal).padding_fraction, "lengths": str(lengths),
-                     "packed ms": run.packed_seconds * 1e3, "padded ms": run.padded_seconds * 1e3,
-                     "packed / padded": run.packed_seconds / run.padded_seconds})  # fmt: skip
+        rows.append(
+            {
+                "padding %": 100 * padding_stats(lengths, causal).padding_fraction,
+                "lengths": str(lengths),
+                "packed ms": run.packed_seconds * 1e3,
+                "padded ms": run.padded_seconds * 1e3,
+                "packed / padded": run.packed_seconds / run.padded_seconds,
+            }
+        )
     fractions = [r["padding %"] / 100 for r in rows]
     cross = crossover(fractions, [r["packed ms"] for r in rows], [r["padded ms"] for r in rows])
     return {"rows": rows, "crossover": cross, "baseline": BASELINES[causal]}
@@ -283,16 +299,22 @@ def claims(repeats: int = 5) -> dict[str, dict]:
     lengths = parse_lengths(DEFAULT_LENGTHS)
     run = run_packed_vs_padded(lengths, True, repeats=repeats)
     stats = padding_stats(lengths, True)
-    return {"packing": {
-        "claim": f"packed varlen attention is faster than the fastest fair padded call ({run.baseline}) on the "
-        f"default lengths {DEFAULT_LENGTHS} (causal)",
-        "holds": run.packed_seconds < run.padded_seconds,
-        "packed_ms": round(run.packed_seconds * 1e3, 3), "padded_ms": round(run.padded_seconds * 1e3, 3),
-        "padded_masked_ms": round(run.masked_seconds * 1e3, 3), "speedup": round(run.speedup, 3),
-        "speedup_vs_masked": round(run.masked_seconds / run.packed_seconds, 3),
-        "ideal_speedup": round(stats.ideal_speedup, 3), "padding_fraction": round(stats.padding_fraction, 4),
-        "max_abs_err": run.max_abs_err, "threads": torch.get_num_threads(),
-    }}  # fmt: skip
+    return {
+        "packing": {
+            "claim": f"packed varlen attention is faster than the fastest fair padded call ({run.baseline}) on the "
+            f"default lengths {DEFAULT_LENGTHS} (causal)",
+            "holds": run.packed_seconds < run.padded_seconds,
+            "packed_ms": round(run.packed_seconds * 1e3, 3),
+            "padded_ms": round(run.padded_seconds * 1e3, 3),
+            "padded_masked_ms": round(run.masked_seconds * 1e3, 3),
+            "speedup": round(run.speedup, 3),
+            "speedup_vs_masked": round(run.masked_seconds / run.packed_seconds, 3),
+            "ideal_speedup": round(stats.ideal_speedup, 3),
+            "padding_fraction": round(stats.padding_fraction, 4),
+            "max_abs_err": run.max_abs_err,
+            "threads": torch.get_num_threads(),
+        }
+    }
 
 
 __all__ = [

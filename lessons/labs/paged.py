@@ -41,8 +41,14 @@ TABLE_ENTRY_BYTES = 4  # block tables are int32 on the GPU
 NAMES = "ABCDEFGH"
 
 
-def sweep(max_model_len: int, dataset: str = "sharegpt", num_requests: int = 150, rate: float = 8.0,
-          seed: int = 0, kernel: Mapping[int, float] | None = None) -> list[dict[str, float | str]]:  # fmt: skip
+def sweep(
+    max_model_len: int,
+    dataset: str = "sharegpt",
+    num_requests: int = 150,
+    rate: float = 8.0,
+    seed: int = 0,
+    kernel: Mapping[int, float] | None = None,
+) -> list[dict[str, float | str]]:
     """One paged simulation per block size over the same trace and KV bytes: waste, table length, throughput.
 
     kernel: block size -> the paged kernel's cost vs its best block size (`kernel_costs`' column); each step's
@@ -52,27 +58,30 @@ def sweep(max_model_len: int, dataset: str = "sharegpt", num_requests: int = 150
         raise ValueError(f"max context {max_model_len} is not offered; use one of {list(MAX_CONTEXTS)}")
     trace = generate_trace(dataset, num_requests, rate, seed=seed, max_len=max_model_len)
     finals = [min(r.prompt_len + r.output_len, max_model_len) for r in trace]
-    run = lambda bs, f: simulate_model(trace, MODEL, GPU, "paged", block_size=bs, max_model_len=max_model_len,
-                                       kv_read_factor=f).summary  # fmt: skip
+    run = lambda bs, f: (
+        simulate_model(trace, MODEL, GPU, "paged", block_size=bs, max_model_len=max_model_len, kv_read_factor=f).summary
+    )
     rows = []
     for bs in BLOCK_SIZES:
         factor = 1.0 if kernel is None else float(kernel[bs])
         s = run(bs, 1.0)
         charged = s if factor == 1.0 else run(bs, factor)
         width = -(-max_model_len // bs)
-        rows.append({
-            "block size": bs,
-            "vLLM accepts": vllm_accepts(bs),
-            "internal waste %": 100 * s.avg_internal,
-            "utilization %": 100 * (1 - s.avg_waste),
-            "entries per sequence": sum(-(-n // bs) for n in finals) / len(finals),
-            "table width (max entries)": width,
-            "table bytes per sequence": width * TABLE_ENTRY_BYTES,
-            "peak running": charged.peak_concurrency,
-            "kernel cost vs best": factor,
-            "tokens/s, free kernel": s.tokens_per_s,
-            "tokens/s": charged.tokens_per_s,
-        })  # fmt: skip
+        rows.append(
+            {
+                "block size": bs,
+                "vLLM accepts": vllm_accepts(bs),
+                "internal waste %": 100 * s.avg_internal,
+                "utilization %": 100 * (1 - s.avg_waste),
+                "entries per sequence": sum(-(-n // bs) for n in finals) / len(finals),
+                "table width (max entries)": width,
+                "table bytes per sequence": width * TABLE_ENTRY_BYTES,
+                "peak running": charged.peak_concurrency,
+                "kernel cost vs best": factor,
+                "tokens/s, free kernel": s.tokens_per_s,
+                "tokens/s": charged.tokens_per_s,
+            }
+        )
     return rows
 
 
@@ -95,18 +104,22 @@ def claims() -> dict[str, dict]:
     factors = fitted_costs(costs)
     rows = sweep(DEFAULT_MAX_CONTEXT, kernel=factors)
     best, free = peak_row(rows), peak_row(rows, "tokens/s, free kernel")
-    return {"paged": {
-        "claim": "tokens/s peaks at a block size >= 8 once the paged kernel's measured cost per block size is charged",
-        "holds": int(best["block size"]) >= 8,
-        "peak_block_size": best["block size"],
-        "peak_without_kernel_cost": free["block size"],
-        "tokens_per_s": {r["block size"]: round(float(r["tokens/s"]), 1) for r in rows},
-        "kernel_cost_vs_best": {r["block size"]: round(float(r["kernel cost vs best"]), 3) for r in costs},
-        "kernel_cost_fitted": {bs: round(f, 3) for bs, f in factors.items()},
-        "kernel_ns_per_token": {r["block size"]: round(float(r["ns per cached token"]), 3) for r in costs},
-        "kernel_shape": f"{KERNEL_SEQS} seqs x {KERNEL_CONTEXT} tokens, demo heads, {default_device()}"
-        + (", 1 thread, CPU time" if default_device() == "cpu" else ""),
-    }}  # fmt: skip
+    return {
+        "paged": {
+            "claim": (
+                "tokens/s peaks at a block size >= 8 once the paged kernel's measured cost per block size is charged"
+            ),
+            "holds": int(best["block size"]) >= 8,
+            "peak_block_size": best["block size"],
+            "peak_without_kernel_cost": free["block size"],
+            "tokens_per_s": {r["block size"]: round(float(r["tokens/s"]), 1) for r in rows},
+            "kernel_cost_vs_best": {r["block size"]: round(float(r["kernel cost vs best"]), 3) for r in costs},
+            "kernel_cost_fitted": {bs: round(f, 3) for bs, f in factors.items()},
+            "kernel_ns_per_token": {r["block size"]: round(float(r["ns per cached token"]), 3) for r in costs},
+            "kernel_shape": f"{KERNEL_SEQS} seqs x {KERNEL_CONTEXT} tokens, demo heads, {default_device()}"
+            + (", 1 thread, CPU time" if default_device() == "cpu" else ""),
+        }
+    }
 
 
 @dataclass
@@ -123,8 +136,11 @@ class PoolPicture:
 
     def table_rows(self) -> list[dict[str, object]]:
         """One row per (sequence, logical block): the mapping the attention kernel follows."""
-        return [{"sequence": name, "logical block": i, "physical block": b, "tokens": self.fills[name][i]}
-                for name, table in self.tables.items() for i, b in enumerate(table)]  # fmt: skip
+        return [
+            {"sequence": name, "logical block": i, "physical block": b, "tokens": self.fills[name][i]}
+            for name, table in self.tables.items()
+            for i, b in enumerate(table)
+        ]
 
 
 def _picture(bm: BlockManager, seqs: dict[str, Sequence], notes: list[str]) -> PoolPicture:
@@ -136,9 +152,16 @@ def _picture(bm: BlockManager, seqs: dict[str, Sequence], notes: list[str]) -> P
             n = s.num_computed_tokens
             tables[name] = list(s.block_table)
             fills[name] = [max(0, min(bs, n - i * bs)) for i in range(len(s.block_table))]
-    blocks = [{"block_id": b.block_id, "state": b.state, "ref_count": b.ref_count,
-               "owners": "+".join(names.get(o, str(o)) for o in b.owners), "filled": b.num_filled}
-              for b in bm.snapshot()]  # fmt: skip
+    blocks = [
+        {
+            "block_id": b.block_id,
+            "state": b.state,
+            "ref_count": b.ref_count,
+            "owners": "+".join(names.get(o, str(o)) for o in b.owners),
+            "filled": b.num_filled,
+        }
+        for b in bm.snapshot()
+    ]
     usage = bm.usage()
     return PoolPicture(bs, tables, fills, blocks, usage.allocated_slots, usage.used_slots, list(notes))
 
@@ -213,8 +236,11 @@ def sharing_demo(block_size: int) -> list[SharingStage]:
     bm.fork(a, b)
     stages.append(SharingStage("2. B is forked from A: same blocks, ref count 2", _picture(bm, seqs, []), []))
     copies = _decode(bm, a, 7001)
-    note = "A's last block was shared and partial, so it was copied before A wrote" if copies else (
-        "A's blocks were all full: its token went to a new block, nothing to copy")  # fmt: skip
+    note = (
+        "A's last block was shared and partial, so it was copied before A wrote"
+        if copies
+        else ("A's blocks were all full: its token went to a new block, nothing to copy")
+    )
     stages.append(SharingStage(f"3. A writes a token: {note}", _picture(bm, seqs, []), copies))
     copied = bool(copies)
     copies = _decode(bm, b, 7002)
@@ -222,8 +248,11 @@ def sharing_demo(block_size: int) -> list[SharingStage]:
     stages.append(SharingStage(f"4. B writes its own token: {note}", _picture(bm, seqs, []), copies))
     hit = bm.allocate_sequence(c)
     c.num_computed_tokens = prompt_len
-    stages.append(SharingStage(f"5. C arrives with the same prompt: {hit} tokens come from the prefix cache",
-                               _picture(bm, seqs, []), []))  # fmt: skip
+    stages.append(
+        SharingStage(
+            f"5. C arrives with the same prompt: {hit} tokens come from the prefix cache", _picture(bm, seqs, []), []
+        )
+    )
     return stages
 
 
@@ -236,10 +265,33 @@ def window_rows(block_size: int, model: str = "mistral-7b", contexts: tuple[int,
     window = MODELS[model].sliding_window
     if window is None:
         raise ValueError(f"model {model!r} has no sliding window; use one whose config.json sets sliding_window")
-    return [{"context (tokens)": n, "blocks, full attention": kv_blocks_per_seq(n, block_size),
-             f"blocks, window {window:,}": kv_blocks_per_seq(n, block_size, window, 1)} for n in contexts]  # fmt: skip
+    return [
+        {
+            "context (tokens)": n,
+            "blocks, full attention": kv_blocks_per_seq(n, block_size),
+            f"blocks, window {window:,}": kv_blocks_per_seq(n, block_size, window, 1),
+        }
+        for n in contexts
+    ]
 
 
-__all__ = ["BLOCK_SIZES", "DEFAULT_BLOCK_SIZE", "DEFAULT_MAX_CONTEXT", "MAX_CONTEXTS", "VLLM_BLOCK_SIZES",
-           "PoolPicture", "SharingStage", "allocator_picture", "claims", "kernel_costs", "kernel_inputs", "peak_row",
-           "sharing_demo", "sweep", "sweep_row", "vllm_accepts", "window_rows", "fitted_costs"]  # fmt: skip
+__all__ = [
+    "BLOCK_SIZES",
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_MAX_CONTEXT",
+    "MAX_CONTEXTS",
+    "VLLM_BLOCK_SIZES",
+    "PoolPicture",
+    "SharingStage",
+    "allocator_picture",
+    "claims",
+    "kernel_costs",
+    "kernel_inputs",
+    "peak_row",
+    "sharing_demo",
+    "sweep",
+    "sweep_row",
+    "vllm_accepts",
+    "window_rows",
+    "fitted_costs",
+]

@@ -34,8 +34,9 @@ def vllm_accepts(block_size: int) -> str:
     return "yes" if block_size % 16 == 0 else "not on FlashAttention"
 
 
-def kernel_inputs(block_size: int, num_seqs: int = KERNEL_SEQS, context: int = KERNEL_CONTEXT, seed: int = 0,
-                  device: str = "cpu") -> tuple[torch.Tensor, ...]:  # fmt: skip
+def kernel_inputs(
+    block_size: int, num_seqs: int = KERNEL_SEQS, context: int = KERNEL_CONTEXT, seed: int = 0, device: str = "cpu"
+) -> tuple[torch.Tensor, ...]:
     """(q, k_cache, v_cache, block_tables, seq_lens) of one decode step in blocks of block_size, demo shape.
 
     Every sequence holds `context` tokens in ceil(context / block_size) blocks; the physical blocks are a
@@ -53,9 +54,11 @@ def kernel_inputs(block_size: int, num_seqs: int = KERNEL_SEQS, context: int = K
 
 
 def kernel_costs(
-    block_sizes: tuple[int, ...] = BLOCK_SIZES, num_seqs: int = KERNEL_SEQS, context: int = KERNEL_CONTEXT,
+    block_sizes: tuple[int, ...] = BLOCK_SIZES,
+    num_seqs: int = KERNEL_SEQS,
+    context: int = KERNEL_CONTEXT,
     repeats: int = KERNEL_REPEATS,
-) -> list[dict[str, float | str]]:  # fmt: skip
+) -> list[dict[str, float | str]]:
     """Time the engine's decode attention (ops.paged_varlen_attention, one query per sequence) per block size.
 
     Each call also builds its gather index from the block table, as a decode step does once for its layers.
@@ -66,8 +69,10 @@ def kernel_costs(
     device = default_device()
     args = {bs: kernel_inputs(bs, num_seqs, context, device=device) for bs in block_sizes}
     cu = torch.arange(num_seqs + 1, dtype=torch.int32, device=device)  # one query per sequence: decode
-    fns = {bs: (lambda q, k, v, t, lens: lambda: ops.paged_varlen_attention(q, k, v, cu, lens, t, 1))(*a)
-           for bs, a in args.items()}  # fmt: skip
+    fns = {
+        bs: (lambda q, k, v, t, lens: lambda: ops.paged_varlen_attention(q, k, v, cu, lens, t, 1))(*a)
+        for bs, a in args.items()
+    }
     threads = torch.get_num_threads()
     try:
         if device == "cpu":
@@ -76,9 +81,16 @@ def kernel_costs(
     finally:
         torch.set_num_threads(threads)
     best = min(seconds.values())
-    return [{"block size": bs, "kernel ms": 1e3 * t, "ns per cached token": 1e9 * t / (num_seqs * context),
-             "kernel cost vs best": t / best, "vLLM accepts": vllm_accepts(bs)}
-            for bs, t in seconds.items()]  # fmt: skip
+    return [
+        {
+            "block size": bs,
+            "kernel ms": 1e3 * t,
+            "ns per cached token": 1e9 * t / (num_seqs * context),
+            "kernel cost vs best": t / best,
+            "vLLM accepts": vllm_accepts(bs),
+        }
+        for bs, t in seconds.items()
+    ]
 
 
 def fitted_costs(rows: list[dict[str, float | str]]) -> dict[int, float]:

@@ -347,18 +347,21 @@ def _name(request_id: int, first_id: int) -> str:
 def output_rows(run: PlaygroundRun) -> list[dict[str, Any]]:
     """One row per request: prompt, generated text, token counts, why it stopped, preemptions, timings."""
     first = min(o.request_id for o in run.outputs)
-    return [{
-        "request": _name(o.request_id, first),
-        "prompt": o.prompt,
-        "generated text": o.text,
-        "prompt tokens": len(o.prompt_token_ids),
-        "generated tokens": len(o.token_ids),
-        "finish": o.finish_reason,
-        "preemptions": o.num_preemptions,
-        "prefix-cache tokens": o.num_cached_tokens,
-        "TTFT ms": round(1e3 * o.ttft, 1) if o.ttft is not None else None,
-        "latency ms": round(1e3 * o.latency, 1) if o.latency is not None else None,
-    } for o in run.outputs]  # fmt: skip
+    return [
+        {
+            "request": _name(o.request_id, first),
+            "prompt": o.prompt,
+            "generated text": o.text,
+            "prompt tokens": len(o.prompt_token_ids),
+            "generated tokens": len(o.token_ids),
+            "finish": o.finish_reason,
+            "preemptions": o.num_preemptions,
+            "prefix-cache tokens": o.num_cached_tokens,
+            "TTFT ms": round(1e3 * o.ttft, 1) if o.ttft is not None else None,
+            "latency ms": round(1e3 * o.latency, 1) if o.latency is not None else None,
+        }
+        for o in run.outputs
+    ]
 
 
 def step_rows(run: PlaygroundRun) -> list[dict[str, Any]]:
@@ -368,19 +371,21 @@ def step_rows(run: PlaygroundRun) -> list[dict[str, Any]]:
     rows = []
     for t in run.traces:
         sampled = sum(1 for r in t.scheduled if r.sampled_token is not None)
-        rows.append({
-            "step": t.step - run.traces[0].step + 1,
-            "running": len(t.running),
-            "waiting": len(t.waiting),
-            "batched tokens": t.num_batched_tokens,
-            "joined": names(t.admitted),
-            "finished": names(t.finished),
-            "preempted": names(t.preempted),
-            "KV blocks used": t.num_blocks - t.num_free_blocks,
-            "KV usage %": round(100 * t.kv_usage, 1),
-            "ms": round(1e3 * t.duration_s, 2),
-            "tokens/s": round(sampled / t.duration_s, 1) if t.duration_s > 0 else 0.0,
-        })  # fmt: skip
+        rows.append(
+            {
+                "step": t.step - run.traces[0].step + 1,
+                "running": len(t.running),
+                "waiting": len(t.waiting),
+                "batched tokens": t.num_batched_tokens,
+                "joined": names(t.admitted),
+                "finished": names(t.finished),
+                "preempted": names(t.preempted),
+                "KV blocks used": t.num_blocks - t.num_free_blocks,
+                "KV usage %": round(100 * t.kv_usage, 1),
+                "ms": round(1e3 * t.duration_s, 2),
+                "tokens/s": round(sampled / t.duration_s, 1) if t.duration_s > 0 else 0.0,
+            }
+        )
     return rows
 
 
@@ -404,16 +409,32 @@ def step_view(run: PlaygroundRun, index: int) -> StepView:
     filled = {b.block_id: b.num_filled for b in t.blocks}
     tables = {_name(r, first): list(tbl) for r, tbl in t.block_tables.items()}
     fills = {_name(r, first): [filled[b] for b in tbl] for r, tbl in t.block_tables.items()}
-    blocks = [{"block_id": b.block_id, "state": b.state, "ref_count": b.ref_count,
-               "owners": "+".join(_name(o, first) for o in b.owners), "filled": b.num_filled}
-              for b in t.blocks]  # fmt: skip
-    scheduled = [{"request": _name(r.request_id, first), "phase": r.phase, "new tokens": r.num_new_tokens,
-                  "already in cache": r.num_computed_tokens,
-                  "sampled token": r.sampled_token if r.sampled_token is not None else "—"}
-                 for r in t.scheduled]  # fmt: skip
+    blocks = [
+        {
+            "block_id": b.block_id,
+            "state": b.state,
+            "ref_count": b.ref_count,
+            "owners": "+".join(_name(o, first) for o in b.owners),
+            "filled": b.num_filled,
+        }
+        for b in t.blocks
+    ]
+    scheduled = [
+        {
+            "request": _name(r.request_id, first),
+            "phase": r.phase,
+            "new tokens": r.num_new_tokens,
+            "already in cache": r.num_computed_tokens,
+            "sampled token": r.sampled_token if r.sampled_token is not None else "—",
+        }
+        for r in t.scheduled
+    ]
     parts = [f"{len(t.scheduled)} request(s) ran, computing {t.num_batched_tokens} token(s)."]
-    for label, ids in (("Joined", t.admitted), ("Finished and freed its blocks", t.finished),
-                       ("Preempted (blocks freed, will recompute)", t.preempted)):  # fmt: skip
+    for label, ids in (
+        ("Joined", t.admitted),
+        ("Finished and freed its blocks", t.finished),
+        ("Preempted (blocks freed, will recompute)", t.preempted),
+    ):
         if ids:
             parts.append(f"{label}: {', '.join(_name(i, first) for i in ids)}.")
     if t.copies:

@@ -15,25 +15,59 @@ LINKS = {
     ),
     "gqa": (
         {"model": "llama-2-70b", "kv_dtype": "fp8", "groups": "2", "context": "4096", "users": "3", "seq_len": "32"},
-        {"gqa_model": "llama-2-70b", "gqa_dtype": "fp8", "gqa_groups_llama-2-70b": 2, "gqa_context": 4096,
-         "gqa_users": 3, "gqa_seq": 32},
+        {
+            "gqa_model": "llama-2-70b",
+            "gqa_dtype": "fp8",
+            "gqa_groups_llama-2-70b": 2,
+            "gqa_context": 4096,
+            "gqa_users": 3,
+            "gqa_seq": 32,
+        },
     ),
     "packing": ({"lengths": "7,9", "causal": "false"}, {"pack_lengths": "7, 9", "pack_causal": False}),
     "fragmentation": (
-        {"model": "llama-2-7b", "gpu": "a100-80gb", "max_model_len": "4096", "dataset": "alpaca", "rate": "4.5",
-         "requests": "60"},
-        {"frag_model": "llama-2-7b", "frag_gpu": "a100-80gb", "frag_max_len": 4096, "frag_dataset": "alpaca",
-         "frag_rate": 4.5, "frag_requests": 60},
+        {
+            "model": "llama-2-7b",
+            "gpu": "a100-80gb",
+            "max_model_len": "4096",
+            "dataset": "alpaca",
+            "rate": "4.5",
+            "requests": "60",
+        },
+        {
+            "frag_model": "llama-2-7b",
+            "frag_gpu": "a100-80gb",
+            "frag_max_len": 4096,
+            "frag_dataset": "alpaca",
+            "frag_rate": 4.5,
+            "frag_requests": 60,
+        },
     ),
     "paged": ({"block_size": "64", "max_context": "4096"}, {"paged_block": 64, "paged_context": 4096}),
     "diagnosis": ({"incident": "mha-rag", "variant": "7"}, {"diag_scenario": "mha-rag", "diag_variant": 7}),
     "playground": (
-        {"max_tokens": "5", "temperature": "0", "top_p": "0.9", "top_k": "0", "seed": "3", "block_size": "16",
-         "num_blocks": "40", "prefix_caching": "true"},
-        {"pg_max_tokens": 5, "pg_temperature": 0.0, "pg_top_p": 0.9, "pg_top_k": 0, "pg_seed": 3, "pg_block": 16,
-         "pg_blocks": 40, "pg_prefix": True},
+        {
+            "max_tokens": "5",
+            "temperature": "0",
+            "top_p": "0.9",
+            "top_k": "0",
+            "seed": "3",
+            "block_size": "16",
+            "num_blocks": "40",
+            "prefix_caching": "true",
+        },
+        {
+            "pg_max_tokens": 5,
+            "pg_temperature": 0.0,
+            "pg_top_p": 0.9,
+            "pg_top_k": 0,
+            "pg_seed": 3,
+            "pg_block": 16,
+            "pg_blocks": 40,
+            "pg_prefix": True,
+        },
     ),
-}  # fmt: skip
+}
 
 CANONICAL = {"packing": {"lengths": "7, 9"}}  # how the page writes a setting back when it differs from the link
 
@@ -56,8 +90,12 @@ BAD = {
     ),
     "fragmentation": (
         {"model": "demo", "max_model_len": "3000", "rate": "1.25", "requests": "1000"},
-        {"model": "one of llama-2-7b", "max_model_len": "one of 512, 1024", "rate": "0.5 … 64 in steps of 0.5",
-         "requests": "20 … 400 in steps of 20"},
+        {
+            "model": "one of llama-2-7b",
+            "max_model_len": "one of 512, 1024",
+            "rate": "0.5 … 64 in steps of 0.5",
+            "requests": "20 … 400 in steps of 20",
+        },
         {"frag_model": "llama-2-13b", "frag_max_len": 2048, "frag_rate": 8.0, "frag_requests": 200},
     ),
     "paged": (
@@ -75,7 +113,7 @@ BAD = {
         {"temperature": "0 … 2 in steps of 0.1", "block_size": "one of 1, 2, 4", "prefix_caching": "true or false"},
         {"pg_temperature": 0.6, "pg_block": 8, "pg_prefix": False},
     ),
-}  # fmt: skip
+}
 
 
 def opened(app_test, page_id: str, query: dict[str, str]) -> AppTest:

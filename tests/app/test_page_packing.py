@@ -32,8 +32,11 @@ def test_defaults_show_fair_baseline_timings_and_the_sweep(at):
     assert f"Padded ({lab.BASELINES[True]})" in shown and "Packing speed-up" in shown
     frames = {tuple(d.value.columns): d.value for d in at.dataframe}
     timings = next(v for cols, v in frames.items() if "side" in cols and "ms" in cols)
-    assert timings["side"].tolist() == ["packed (varlen_attention)", f"padded, {lab.BASELINES[True]}",
-                                        "padded, materialized mask"]  # fmt: skip
+    assert timings["side"].tolist() == [
+        "packed (varlen_attention)",
+        f"padded, {lab.BASELINES[True]}",
+        "padded, materialized mask",
+    ]
     sweep = next(v for cols, v in frames.items() if "packed / padded" in cols)
     assert len(sweep) == len(lab.SWEEP_FRACTIONS)
     assert sweep["padding %"].is_monotonic_increasing and sweep["padding %"].iloc[0] == 0

@@ -23,9 +23,16 @@ from kernels.reference import varlen_attention_ref
 
 def tiny_args(causal: bool = True, heads: int = 4, kv_heads: int = 2, seed: int = 0) -> SimpleNamespace:
     return SimpleNamespace(
-        seed=seed, batch=4, min_len=3, max_len=12, heads=heads, kv_heads=kv_heads, head_dim=8,
-        dtype="float32", causal=causal,
-    )  # fmt: skip
+        seed=seed,
+        batch=4,
+        min_len=3,
+        max_len=12,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=8,
+        dtype="float32",
+        causal=causal,
+    )
 
 
 def test_attention_flops_by_hand():

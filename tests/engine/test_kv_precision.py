@@ -41,8 +41,10 @@ def test_the_same_budget_holds_more_tokens_in_fp8(tiny, dtype, bytes_per_element
     folder, _ = tiny
     per_token = 2 * 2 * 2 * 8  # K and V x 2 layers x 2 KV heads x head_dim 8 elements
     budget = per_token * bytes_per_element * 16 * 10  # ten blocks of 16 tokens at the model's precision
-    engines = {kind: LLM(folder, device="cpu", dtype=dtype, kv_cache_dtype=kind, kv_cache_memory_bytes=budget)
-               for kind in ("auto", "fp8")}  # fmt: skip
+    engines = {
+        kind: LLM(folder, device="cpu", dtype=dtype, kv_cache_dtype=kind, kv_cache_memory_bytes=budget)
+        for kind in ("auto", "fp8")
+    }
     full, fp8 = engines["auto"], engines["fp8"]
     assert full.kv_cache.dtype == getattr(torch, dtype) and fp8.kv_cache.dtype == torch.float8_e4m3fn
     assert (full.kv_bytes_per_token, fp8.kv_bytes_per_token) == (per_token * bytes_per_element, per_token)
@@ -125,8 +127,15 @@ def test_triton_fp8_path_matches_the_torch_fp8_path(tiny):
     ids = [5, 9, 12, 40, 41, 42, 7, 8, 9, 10]
     logits, scales = {}, {}
     for backend in ("torch", "triton"):
-        llm = LLM(folder, device="cpu", backend=backend, kv_cache_dtype="fp8", num_gpu_blocks=16, block_size=4,
-                  preloaded=loaded)  # fmt: skip
+        llm = LLM(
+            folder,
+            device="cpu",
+            backend=backend,
+            kv_cache_dtype="fp8",
+            num_gpu_blocks=16,
+            block_size=4,
+            preloaded=loaded,
+        )
         logits[backend] = lab.path_logits(llm, ids, 6)  # a 6-token prefill, then 4 decodes
         scales[backend] = llm.kv_cache.scales.clone()
     assert torch.equal(scales["torch"][0], scales["triton"][0])  # layer 0 sees the same K/V on both paths

@@ -146,9 +146,14 @@ def test_refusals_name_the_value(kwargs, match):
 
 def test_numpy_numbers_are_accepted_as_python_numbers():
     params = SamplingParams(
-        max_tokens=np.int64(5), temperature=np.float32(0.5), top_k=np.int32(3), top_p=np.float64(0.9),
-        seed=np.uint64(7), stop_token_ids=np.array([1, 2]), ignore_eos=np.bool_(True),
-    )  # fmt: skip
+        max_tokens=np.int64(5),
+        temperature=np.float32(0.5),
+        top_k=np.int32(3),
+        top_p=np.float64(0.9),
+        seed=np.uint64(7),
+        stop_token_ids=np.array([1, 2]),
+        ignore_eos=np.bool_(True),
+    )
     assert (params.max_tokens, params.temperature, params.top_k, params.top_p, params.seed) == (5, 0.5, 3, 0.9, 7)
     assert type(params.max_tokens) is int and type(params.temperature) is float and type(params.seed) is int
     assert params.stop_token_ids == [1, 2] and all(type(t) is int for t in params.stop_token_ids)

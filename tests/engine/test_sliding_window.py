@@ -30,10 +30,20 @@ def mistral(request, tmp_path_factory):
     """(folder, window, prompts, transformers' greedy continuations) for one window size."""
     window = request.param
     config = transformers.MistralConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, sliding_window=window,
-        bos_token_id=None, eos_token_id=None, pad_token_id=0, initializer_range=0.1,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        sliding_window=window,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
+        initializer_range=0.1,
+    )
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     model = transformers.MistralForCausalLM(config).eval()
@@ -58,12 +68,12 @@ def _held(table: list[int]) -> int:
 def test_greedy_matches_transformers_past_the_window(mistral, block_size, chunk):
     folder, window, prompts, refs = mistral
     num_blocks = 1024 // block_size
-    llm = LLM(str(folder), device="cpu", block_size=block_size, num_gpu_blocks=num_blocks,
-              max_num_batched_tokens=chunk)  # fmt: skip
+    llm = LLM(str(folder), device="cpu", block_size=block_size, num_gpu_blocks=num_blocks, max_num_batched_tokens=chunk)
     assert llm.max_model_len == 256 > window  # the window no longer caps the context
     traces = []
-    outs = llm.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True),
-                        on_step=traces.append)  # fmt: skip
+    outs = llm.generate(
+        prompts, SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True), on_step=traces.append
+    )
     assert [o.token_ids for o in outs] == refs
     # Blocks the window dropped are free again: the pool's free count is exactly what the tables do not hold.
     for t in traces:
@@ -91,8 +101,7 @@ def test_a_cache_smaller_than_the_context_serves_a_windowed_model(mistral):
     """max_model_len may exceed the pool: a windowed sequence only ever holds its window's blocks."""
     folder, window, prompts, refs = mistral
     need = kv_blocks_per_seq(256, 4, window, 16)
-    llm = LLM(str(folder), device="cpu", block_size=4, num_gpu_blocks=need, max_num_batched_tokens=16,
-              max_num_seqs=1)  # fmt: skip
+    llm = LLM(str(folder), device="cpu", block_size=4, num_gpu_blocks=need, max_num_batched_tokens=16, max_num_seqs=1)
     assert llm.max_model_len == 256 > need * 4
     outs = llm.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True))
     assert [o.token_ids for o in outs] == refs

@@ -180,8 +180,17 @@ def test_paged_varlen_torch_is_finite_where_the_reference_is(c, block_size, wind
 @pytest.mark.parametrize("scale", [1e-30, 1e30])
 def test_split_k_merge_stays_finite_at_extreme_scales(scale):
     """Long sequences through the split-K decode path (several 64-token chunks merged by log-sum-exp)."""
-    c = {"dtype": torch.bfloat16, "heads": (4, 2), "head_dim": 8, "scale": scale, "mag": (1.0, 1.0, 1.0),
-         "causal": False, "seed": 3, "lens": [150, 70, 0, 1], "ties": False}  # fmt: skip
+    c = {
+        "dtype": torch.bfloat16,
+        "heads": (4, 2),
+        "head_dim": 8,
+        "scale": scale,
+        "mag": (1.0, 1.0, 1.0),
+        "causal": False,
+        "seed": 3,
+        "lens": [150, 70, 0, 1],
+        "ties": False,
+    }
     q, k_cache, v_cache, tables, lens, v_max = paged_inputs(c, 16)
     ref = paged_attention_ref(q, k_cache, v_cache, tables, lens, scale=scale)
     with mock.patch.object(paged_torch, "TORCH_CHUNK_BYTES", 1):
@@ -192,13 +201,40 @@ def test_split_k_merge_stays_finite_at_extreme_scales(scale):
 # ------------------------------------------------------------------------------------------------- triton
 
 TRITON_CASES = [
-    {"dtype": torch.float32, "heads": (4, 2), "head_dim": 8, "scale": 1e30, "mag": (1.0, 1.0, 1.0),
-     "causal": True, "seed": 1, "lens": [3, 5], "ties": False},
-    {"dtype": torch.float32, "heads": (2, 1), "head_dim": 4, "scale": 1e-30, "mag": (1e18, 1e18, 1.0),
-     "causal": False, "seed": 2, "lens": [4, 1], "ties": True},
-    {"dtype": torch.float16, "heads": (2, 2), "head_dim": 8, "scale": 1e12, "mag": (1e3, 1e-3, 1e3),
-     "causal": True, "seed": 3, "lens": [2, 6], "ties": False},
-]  # fmt: skip
+    {
+        "dtype": torch.float32,
+        "heads": (4, 2),
+        "head_dim": 8,
+        "scale": 1e30,
+        "mag": (1.0, 1.0, 1.0),
+        "causal": True,
+        "seed": 1,
+        "lens": [3, 5],
+        "ties": False,
+    },
+    {
+        "dtype": torch.float32,
+        "heads": (2, 1),
+        "head_dim": 4,
+        "scale": 1e-30,
+        "mag": (1e18, 1e18, 1.0),
+        "causal": False,
+        "seed": 2,
+        "lens": [4, 1],
+        "ties": True,
+    },
+    {
+        "dtype": torch.float16,
+        "heads": (2, 2),
+        "head_dim": 8,
+        "scale": 1e12,
+        "mag": (1e3, 1e-3, 1e3),
+        "causal": True,
+        "seed": 3,
+        "lens": [2, 6],
+        "ties": False,
+    },
+]
 
 
 @pytest.mark.skipif(not TRITON_OK, reason="triton not installed")

@@ -412,8 +412,12 @@ def test_benchmark_smoke():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
         [sys.executable, "-m", "bench.paged_varlen", *args.split()],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     record = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(record["kinds"]) == {"prefill_chunks", "decode", "mixed"}

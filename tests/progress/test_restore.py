@@ -72,8 +72,10 @@ def test_sign_in_on_another_replica_restores_ticks_scores_and_answers(store_url,
     saved = direct.load("room-1", "sam")
     direct.close()
     assert saved["visited"] == ["gqa"]
-    assert saved["quiz"] == {first.id: {"answer": first.correct_option, "correct": True},
-                             second.id: {"answer": wrong, "correct": False}}  # fmt: skip
+    assert saved["quiz"] == {
+        first.id: {"answer": first.correct_option, "correct": True},
+        second.id: {"answer": wrong, "correct": False},
+    }
     answer = predictions.for_page("gqa").answer
     assert saved["predict"] == {"gqa": {"value": 512.0, "answer": answer, "close": False}}
 

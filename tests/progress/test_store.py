@@ -36,7 +36,7 @@ SAMPLE = {
     "predict": {
         "gqa": {"value": 512.0, "answer": 128.0, "close": False},
         "paged": {"value": 63, "answer": 63.0, "close": True},
-    },  # fmt: skip
+    },
 }
 
 

@@ -19,8 +19,9 @@ def test_roofline_roof_is_min_of_peak_and_bandwidth_line():
 
 
 def test_batch_sweep_draws_batches_that_do_not_fit_apart():
-    rows = [{"batch": b, "tokens per s": 10.0 * b, "fits in memory": "yes" if b <= 111 else "no"}
-            for b in (1, 16, 111, 256)]  # fmt: skip
+    rows = [
+        {"batch": b, "tokens per s": 10.0 * b, "fits in memory": "yes" if b <= 111 else "no"} for b in (1, 16, 111, 256)
+    ]
     fits, over = charts_bandwidth.batch_sweep(rows, 111).data
     assert list(fits.x) == [1, 16, 111] and list(over.x) == [256] and list(over.text) == ["does not fit"]
     assert fig_has_text(charts_bandwidth.batch_sweep(rows, 111), "largest batch that fits: 111")

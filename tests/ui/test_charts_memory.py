@@ -66,9 +66,15 @@ def test_memory_breakdown_labels_each_part():
 
 
 def test_block_size_throughput_labels_the_peak_and_vllm_refusals():
-    rows = [{"block size": bs, "tokens/s": tps, "kernel cost vs best": cost, "vLLM accepts": ok}
-            for bs, tps, cost, ok in ((2, 90.0, 1.4, "no"), (8, 95.0, 1.1, "not on FlashAttention"),
-                                      (16, 100.0, 1.0, "yes"), (256, 80.0, 1.0, "yes"))]  # fmt: skip
+    rows = [
+        {"block size": bs, "tokens/s": tps, "kernel cost vs best": cost, "vLLM accepts": ok}
+        for bs, tps, cost, ok in (
+            (2, 90.0, 1.4, "no"),
+            (8, 95.0, 1.1, "not on FlashAttention"),
+            (16, 100.0, 1.0, "yes"),
+            (256, 80.0, 1.0, "yes"),
+        )
+    ]
     bars, cost = cm.block_size_throughput(rows, 16).data
     assert list(bars.x) == ["2", "8", "16", "256"] and list(cost.y) == [1.4, 1.1, 1.0, 1.0]
     assert "peak" in bars.text[2] and not any("peak" in t for i, t in enumerate(bars.text) if i != 2)
@@ -78,8 +84,10 @@ def test_block_size_throughput_labels_the_peak_and_vllm_refusals():
 
 
 def test_waste_by_policy_stacks_the_four_shares_per_server():
-    rows = [{"server": "static Max", "stored %": 20.0, "reserved %": 10.0, "internal %": 65.0, "external %": 5.0},
-            {"server": "paged", "stored %": 98.0, "reserved %": 0.0, "internal %": 2.0, "external %": 0.0}]  # fmt: skip
+    rows = [
+        {"server": "static Max", "stored %": 20.0, "reserved %": 10.0, "internal %": 65.0, "external %": 5.0},
+        {"server": "paged", "stored %": 98.0, "reserved %": 0.0, "internal %": 2.0, "external %": 0.0},
+    ]
     fig = cm.waste_by_policy(rows)
     assert [t.name for t in fig.data] == ["stored", "reserved", "internal", "external"]
     for i in range(2):

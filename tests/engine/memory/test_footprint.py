@@ -23,13 +23,33 @@ from engine.memory.roofline import StepTimeModel, roofline
 from engine.memory.specs import custom_model, estimate_params, model_from_config
 
 KiB = 1024
-CATALOG_KEYS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b",
-                "llama-3.1-70b", "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "qwen2.5-0.5b", "qwen2.5-7b",
-                "qwen2.5-72b", "demo"]  # fmt: skip
+CATALOG_KEYS = [
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen2.5-0.5b",
+    "qwen2.5-7b",
+    "qwen2.5-72b",
+    "demo",
+]
 
 # KV bytes per token at 2 bytes/element, from the published config.json files
-PUBLISHED_KV = [("llama-2-7b", 524288), ("llama-3-8b", 131072), ("qwen2.5-7b", 57344), ("llama-2-70b", 327680),
-                ("llama-3-70b", 327680), ("llama-3.1-405b", 516096), ("mistral-7b", 131072)]  # fmt: skip
+PUBLISHED_KV = [
+    ("llama-2-7b", 524288),
+    ("llama-3-8b", 131072),
+    ("qwen2.5-7b", 57344),
+    ("llama-2-70b", 327680),
+    ("llama-3-70b", 327680),
+    ("llama-3.1-405b", 516096),
+    ("mistral-7b", 131072),
+]
 # (layers, hidden, heads, kv_heads, vocab, max_position_embeddings) as in each config.json
 PUBLISHED_ARCH = {
     "llama-2-7b": (32, 4096, 32, 32, 32000, 4096),
@@ -130,9 +150,15 @@ def test_gpu_datasheet_numbers_and_gib():
 
 def test_config_json_from_transformers_round_trips():
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(hidden_size=512, num_hidden_layers=6, num_attention_heads=8,
-                                   num_key_value_heads=2, intermediate_size=1376, vocab_size=1000,
-                                   max_position_embeddings=2048)  # fmt: skip
+    cfg = transformers.LlamaConfig(
+        hidden_size=512,
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        intermediate_size=1376,
+        vocab_size=1000,
+        max_position_embeddings=2048,
+    )
     m = model_from_config(cfg.to_json_string(), name="mine")
     assert (m.num_layers, m.num_heads, m.num_kv_heads, m.head_dim, m.max_context) == (6, 8, 2, 64, 2048)
     assert m.kv_bytes_per_token(2) == 2 * 6 * 2 * 64 * 2
@@ -161,8 +187,9 @@ def test_bad_config_json_and_unknown_names_are_rejected():
     with pytest.raises(ValueError, match="num_hidden_layers"):
         model_from_config('{"hidden_size": 64, "num_attention_heads": 4}')
     with pytest.raises(ValueError, match="not a multiple"):
-        model_from_config('{"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, '
-                          '"num_key_value_heads": 3}')  # fmt: skip
+        model_from_config(
+            '{"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 3}'
+        )
     with pytest.raises(ValueError, match="llama-3-8b"):  # the error lists the known names
         get_model("llama-9")
     with pytest.raises(ValueError, match="h100-sxm"):
@@ -181,16 +208,28 @@ def test_vllm_10517_kv_blocks():
 
 def test_vllm_10517_full_startup_arithmetic():
     # The 20k run profiled all 20,000 tokens at once (V0 below 32K); V1 would profile max_num_batched_tokens.
-    fp = serving_footprint("llama-3.1-8b", "rtx-3090", gpu_memory_utilization=0.9, max_model_len=20000,
-                           max_num_batched_tokens=20000, total_bytes=int(23.58 * GiB))  # fmt: skip
+    fp = serving_footprint(
+        "llama-3.1-8b",
+        "rtx-3090",
+        gpu_memory_utilization=0.9,
+        max_model_len=20000,
+        max_num_batched_tokens=20000,
+        total_bytes=int(23.58 * GiB),
+    )
     assert fp.weights_bytes / GiB == pytest.approx(14.99, abs=0.05)  # "Loading model weights took 14.9888 GB"
     assert (fp.weights_bytes + fp.activation_bytes) / GiB == pytest.approx(17.06, abs=0.1)  # peak_torch_memory
     assert fp.overhead_bytes / GiB == pytest.approx(0.35, abs=0.005)  # non_torch_memory=0.35GiB
     assert fp.num_blocks == pytest.approx(1952, rel=0.02)
     assert fp.vllm_concurrency(20000) == pytest.approx(1.56, abs=0.03)
     assert fp.startup_error is None
-    longer = serving_footprint("llama-3.1-8b", "rtx-3090", gpu_memory_utilization=0.9, max_model_len=29000,
-                               max_num_batched_tokens=29000, total_bytes=int(23.58 * GiB))  # fmt: skip
+    longer = serving_footprint(
+        "llama-3.1-8b",
+        "rtx-3090",
+        gpu_memory_utilization=0.9,
+        max_model_len=29000,
+        max_num_batched_tokens=29000,
+        total_bytes=int(23.58 * GiB),
+    )
     assert longer.kv_token_capacity == pytest.approx(23648, rel=0.03)  # longer profile, less KV
     assert "max seq len (29000), (3.54 GiB KV cache is needed" in longer.startup_error  # V1's wording
     assert f"estimated maximum model length is {longer.kv_token_capacity}." in longer.startup_error
@@ -242,8 +281,7 @@ def test_tensor_parallel_splits_weights_and_kv_heads():
 @settings(max_examples=50, deadline=None)
 @given(util=st.floats(0.5, 1.0), n=st.integers(1, 64), block=st.sampled_from([8, 16, 32]))
 def test_max_context_and_max_concurrency_agree(util, n, block):
-    fp = serving_footprint("llama-3-8b", "h100-sxm", gpu_memory_utilization=util, max_model_len=8192,
-                           block_size=block)  # fmt: skip
+    fp = serving_footprint("llama-3-8b", "h100-sxm", gpu_memory_utilization=util, max_model_len=8192, block_size=block)
     ctx = fp.max_context(n)
     if ctx:
         assert fp.max_concurrency(ctx) >= n  # n sequences of that context really fit
@@ -323,7 +361,7 @@ CONFIG_VALUES = st.one_of(st.integers(-4, 4096), st.floats(allow_nan=True), st.t
                 "num_local_experts",
                 "num_experts_per_tok",
             )
-        },  # fmt: skip
+        },
     )
 )
 def test_any_pasted_config_gives_a_model_or_a_clear_value_error(cfg):

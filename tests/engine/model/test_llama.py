@@ -24,13 +24,23 @@ from tests.engine.model.reference_llama import reference_logits, rms_norm, rotat
 transformers = pytest.importorskip("transformers")
 
 TINY = dict(
-    vocab_size=97, hidden_size=64, intermediate_size=112, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2, rms_norm_eps=1e-5,
-)  # fmt: skip
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=112,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    initializer_range=0.2,
+    rms_norm_eps=1e-5,
+)
 LLAMA3_ROPE = {
-    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
     "original_max_position_embeddings": 16,
-}  # fmt: skip
+}
 ARCHS = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {"tie_word_embeddings": False}),
     "llama3": ("LlamaConfig", "LlamaForCausalLM", {"rope_scaling": LLAMA3_ROPE, "rope_theta": 500.0}),

@@ -25,9 +25,15 @@ from tests.engine.model.reference_llama import reference_logits
 transformers = pytest.importorskip("transformers")
 
 TINY = dict(
-    vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
-)  # fmt: skip
+    vocab_size=61,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    tie_word_embeddings=False,
+)
 
 
 @pytest.fixture(scope="module")
@@ -129,14 +135,24 @@ def test_missing_shard_is_named(tmp_path, hf_folder):
 
 
 def test_transformers4_and_5_config_dialects_agree(tmp_path):
-    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192}  # fmt: skip
+    rope = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
     v4 = {"architectures": ["LlamaForCausalLM"], **TINY, "rope_theta": 500000.0, "rope_scaling": rope}
     v5 = {"architectures": ["LlamaForCausalLM"], **TINY, "rope_parameters": rope | {"rope_theta": 500000.0}}
     a, b = ModelConfig.from_hf(v4), ModelConfig.from_hf(v5)
     assert a == b and a.rope_theta == 500000.0 and a.rope_scaling["rope_type"] == "llama3"
-    plain = ModelConfig.from_hf({"architectures": ["LlamaForCausalLM"], **TINY, "rope_parameters": {
-        "rope_type": "default", "rope_theta": 1234.0}})  # fmt: skip
+    plain = ModelConfig.from_hf(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            **TINY,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1234.0},
+        }
+    )
     assert plain.rope_theta == 1234.0 and plain.rope_scaling is None
     (tmp_path / "config.json").write_text(json.dumps(v5 | {"head_dim": 16}))
     assert load_config(tmp_path).head_dim == 16  # explicit head_dim wins over hidden_size / heads

@@ -34,9 +34,14 @@ def test_first_fit_arena_places_releases_and_counts_gaps():
 
 @pytest.mark.parametrize(
     ("policy", "final", "size"),
-    [(MaxReservation, 20, 64), (Pow2Reservation, 20, 32), (Pow2Reservation, 32, 32), (Pow2Reservation, 50, 64),
-     (OracleReservation, 20, 20)],
-)  # fmt: skip
+    [
+        (MaxReservation, 20, 64),
+        (Pow2Reservation, 20, 32),
+        (Pow2Reservation, 32, 32),
+        (Pow2Reservation, 50, 64),
+        (OracleReservation, 20, 20),
+    ],
+)
 def test_static_reservation_sizes(policy, final, size):
     assert policy(1000, max_model_len=64).reservation_size(final) == size
 
@@ -61,7 +66,7 @@ def test_static_terms_by_hand(reservation, internal):
         # the same with 120 slots: C's 40 fit the 40-slot gap; it waits only for a seat
         ("max_model_len", 120, 40, [(0, 10, 10), (0, 10, 10), (0, 5, 5)], 2, 0, 40),
     ],
-)  # fmt: skip
+)
 def test_static_external_counts_only_gaps_the_head_cannot_use(
     reservation, capacity, max_len, lens, max_num_seqs, external, free
 ):
@@ -124,8 +129,9 @@ def test_paged_admits_and_frees_through_the_block_manager(monkeypatch):
 def engine_decisions(lens, num_blocks, block_size, max_num_seqs, watermark):
     """(admitted, preempted, blocks in use) per step of the engine's Scheduler up to its first re-admission, and
     whether it stopped there."""
-    config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=100_000, max_model_len=MAX_LEN + 1,
-                             watermark=watermark)  # fmt: skip
+    config = SchedulerConfig(
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=100_000, max_model_len=MAX_LEN + 1, watermark=watermark
+    )
     sched = Scheduler(config, BlockManager(num_blocks, block_size))
     for i, (prompt, output) in enumerate(lens):
         # the simulator's request ends holding prompt + output tokens; the engine's with max_tokens = output + 1
@@ -145,8 +151,14 @@ def engine_decisions(lens, num_blocks, block_size, max_num_seqs, watermark):
 
 def sim_decisions(lens, num_blocks, block_size, max_num_seqs, watermark):
     """The same from the simulator's paged policy, and its number of preemptions."""
-    cfg = SimConfig("paged", num_blocks * block_size, block_size=block_size, max_model_len=MAX_LEN,
-                    max_num_seqs=max_num_seqs, watermark=watermark)  # fmt: skip
+    cfg = SimConfig(
+        "paged",
+        num_blocks * block_size,
+        block_size=block_size,
+        max_model_len=MAX_LEN,
+        max_num_seqs=max_num_seqs,
+        watermark=watermark,
+    )
     res = simulate(replay_trace([(0.0, prompt, output) for prompt, output in lens]), cfg)
     steps, preempted = [], set()
     for row in res.to_rows():

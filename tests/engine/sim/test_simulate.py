@@ -104,8 +104,10 @@ def test_simulated_waste_includes_external_fragmentation():
     trace = replay_trace([(0, 10, 30), (0, 10, 10), (0, 10, 30), (0, 10, 20)])  # the gap case above
     res = simulate(trace, SimConfig("static", capacity_tokens=100, max_model_len=64, reservation="oracle"))
     busy = [r for r in res.to_rows() if r["running"]]
-    wasted = [(r["reserved"] + r["internal"] + r["external"]) / (r["stored"] + r["reserved"] + r["internal"]
-              + r["external"]) for r in busy]  # fmt: skip
+    wasted = [
+        (r["reserved"] + r["internal"] + r["external"]) / (r["stored"] + r["reserved"] + r["internal"] + r["external"])
+        for r in busy
+    ]
     assert res.summary.avg_external > 0
     assert res.summary.avg_waste == pytest.approx(sum(wasted) / len(busy))
 
@@ -141,8 +143,15 @@ def test_paged_uses_the_real_block_allocator(monkeypatch):
 )
 def test_invariants_on_random_traces(lens, policy, reservation, capacity, block, seqs, admission):
     trace = replay_trace(lens)
-    cfg = SimConfig(policy, capacity, block_size=block, max_model_len=256, max_num_seqs=seqs,
-                    reservation=reservation, admission=admission)  # fmt: skip
+    cfg = SimConfig(
+        policy,
+        capacity,
+        block_size=block,
+        max_model_len=256,
+        max_num_seqs=seqs,
+        reservation=reservation,
+        admission=admission,
+    )
     check_invariants(simulate(trace, cfg), trace, cfg)
 
 
@@ -240,8 +249,14 @@ def test_step_time_comes_from_the_roofline():
 def test_kv_read_factor_charges_only_the_kv_reads():
     from engine.memory.roofline import StepTimeModel
 
-    base = StepTimeModel(weight_bytes=100.0, kv_bytes_per_token=10.0, flops_per_token=0.0, attn_flops_per_pair=0.0,
-                         peak_flops=1.0, bandwidth=1.0)  # fmt: skip
+    base = StepTimeModel(
+        weight_bytes=100.0,
+        kv_bytes_per_token=10.0,
+        flops_per_token=0.0,
+        attn_flops_per_pair=0.0,
+        peak_flops=1.0,
+        bandwidth=1.0,
+    )
     slow = StepTimeModel(100.0, 10.0, 0.0, 0.0, 1.0, 1.0, kv_read_factor=2.0)
     assert base(4, 50) == 100 + 10 * 50 and slow(4, 50) == 100 + 2 * 10 * 50  # weights are read at full speed
     assert slow(0, 0, prefill_tokens=5) == base(0, 0, prefill_tokens=5) == 100 + 10 * 5  # KV writes are not reads

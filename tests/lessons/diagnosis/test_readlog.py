@@ -10,37 +10,105 @@ from lessons.diagnosis import read_vllm_log
 from lessons.diagnosis.readlog import MAX_LOG_CHARS, VllmLog
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FIELDS = ("weights_gb", "kv_cache_gib", "kv_cache_tokens", "num_gpu_blocks", "max_model_len", "max_concurrency",
-          "cuda_graph_gib", "total_gib", "gpu_memory_utilization", "peak_torch_gib", "non_torch_gib",
-          "activation_gib", "oom_tried_gib", "oom_total_gib", "oom_free_gib", "oom_allocated_gib")  # fmt: skip
+FIELDS = (
+    "weights_gb",
+    "kv_cache_gib",
+    "kv_cache_tokens",
+    "num_gpu_blocks",
+    "max_model_len",
+    "max_concurrency",
+    "cuda_graph_gib",
+    "total_gib",
+    "gpu_memory_utilization",
+    "peak_torch_gib",
+    "non_torch_gib",
+    "activation_gib",
+    "oom_tried_gib",
+    "oom_total_gib",
+    "oom_free_gib",
+    "oom_allocated_gib",
+)
 
 # Every number below is read off the fixture's text by eye; fields not listed must come back None.
 EXPECTED = {
-    "vllm-10517-20k-v0.log": ("V0", dict(weights_gb=14.9888, kv_cache_gib=3.81, num_gpu_blocks=1952,
-        max_model_len=20000, max_concurrency=1.56, total_gib=23.58, gpu_memory_utilization=0.90,
-        peak_torch_gib=17.06, non_torch_gib=0.35), ()),
-    "vllm-10517-29k-v0-maxlen-error.log": ("V0", dict(weights_gb=14.9888, kv_cache_gib=2.89, num_gpu_blocks=1478,
-        max_model_len=29000, max_concurrency=0.82, total_gib=23.58, gpu_memory_utilization=0.90,
-        peak_torch_gib=17.98, non_torch_gib=0.35), ("max seq len (29000) is larger", "KV cache (23648)")),
-    "vllm-pr-12569-v1-concurrency.log": ("V1", dict(weights_gb=67.7229, num_gpu_blocks=1381, max_model_len=2048,
-        max_concurrency=10.79), ()),
-    "vllm-25350-v1-fp8-kv.log": ("V1", dict(kv_cache_gib=10.55, kv_cache_tokens=230528, max_model_len=100000,
-        max_concurrency=2.31), ()),
-    "vllm-25350-v1-maxlen-error.log": ("V1", dict(max_model_len=221000, kv_cache_gib=5.59),
-        ("(10.12 GiB KV cache is needed", "estimated maximum model length is 122080")),
-    "vllm-53013-v1-cuda-graph-no-blocks.log": ("V1", dict(cuda_graph_gib=118.65),
-        ("No available memory for the cache blocks",)),
-    "gpustack-runner-251-v1-cuda-graph.log": ("V1", dict(kv_cache_gib=6.87, cuda_graph_gib=0.36,
-        gpu_memory_utilization=0.82), ()),
-    "vllm-12529-v0-profile-breakdown.log": ("V0", dict(weights_gb=3.34, kv_cache_gib=2.20, num_gpu_blocks=5148,
-        max_model_len=2000, max_concurrency=41.18, total_gib=7.75, gpu_memory_utilization=0.90,
-        non_torch_gib=0.04, activation_gib=1.39), ()),
-    "vllm-2140-torch-oom.log": (None, dict(oom_tried_gib=3.50, oom_total_gib=23.69, oom_free_gib=3.09,
-        oom_allocated_gib=20.13), ("CUDA out of memory. Tried to allocate 3.50 GiB",)),
-    "vllm-14286-v1-graph-capture.log": ("V1", dict(max_model_len=65536, max_concurrency=1.46,
-        cuda_graph_gib=2.02), ()),
+    "vllm-10517-20k-v0.log": (
+        "V0",
+        dict(
+            weights_gb=14.9888,
+            kv_cache_gib=3.81,
+            num_gpu_blocks=1952,
+            max_model_len=20000,
+            max_concurrency=1.56,
+            total_gib=23.58,
+            gpu_memory_utilization=0.90,
+            peak_torch_gib=17.06,
+            non_torch_gib=0.35,
+        ),
+        (),
+    ),
+    "vllm-10517-29k-v0-maxlen-error.log": (
+        "V0",
+        dict(
+            weights_gb=14.9888,
+            kv_cache_gib=2.89,
+            num_gpu_blocks=1478,
+            max_model_len=29000,
+            max_concurrency=0.82,
+            total_gib=23.58,
+            gpu_memory_utilization=0.90,
+            peak_torch_gib=17.98,
+            non_torch_gib=0.35,
+        ),
+        ("max seq len (29000) is larger", "KV cache (23648)"),
+    ),
+    "vllm-pr-12569-v1-concurrency.log": (
+        "V1",
+        dict(weights_gb=67.7229, num_gpu_blocks=1381, max_model_len=2048, max_concurrency=10.79),
+        (),
+    ),
+    "vllm-25350-v1-fp8-kv.log": (
+        "V1",
+        dict(kv_cache_gib=10.55, kv_cache_tokens=230528, max_model_len=100000, max_concurrency=2.31),
+        (),
+    ),
+    "vllm-25350-v1-maxlen-error.log": (
+        "V1",
+        dict(max_model_len=221000, kv_cache_gib=5.59),
+        ("(10.12 GiB KV cache is needed", "estimated maximum model length is 122080"),
+    ),
+    "vllm-53013-v1-cuda-graph-no-blocks.log": (
+        "V1",
+        dict(cuda_graph_gib=118.65),
+        ("No available memory for the cache blocks",),
+    ),
+    "gpustack-runner-251-v1-cuda-graph.log": (
+        "V1",
+        dict(kv_cache_gib=6.87, cuda_graph_gib=0.36, gpu_memory_utilization=0.82),
+        (),
+    ),
+    "vllm-12529-v0-profile-breakdown.log": (
+        "V0",
+        dict(
+            weights_gb=3.34,
+            kv_cache_gib=2.20,
+            num_gpu_blocks=5148,
+            max_model_len=2000,
+            max_concurrency=41.18,
+            total_gib=7.75,
+            gpu_memory_utilization=0.90,
+            non_torch_gib=0.04,
+            activation_gib=1.39,
+        ),
+        (),
+    ),
+    "vllm-2140-torch-oom.log": (
+        None,
+        dict(oom_tried_gib=3.50, oom_total_gib=23.69, oom_free_gib=3.09, oom_allocated_gib=20.13),
+        ("CUDA out of memory. Tried to allocate 3.50 GiB",),
+    ),
+    "vllm-14286-v1-graph-capture.log": ("V1", dict(max_model_len=65536, max_concurrency=1.46, cuda_graph_gib=2.02), ()),
     "vllm-33263-v1-kv-size.log": ("V1", dict(kv_cache_gib=18.78, kv_cache_tokens=175856), ()),
-}  # fmt: skip
+}
 
 
 def test_every_fixture_is_checked_and_names_its_source():
@@ -75,10 +143,21 @@ def test_the_last_start_up_wins_and_repeated_worker_errors_count_once():
 
 @pytest.mark.parametrize(
     "junk",
-    [None, "", "   \n", "hello world", b"\x00\xff\xfe\x80" * 1000, 12, ["Loading model weights took 3 GB"],
-     "x" * (MAX_LOG_CHARS + 10), "GPU blocks: " + "9" * 5000, "Maximum concurrency for 1e999 tokens per request: infx",
-     "max seq len (" * 50_000, "\x00" * 100],
-)  # fmt: skip
+    [
+        None,
+        "",
+        "   \n",
+        "hello world",
+        b"\x00\xff\xfe\x80" * 1000,
+        12,
+        ["Loading model weights took 3 GB"],
+        "x" * (MAX_LOG_CHARS + 10),
+        "GPU blocks: " + "9" * 5000,
+        "Maximum concurrency for 1e999 tokens per request: infx",
+        "max seq len (" * 50_000,
+        "\x00" * 100,
+    ],
+)
 def test_garbage_gets_a_message_not_an_exception(junk):
     got = read_vllm_log(junk)
     assert isinstance(got, VllmLog) and not got.recognised and got.errors == ()

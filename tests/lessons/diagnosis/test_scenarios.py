@@ -111,9 +111,15 @@ def test_default_128k_any_length_up_to_the_pool_starts():
 
 @pytest.mark.parametrize(
     "fixes",
-    [{"enforce_eager": True}, {"max_num_seqs": 32}, {"gpu_memory_utilization": 0.95},
-     {"kv_cache_memory_bytes": 4 * 2**30}, {"kv_cache_dtype": "fp8"}, {"quantization": "fp8"}],
-)  # fmt: skip
+    [
+        {"enforce_eager": True},
+        {"max_num_seqs": 32},
+        {"gpu_memory_utilization": 0.95},
+        {"kv_cache_memory_bytes": 4 * 2**30},
+        {"kv_cache_dtype": "fp8"},
+        {"quantization": "fp8"},
+    ],
+)
 def test_cuda_graph_incident_accepts_every_real_fix(fixes):
     sc = get_scenario("cuda-graphs")
     assert grade(sc, ["cuda-graphs"], fixes).resolved
@@ -158,8 +164,16 @@ def test_bad_fixes_are_rejected_clearly():
         run_outcome(sc, {"tensor_parallel_size": 8, "model": "qwen2.5-7b"})  # 28 heads: not divisible by 8
     with pytest.raises(ValueError, match="unknown scenario"):
         get_scenario("disk-full")
-    assert set(FIX_PARAMS) >= {"policy", "block_size", "model", "kv_cache_dtype", "max_model_len", "max_num_seqs",
-                               "tensor_parallel_size", "gpu_memory_utilization"}  # fmt: skip
+    assert set(FIX_PARAMS) >= {
+        "policy",
+        "block_size",
+        "model",
+        "kv_cache_dtype",
+        "max_model_len",
+        "max_num_seqs",
+        "tensor_parallel_size",
+        "gpu_memory_utilization",
+    }
 
 
 def test_vllm_command_renders_fixes():
@@ -169,13 +183,28 @@ def test_vllm_command_renders_fixes():
     for flag in ("--max-model-len 16384", "--kv-cache-dtype fp8", "--tensor-parallel-size 2", "--block-size 16"):
         assert flag in cmd
     # every flag the course emits exists in current vLLM (checked against its engine-argument docs)
-    every = {"quantization": "fp8", "max_num_batched_tokens": 1024, "enforce_eager": True,
-             "kv_cache_memory_bytes": 2**31, "kv_cache_dtype": "fp8", "tensor_parallel_size": 2}  # fmt: skip
+    every = {
+        "quantization": "fp8",
+        "max_num_batched_tokens": 1024,
+        "enforce_eager": True,
+        "kv_cache_memory_bytes": 2**31,
+        "kv_cache_dtype": "fp8",
+        "tensor_parallel_size": 2,
+    }
     full = vllm_command(sc, every)
     flags = {w for w in full.split() if w.startswith("--")}
-    assert flags <= {"--max-model-len", "--gpu-memory-utilization", "--max-num-seqs", "--block-size",
-                     "--max-num-batched-tokens", "--quantization", "--kv-cache-dtype", "--enforce-eager",
-                     "--kv-cache-memory-bytes", "--tensor-parallel-size"}  # fmt: skip
+    assert flags <= {
+        "--max-model-len",
+        "--gpu-memory-utilization",
+        "--max-num-seqs",
+        "--block-size",
+        "--max-num-batched-tokens",
+        "--quantization",
+        "--kv-cache-dtype",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes",
+        "--tensor-parallel-size",
+    }
     assert len(flags) == 10
     assert "--max-model-len 131072" in vllm_command(sc, {})  # vLLM's default made explicit
     assert vllm_command(get_scenario("chat-oom")).startswith("# vLLM has no static-reservation mode")

@@ -63,8 +63,9 @@ def test_every_policy_replays_the_same_trace_in_the_same_memory(reports):
     fp = serving_footprint("llama-2-13b", "a100-40gb", max_model_len=1024)
     assert list(rep.policies) == ["Max", "Pow2", "Oracle", "paged"] and rep.policies["Max"] is rep.static
     for key, reservation in (("Max", "max_model_len"), ("Pow2", "pow2"), ("Oracle", "oracle")):
-        alone = simulate_model(trace, "llama-2-13b", "a100-40gb", "static", max_model_len=1024, footprint=fp,
-                               reservation=reservation).summary  # fmt: skip
+        alone = simulate_model(
+            trace, "llama-2-13b", "a100-40gb", "static", max_model_len=1024, footprint=fp, reservation=reservation
+        ).summary
         assert rep.policies[key] == dataclasses.replace(alone, wall_s=rep.policies[key].wall_s)
     p = rep.policies
     assert p["Oracle"].avg_internal == 0  # it reserves exactly the final length: nothing is never used

@@ -63,15 +63,29 @@ def test_rows_name_each_side_and_derive_bandwidth():
 
 
 def fake(name: str, gqa_s: float, mha_s: float) -> lab.GqaRun:
-    return lab.GqaRun(name, (8, 1, 8, 4, 128), (8, 1024, 8, 4, 128), (0, 0, 0, 0, 1), (8, 1, 8, 4, 128),
-                      (8, 1024, 32, 128), 0.0, gqa_s, mha_s, 1, 4)  # fmt: skip
+    return lab.GqaRun(
+        name,
+        (8, 1, 8, 4, 128),
+        (8, 1024, 8, 4, 128),
+        (0, 0, 0, 0, 1),
+        (8, 1, 8, 4, 128),
+        (8, 1024, 32, 128),
+        0.0,
+        gqa_s,
+        mha_s,
+        1,
+        4,
+    )
 
 
 @pytest.mark.parametrize(
     ("dec", "pre", "holds"),
-    [((1.0, 2.0), (1.0, 1.0), (True, True)), ((2.0, 2.0), (1.05, 1.0), (False, True)),
-     ((1.0, 3.0), (1.2, 1.0), (True, False))],
-)  # fmt: skip
+    [
+        ((1.0, 2.0), (1.0, 1.0), (True, True)),
+        ((2.0, 2.0), (1.05, 1.0), (False, True)),
+        ((1.0, 3.0), (1.2, 1.0), (True, False)),
+    ],
+)
 def test_claims_compare_the_right_sides_at_the_page_defaults(monkeypatch, dec, pre, holds):
     seen = {}
 
@@ -89,8 +103,11 @@ def test_claims_compare_the_right_sides_at_the_page_defaults(monkeypatch, dec, p
     monkeypatch.setattr(lab, "run_gqa", prefill)
     found = lab.claims(repeats=3)
     spec = MODELS[lab.DEFAULT_MODEL]
-    assert seen == {"decode": (spec.num_heads, spec.num_kv_heads, spec.head_dim), "repeats": [3, 12],
-                    "prefill": (spec.num_heads, spec.num_kv_heads, spec.head_dim, lab.DEFAULT_SEQ_LEN)}  # fmt: skip
+    assert seen == {
+        "decode": (spec.num_heads, spec.num_kv_heads, spec.head_dim),
+        "repeats": [3, 12],
+        "prefill": (spec.num_heads, spec.num_kv_heads, spec.head_dim, lab.DEFAULT_SEQ_LEN),
+    }
     assert (found["gqa_decode"]["holds"], found["gqa_prefill"]["holds"]) == holds
     assert found["gqa_decode"]["speedup"] == round(dec[1] / dec[0], 3)
     assert all(isinstance(e["claim"], str) and isinstance(e["holds"], bool) for e in found.values())

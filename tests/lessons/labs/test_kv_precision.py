@@ -7,12 +7,24 @@ import pytest
 from lessons.labs import kv_precision as lab
 
 RESULT = {
-    "auto": {"kv_cache_dtype": "float32", "kv_bytes_per_token": 4096, "num_gpu_blocks": 128,
-             "token_capacity": 2048, "kv_cache_bytes": 8 * 2**20},
-    "fp8": {"kv_cache_dtype": "float8_e4m3fn", "kv_bytes_per_token": 1024, "num_gpu_blocks": 512,
-            "token_capacity": 8192, "kv_cache_bytes": 8 * 2**20},
-    "max_logit_error": 0.2, "top1_agreement": 0.95, "identical_generations": 3,
-}  # fmt: skip
+    "auto": {
+        "kv_cache_dtype": "float32",
+        "kv_bytes_per_token": 4096,
+        "num_gpu_blocks": 128,
+        "token_capacity": 2048,
+        "kv_cache_bytes": 8 * 2**20,
+    },
+    "fp8": {
+        "kv_cache_dtype": "float8_e4m3fn",
+        "kv_bytes_per_token": 1024,
+        "num_gpu_blocks": 512,
+        "token_capacity": 8192,
+        "kv_cache_bytes": 8 * 2**20,
+    },
+    "max_logit_error": 0.2,
+    "top1_agreement": 0.95,
+    "identical_generations": 3,
+}
 
 
 def test_bytes_per_token_follow_the_formula():

@@ -28,8 +28,11 @@ def test_run_times_three_sides_that_agree_on_real_tokens(causal):
     assert run.max_abs_err < TOL  # checked against both padded sides
     assert run.padded_shape == (4, 2, 9, 8) and run.packed_shape == (19, 2, 8)
     rows = run.timing_rows()
-    assert [r["side"] for r in rows] == ["packed (varlen_attention)", f"padded, {run.baseline}",
-                                         "padded, materialized mask"]  # fmt: skip
+    assert [r["side"] for r in rows] == [
+        "packed (varlen_attention)",
+        f"padded, {run.baseline}",
+        "padded, materialized mask",
+    ]
     assert [r["ms"] for r in rows] == [run.packed_seconds * 1e3, run.padded_seconds * 1e3, run.masked_seconds * 1e3]
     assert run.speedup == pytest.approx(run.padded_seconds / run.packed_seconds)
     assert not math.isnan(run.masked_seconds)
@@ -45,8 +48,9 @@ def test_is_causal_on_right_padding_is_exact_on_real_rows():
         kp[i, :, n:], vp[i, :, n:] = 1e3, -1e3
     fair = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True)
     for i, n in enumerate(lengths):
-        alone = F.scaled_dot_product_attention(qp[i : i + 1, :, :n], kp[i : i + 1, :, :n], vp[i : i + 1, :, :n],
-                                               is_causal=True)  # fmt: skip
+        alone = F.scaled_dot_product_attention(
+            qp[i : i + 1, :, :n], kp[i : i + 1, :, :n], vp[i : i + 1, :, :n], is_causal=True
+        )
         torch.testing.assert_close(fair[i : i + 1, :, :n], alone, atol=1e-5, rtol=1e-5)
 
 

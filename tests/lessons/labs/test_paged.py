@@ -164,8 +164,10 @@ def test_fitted_costs_recover_a_per_block_cost_and_ignore_one_noisy_point():
         assert fit[bs] == pytest.approx((10 + 4 / bs) / (10 + 4 / 256))
     assert all(fit[a] >= fit[b] for a, b in zip(lab.BLOCK_SIZES, lab.BLOCK_SIZES[1:], strict=False))  # monotone
     # one block size timed 15% fast by noise does not make it the cheapest
-    noisy = [dict(r, **{"ns per cached token": r["ns per cached token"] * (0.85 if r["block size"] == 4 else 1)})
-             for r in rows]  # fmt: skip
+    noisy = [
+        dict(r, **{"ns per cached token": r["ns per cached token"] * (0.85 if r["block size"] == 4 else 1)})
+        for r in rows
+    ]
     assert lab.fitted_costs(noisy)[4] > lab.fitted_costs(noisy)[16]
 
 

@@ -41,8 +41,15 @@ def test_bad_prompts_raise_with_guidance(text, match):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=40)
-                .map(str.strip).filter(bool), min_size=1, max_size=lab.MAX_PROMPTS))  # fmt: skip
+@given(
+    st.lists(
+        st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=40)
+        .map(str.strip)
+        .filter(bool),
+        min_size=1,
+        max_size=lab.MAX_PROMPTS,
+    )
+)
 def test_parse_prompts_round_trips_lines(prompts):
     assert lab.parse_prompts("\n".join(prompts) + "\n\n") == prompts
 
