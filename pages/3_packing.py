@@ -40,6 +40,7 @@ view = linked_view(PAGE)  # lengths and causal come from the URL (defaults in ui
 text = st.text_input(
     "Request lengths in tokens (comma-separated)",
     key=view.keys["lengths"],
+    max_chars=lab.MAX_TEXT_CHARS,
     help=f"Whole numbers from 1 to {lab.MAX_LENGTH}, at most {lab.MAX_REQUESTS} requests and {lab.MAX_TOTAL} in total.",
 )
 causal = st.toggle("Causal attention (each token sees only earlier tokens of its request)", key=view.keys["causal"])

@@ -7,6 +7,7 @@ import streamlit as st
 
 from engine.memory.catalog import GPUS, MODELS
 from lessons.diagnosis import get_scenario, lab, own_log, scenario_ids, symptoms, vllm_command
+from lessons.diagnosis.readlog import MAX_LOG_CHARS
 from ui import charts_memory
 from ui.inert import prose_md
 from ui.kv_precision import kv_precision_section
@@ -158,12 +159,14 @@ def _own_server() -> None:
     pasted = st.text_area(
         "Your vLLM start-up log",
         key="diag_paste_log",
+        max_chars=MAX_LOG_CHARS,
         height=180,
         placeholder="INFO ... [gpu_worker.py] Available KV cache memory: 6.87 GiB",
     )
     oom = st.text_area(
         "PyTorch out-of-memory message (optional)",
         key="diag_paste_oom",
+        max_chars=own_log.MAX_OOM_CHARS,
         height=80,
         placeholder="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...",
     )

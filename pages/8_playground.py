@@ -68,6 +68,7 @@ if policy.folders_allowed:
         "Folder path (config.json + *.safetensors)",
         "",
         key="pg_path",
+        max_chars=lab.MAX_PATH_CHARS,
         disabled=source == "demo",
         help=f"A model folder under {policy.allowed_text} on this server, at most "
         f"{lab.format_bytes(policy.max_bytes)}; nothing is downloaded.",
@@ -79,6 +80,7 @@ text = st.text_area(
     "Prompts, one per line",
     lab.DEFAULT_PROMPTS,
     key="pg_prompts",
+    max_chars=lab.MAX_PROMPTS_TEXT_CHARS,
     height=120,
     help=f"At most {lab.MAX_PROMPTS} prompts.",
 )

@@ -55,7 +55,7 @@ if not store.persistent:
 fingerprint = hashlib.sha256(teacher_key.encode("utf-8")).hexdigest()  # never the key itself in the session
 if st.session_state.get(UNLOCKED_KEY) != fingerprint:
     with st.form("teacher_unlock", border=False):
-        given = st.text_input("Teacher key", type="password", key="teacher_key")
+        given = st.text_input("Teacher key", type="password", key="teacher_key", max_chars=256)
         opened = st.form_submit_button("Open the teacher view")
     if opened:
         try:

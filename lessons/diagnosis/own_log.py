@@ -19,9 +19,11 @@ from lessons.diagnosis.readlog import MAX_BYTES_PER_TOKEN, MAX_TOKENS, MIN_BYTES
 from lessons.diagnosis.scenarios import CHAT_REPOS
 
 BLOCK = 16  # vLLM's default block size on CUDA
+MAX_OOM_CHARS = 20_000  # the OOM box: a PyTorch out-of-memory message is a few hundred characters
 _ERROR_TOKENS = re.compile(r"stored in KV cache \((\d{1,12})\)|estimated maximum model length is (\d{1,12})", re.ASCII)
 __all__ = [
     "BLOCK",
+    "MAX_OOM_CHARS",
     "KvPool",
     "found_rows",
     "guess_model",

@@ -25,6 +25,7 @@ from kernels.ops import varlen_attention
 MAX_REQUESTS = 32
 MAX_LENGTH = 1024
 MAX_TOTAL = 4096
+MAX_TEXT_CHARS = 1_000  # the lengths box: 32 four-digit lengths with separators take under 200 characters
 MAX_HEATMAP = 256  # tokens per side of the drawn mask; larger masks are summarized, not drawn
 DEFAULT_LENGTHS = "50, 400, 30, 1000, 120, 7"  # the page's default batch: mixed traffic, 73% padding
 BASELINES = {True: "SDPA is_causal (no mask)", False: "SDPA + key-padding mask"}  # the fair padded side

@@ -43,6 +43,10 @@ from engine.outputs import StepTrace
 
 MAX_PROMPTS = 8
 MAX_PROMPT_CHARS = 400
+# The text boxes' own limits (Streamlit cuts longer input on the server): room for the error messages above
+# (nine prompts, a 401-character prompt) but not for megabytes held in a learner's session.
+MAX_PROMPTS_TEXT_CHARS = 2 * MAX_PROMPTS * (MAX_PROMPT_CHARS + 1)
+MAX_PATH_CHARS = 4096  # Linux's PATH_MAX
 MAX_NEW_TOKENS = 64  # keeps one generate click to a few seconds on a 2-core CPU with the demo model
 MAX_BLOCKS = 256
 DEFAULT_PROMPTS = "def fibonacci(n):\nclass Stack:\nimport collections\nfor line in open(path):"
@@ -453,7 +457,9 @@ __all__ = [
     "MAX_BLOCKS",
     "MAX_BYTES_ENV",
     "MAX_NEW_TOKENS",
+    "MAX_PATH_CHARS",
     "MAX_PROMPTS",
+    "MAX_PROMPTS_TEXT_CHARS",
     "MODEL_DIRS_ENV",
     "EngineSettings",
     "ModelPolicy",

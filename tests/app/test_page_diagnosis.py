@@ -100,7 +100,7 @@ def test_paste_a_real_v0_log_with_the_max_len_error(at):
 
 def test_paste_a_v1_log_and_an_oom_message(at):
     at.text_area(key="diag_paste_log").input((FIXTURES / "gpustack-runner-251-v1-cuda-graph.log").read_text())
-    at.text_area(key="diag_paste_oom").input((FIXTURES / "vllm-2140-torch-oom.log").read_text()).run()
+    at.text_area(key="diag_paste_oom").set_value((FIXTURES / "vllm-2140-torch-oom.log").read_text()).run()
     assert not at.exception and not at.error
     found = {r["figure"]: r["value"] for r in table(at, "figure")}
     assert found["CUDA graphs (GiB)"] == "0.36" and found["OOM: tried to allocate (GiB)"] == "3.5"
@@ -161,3 +161,14 @@ def test_a_pasted_error_line_is_shown_as_text(at):
     plain = outside_code_spans(shown)
     assert "max seq len (40000)" in plain and "evil" not in plain and "$" not in plain and ":material" not in plain
     assert "https://evil.example/x" in shown  # still there to read, inside a code span
+
+
+def test_the_paste_boxes_hold_at_most_their_limits(at):
+    from lessons.diagnosis import own_log
+    from lessons.diagnosis.readlog import MAX_LOG_CHARS
+
+    at.text_area(key="diag_paste_log").set_value("INFO x\n" * (MAX_LOG_CHARS // 7 + 10))
+    at.text_area(key="diag_paste_oom").set_value("y" * (own_log.MAX_OOM_CHARS + 5)).run()
+    assert not at.exception
+    assert len(at.session_state["diag_paste_log"]) == MAX_LOG_CHARS  # cut on the server, not kept whole
+    assert len(at.session_state["diag_paste_oom"]) == own_log.MAX_OOM_CHARS

@@ -145,3 +145,12 @@ def test_a_payload_or_odd_number_in_the_lengths_box_gets_an_inert_error(at, text
     assert "evil" not in plain and "$" not in plain and "\u200f" not in error and len(error) < 1000
     with pytest.raises(ValueError):
         lab.parse_lengths(text)
+
+
+def test_the_lengths_box_holds_at_most_its_limit(at):
+    at.text_input(key="pack_lengths").set_value("1," * lab.MAX_TEXT_CHARS).run()
+    assert not at.exception
+    assert len(at.session_state["pack_lengths"]) == lab.MAX_TEXT_CHARS  # then refused: too many requests
+    assert at.error and "requests" in at.error[0].value
+    at.text_input(key="pack_lengths").set_value(lab.DEFAULT_LENGTHS).run()
+    assert not at.error

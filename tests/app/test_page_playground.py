@@ -206,3 +206,15 @@ def test_an_interrupted_run_leaves_no_phantom_requests(app_test, monkeypatch, ti
     assert steps["KV blocks used"].iloc[-1] == 0
     llm = app.session_state["pg_engine"][1]
     assert lab.pending_requests(llm) == [] and llm.block_manager.num_free_blocks == llm.num_gpu_blocks
+
+
+def test_the_text_boxes_hold_at_most_their_limits(at):
+    at.radio(key="pg_source").set_value("folder").run()
+    at.text_input(key="pg_path").set_value("p" * (lab.MAX_PATH_CHARS + 5))
+    at.text_area(key="pg_prompts").set_value("q" * (lab.MAX_PROMPTS_TEXT_CHARS + 5)).run()
+    assert not at.exception
+    assert len(at.session_state["pg_path"]) == lab.MAX_PATH_CHARS
+    assert len(at.session_state["pg_prompts"]) == lab.MAX_PROMPTS_TEXT_CHARS
+    at.radio(key="pg_source").set_value("demo")
+    at.text_input(key="pg_path").set_value("")
+    at.text_area(key="pg_prompts").set_value(lab.DEFAULT_PROMPTS).run()
