@@ -7,6 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from ui.course import COURSE
+from ui.page import run_page
 from ui.progress import ensure_progress
 from ui.sidebar import sidebar, sidebar_progress
 
@@ -16,6 +17,6 @@ ensure_progress()
 nav = st.navigation([st.Page(p.path, title=p.title, icon=p.icon, default=(i == 0)) for i, p in enumerate(COURSE)])
 slot = sidebar()
 try:
-    nav.run()
+    run_page(nav)  # a page that raises shows a clear message, not a stopped page
 finally:  # also after st.stop() on a page's bad input, so the sidebar never loses the learner's progress
     sidebar_progress(slot)

@@ -14,6 +14,7 @@ State rules (Streamlit runs each learner's session in its own thread):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -52,6 +53,26 @@ def through_the_router() -> None:
     if PagesManager.uses_pages_directory:
         PagesManager.uses_pages_directory = False  # what st.navigation itself does on its first call
         st.rerun()
+
+
+PAGE_FAILED = (
+    "This page could not use what it was sent: a value no browser form sends, or a fault of ours. Reload the "
+    "page to start it again from its defaults; your progress is kept, and the server's log has the details."
+)
+
+
+def run_page(page: Any) -> None:
+    """Run the navigation's page; an exception it raises becomes a clear message and a logged traceback.
+
+    Streamlit returns a select box's or a radio's value as the client sent it, even one that is not among
+    the options, and some forged values fail inside Streamlit's own widget code: a hand-made client can make
+    any page raise. Script control (st.stop, st.rerun) is not an Exception and passes through.
+    """
+    try:
+        page.run()
+    except Exception:
+        logging.getLogger("kvlab").exception("page %r failed", getattr(page, "url_path", page))
+        st.error(PAGE_FAILED, icon=":material/restart_alt:")
 
 
 OBJECTIVE = "Objective"  # the `## Objective` section: what the learner will be able to do after the lesson
