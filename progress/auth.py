@@ -31,7 +31,11 @@ SALT_BYTES = 16
 PASSPHRASE_MIN, PASSPHRASE_MAX = 8, 128  # characters after NFKC
 FREE_FAILURES = 5  # the 5th failure in a row starts the wait
 LOCK_BASE_S = 2.0  # the first wait; each further failure doubles it
-LOCK_MAX_S = 900.0  # 15 minutes at most
+LOCK_MAX_S = 900.0  # 15 minutes at most for a learner's name (the teacher can reset it at once)
+# The teacher key's count is server-wide, so anyone can start its wait: a short cap keeps a mischievous learner
+# from locking the teacher out of a class for long, and still allows only one guess a minute at a key that
+# should be random (docs/SECURITY.md).
+TEACHER_LOCK_MAX_S = 60.0
 
 
 class SignInError(ValueError):
@@ -113,11 +117,12 @@ def same_secret(given: str, expected: str) -> bool:
     return hmac.compare_digest(a, b)
 
 
-def lock_seconds(failures: int) -> float:
-    """How long the next try must wait after ``failures`` failures in a row (0 before FREE_FAILURES)."""
+def lock_seconds(failures: int, cap: float = LOCK_MAX_S) -> float:
+    """How long the next try must wait after ``failures`` failures in a row (0 before FREE_FAILURES), at most
+    ``cap`` seconds."""
     if failures < FREE_FAILURES:
         return 0.0
-    return min(LOCK_MAX_S, LOCK_BASE_S * 2.0 ** min(failures - FREE_FAILURES, 32))
+    return min(cap, LOCK_BASE_S * 2.0 ** min(failures - FREE_FAILURES, 32))
 
 
 def wait_text(seconds: float) -> str:

@@ -39,12 +39,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from progress.auth import (
+    LOCK_MAX_S,
+    TEACHER_LOCK_MAX_S,
     SignInError,
     check_new_passphrase,
     hash_passphrase,
@@ -69,6 +72,7 @@ SQLITE_BUSY_TIMEOUT_S = 2.0  # a locked file fails fast with a clear message ins
 SAVE_ATTEMPTS = 40  # compare-and-swap rounds before a save gives up (each a few ms under contention)
 SCHEMA_VERSION = 2  # 1: kvlab_progress; 2: + kvlab_learner_auth, kvlab_auth_throttle
 LEARNER_SCOPE, TEACHER_SCOPE = "learner", "teacher"  # throttle rows
+LOCK_CAPS = MappingProxyType({LEARNER_SCOPE: LOCK_MAX_S, TEACHER_SCOPE: TEACHER_LOCK_MAX_S})  # longest wait
 
 _metadata = sa.MetaData()
 progress_table = sa.Table(
@@ -427,7 +431,7 @@ class ProgressStore:
                 return
         except SQLAlchemyError as exc:
             raise ProgressStoreError(_explain(exc, self.describe())) from exc
-        wait = lock_seconds(failures)
+        wait = lock_seconds(failures, TEACHER_LOCK_MAX_S)
         later = f"; wait {wait_text(wait)} before the next try" if wait else ""
         raise SignInError(f"wrong teacher key{later}", wait or None)
 
@@ -444,7 +448,7 @@ class ProgressStore:
                     bump = throttle_table.update().where(key & free)
                     if conn.execute(bump.values(failures=throttle_table.c.failures + 1, updated_at=stamp)).rowcount:
                         failures = conn.execute(sa.select(throttle_table.c.failures).where(key)).scalar_one()
-                        wait = lock_seconds(failures)
+                        wait = lock_seconds(failures, LOCK_CAPS[scope])
                         if wait:
                             conn.execute(throttle_table.update().where(key).values(locked_until=now + wait))
                         return failures

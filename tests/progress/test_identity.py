@@ -223,6 +223,19 @@ def test_teacher_key_is_checked_in_constant_time_and_throttled_server_wide(clock
         store.check_teacher_key("", "")
 
 
+def test_a_learner_hammering_the_teacher_key_keeps_the_teacher_out_a_minute_at_most(clocked):
+    store, clock = clocked
+    waits = []
+    for _ in range(12):  # wrong keys, each tried as soon as the last wait ran out
+        with pytest.raises(SignInError) as err:
+            store.check_teacher_key("guess", "s3cret key")
+        waits.append(err.value.retry_after_s or 0)
+        clock.t += err.value.retry_after_s or 0
+    assert max(waits) == auth.TEACHER_LOCK_MAX_S == 60  # a learner's name waits up to 15 minutes
+    store.check_teacher_key("s3cret key", "s3cret key")  # the teacher, once the minute is over
+    assert lock_seconds(14, auth.TEACHER_LOCK_MAX_S) == 60 and lock_seconds(14) == 900
+
+
 def test_the_null_store_checks_the_teacher_key_too():
     s = NullStore()
     s.check_teacher_key("k", "k")
