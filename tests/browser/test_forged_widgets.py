@@ -6,6 +6,7 @@ stopped page, and the session keeps working."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from streamlit.proto.WidgetStates_pb2 import WidgetState
@@ -60,7 +61,10 @@ def raw_widgets(monkeypatch):
 
 def test_forged_widget_values_get_the_clear_message(app_url, raw_widgets):
     port = int(app_url.rstrip("/").rsplit(":", 1)[1])
-    for route, errors, exceptions, later in asyncio.run(_forged_runs(port)):
+    # In a thread of its own: the other browser tests' sync Playwright may leave an event loop on this one.
+    with ThreadPoolExecutor(1) as pool:
+        runs = pool.submit(asyncio.run, _forged_runs(port)).result()
+    for route, errors, exceptions, later in runs:
         assert not exceptions and not later, (route, exceptions, later)  # no stopped page
         assert PAGE_FAILED in errors, (route, errors)
         assert not any("evil.example" in e for e in errors)  # the forged text is never echoed
