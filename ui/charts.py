@@ -13,6 +13,7 @@ any figure the common title, axes, size and legend. Lesson figures live beside t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -39,6 +40,18 @@ def layout(fig: go.Figure, title: str, xtitle: str = "", ytitle: str = "", heigh
         height=height,
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    )
+    return fig
+
+
+def log_x_marker(fig: go.Figure, x: float, text: str, color: str, xanchor: str) -> go.Figure:
+    """A dotted vertical line at ``x`` on a log x-axis with its label at the top of the plot.
+
+    On a log axis plotly places shapes in data units but annotations in log10 units, so the two are added
+    separately (a vline's own annotation would land at the wrong place)."""
+    fig.add_vline(x=x, line={"color": color, "dash": "dot"})
+    fig.add_annotation(
+        x=math.log10(x), y=1.0, yref="paper", text=text, showarrow=False, xanchor=xanchor, yanchor="bottom"
     )
     return fig
 

@@ -5,12 +5,11 @@ Williams, Waterman and Patterson, "Roofline: an insightful visual performance mo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ui.charts import PALETTE, layout
+from ui.charts import PALETTE, layout, log_x_marker
 
 
 def roofline(
@@ -92,16 +91,7 @@ def batch_sweep(
         marker={"symbol": "x", "size": 12, "color": "#999999"},
     )
     if max_batch >= 1:
-        fig.add_vline(x=max_batch, line={"color": PALETTE[3], "dash": "dot"})
-        fig.add_annotation(
-            x=math.log10(max_batch),
-            y=1.0,
-            yref="paper",
-            text=f"largest batch that fits: {max_batch:,}",
-            showarrow=False,
-            xanchor="right",
-            yanchor="bottom",
-        )
+        log_x_marker(fig, max_batch, f"largest batch that fits: {max_batch:,}", PALETTE[3], "right")
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return layout(fig, title, "batch (sequences decoding together)", "decode tokens/s (roofline bound)", height=400)

@@ -8,12 +8,11 @@ pair each figure with a caption and a table (`ui.page.show_chart`). No Streamlit
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ui.charts import DASHES, PALETTE, PATTERNS, labelled_grid, layout
+from ui.charts import DASHES, PALETTE, PATTERNS, labelled_grid, layout, log_x_marker
 from ui.inert import LONG, plotly_text
 
 # Block states in the pool picture -> (heatmap value, word shown in the cell).
@@ -133,17 +132,7 @@ def block_size_sweep(
         line={"color": PALETTE[0], "dash": DASHES[1]},
         marker={"symbol": "square", "size": 8},
     )
-    # on a log axis plotly places shapes in data units but annotations in log10 units: add them separately
-    fig.add_vline(x=chosen, line={"color": PALETTE[7], "dash": "dot"})
-    fig.add_annotation(
-        x=math.log10(chosen),
-        y=1.0,
-        yref="paper",
-        text=f"chosen: {chosen}",
-        showarrow=False,
-        xanchor="left",
-        yanchor="bottom",
-    )
+    log_x_marker(fig, chosen, f"chosen: {chosen}", PALETTE[7], "left")
     ticks = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
     fig.update_layout(
         xaxis={"type": "log", "tickvals": sizes, "ticktext": [str(s) for s in sizes]},
