@@ -394,7 +394,7 @@ class ProgressStore:
                 with self.engine.begin() as conn:
                     conn.execute(auth_table.update().where(same).values(pass_hash=new_hash, salt=salt, params=params))
             return
-        wait = lock_seconds(failures)
+        wait = lock_seconds(failures, LOCK_CAPS[LEARNER_SCOPE])
         later = f"; wait {wait_text(wait)} before the next try" if wait else ""
         raise SignInError(
             f"wrong passphrase for this name in this class{later}. Check it (capitals count), "
@@ -431,7 +431,7 @@ class ProgressStore:
                 return
         except SQLAlchemyError as exc:
             raise ProgressStoreError(_explain(exc, self.describe())) from exc
-        wait = lock_seconds(failures, TEACHER_LOCK_MAX_S)
+        wait = lock_seconds(failures, LOCK_CAPS[TEACHER_SCOPE])
         later = f"; wait {wait_text(wait)} before the next try" if wait else ""
         raise SignInError(f"wrong teacher key{later}", wait or None)
 
