@@ -117,7 +117,10 @@ class SamplingParams:
         rule = "a list of non-negative token ids"
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
             raise ValueError(f"stop_token_ids={_shown(value)} must be {rule}")
-        stop = list(value)
+        try:
+            stop = list(value)  # an Iterable can still refuse iteration (a 0-d tensor, a broken generator)
+        except TypeError:
+            raise ValueError(f"stop_token_ids={_shown(value)} must be {rule}") from None
         try:
             ids = [_integer("stop_token_ids", t, rule) for t in stop]
         except ValueError:

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from engine.sampling import MAX_SEED, SamplingParams, inverse_temperature, make_generator, sample, tempered
@@ -97,6 +97,7 @@ def test_every_valid_params_samples_valid_tokens(kwargs, x):
 
 @PROPERTY
 @given(HOSTILE_KWARGS, logits())
+@example({"stop_token_ids": torch.tensor(0.5)}, torch.tensor([[1.0]]))  # Iterable, yet refuses iteration
 def test_any_arguments_either_raise_value_error_or_sample(kwargs, x):
     """Nothing but a ValueError at construction; whatever constructs samples valid tokens without raising."""
     try:
