@@ -1,6 +1,8 @@
 """Test set-up: Triton kernels run through the interpreter when no CUDA device is present.
 
 TRITON_INTERPRET must be set before anything imports triton, so it happens here, at collection time.
+Under CI (``CI`` set) Hypothesis draws the same examples on every run, so a submission's result does not depend
+on luck; a developer's runs keep exploring new examples, and a failure they find becomes an ``@example``.
 """
 
 import os
@@ -11,8 +13,13 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 from kernels.backend import HAS_TRITON, triton_interpreting  # noqa: E402
+
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 # Triton tests run on CUDA, or on CPU through the interpreter.
 TRITON_OK = HAS_TRITON and (torch.cuda.is_available() or triton_interpreting())
