@@ -6,14 +6,14 @@ a key before `num_computed - W + 1`, and neither does any later step: the blocks
 go back to the allocator (vLLM V1's `SlidingWindowManager.remove_skipped_blocks`) and their block-table
 entries become `FREED`. The kernels never read a table entry outside the window (the engine hands them 0).
 So a sequence holds at most the blocks of W - 1 + (new tokens of one step) positions, whatever its length:
-`engine.memory.window.kv_blocks_per_seq`, the memory model's count, re-exported here.
+`kv_blocks_per_seq`, the count the scheduler, the runner and the memory model (engine/memory/footprint.py)
+size the cache with (vLLM V1's `SlidingWindowSpec.max_memory_usage_bytes`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from engine.memory.window import kv_blocks_per_seq
+from numbers import Integral
 
 __all__ = ["FREED", "first_needed_block", "free_outside_window", "kv_blocks_per_seq"]
 
@@ -44,3 +44,22 @@ def free_outside_window(
         table[i] = FREED
         freed += 1
     return freed
+
+
+def kv_blocks_per_seq(
+    context_len: int, block_size: int = 16, sliding_window: int | None = None, max_num_batched_tokens: int | None = None
+) -> int:
+    """Most KV blocks one sequence of context_len tokens holds at once (vLLM V1's per-layer-type max usage).
+
+    Full attention keeps every token: ceil(context_len / block_size). A sliding window of W tokens keeps only
+    the W - 1 positions before a step's first new token plus that step's new tokens (at most
+    max_num_batched_tokens; None: the whole context), never more than the context, plus one block because
+    that span need not start on a block boundary; the rest is freed as the sequence moves on.
+    """
+    if isinstance(context_len, bool) or not isinstance(context_len, Integral) or context_len < 1:
+        raise ValueError(f"context_len={context_len!r} must be a whole number of tokens >= 1")
+    full = -(-int(context_len) // block_size)
+    if sliding_window is None:
+        return full
+    step = context_len if max_num_batched_tokens is None else max_num_batched_tokens
+    return min(full, -(-min(sliding_window - 1 + step, context_len) // block_size) + 1)

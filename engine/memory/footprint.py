@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from numbers import Integral
 from types import MappingProxyType
 
+from engine.core.sliding_window import kv_blocks_per_seq
 from engine.memory.catalog import GiB, resolve_gpu, resolve_model
 from engine.memory.specs import GpuSpec, ModelSpec
 from engine.memory.startup import check_startup_args, default_max_num_batched_tokens, startup_error_text
-from engine.memory.window import kv_blocks_per_seq
 
 __all__ = [
     "DTYPE_BYTES",

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, check_block_size
+from engine.core.sliding_window import kv_blocks_per_seq
 from engine.memory.catalog import MODELS
 from engine.memory.measure import default_device
-from engine.memory.window import kv_blocks_per_seq
 from engine.sim.simulate import simulate_model
 from engine.sim.traces import generate_trace
 from lessons.labs.paged_kernel import (

@@ -15,9 +15,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from engine.core.block_manager import FREED  # noqa: E402
+from engine.core.sliding_window import FREED, kv_blocks_per_seq  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from engine.memory.window import kv_blocks_per_seq  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 
 VOCAB = 256

@@ -10,8 +10,7 @@ import pytest
 
 from engine.core.block_manager import FREED, BlockManager
 from engine.core.sequence import Sequence
-from engine.core.sliding_window import first_needed_block, free_outside_window
-from engine.memory.window import kv_blocks_per_seq
+from engine.core.sliding_window import first_needed_block, free_outside_window, kv_blocks_per_seq
 
 
 def decode_to(bm: BlockManager, seq: Sequence, num_tokens: int) -> int:

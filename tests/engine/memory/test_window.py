@@ -1,4 +1,4 @@
-"""The memory model's sliding-window cap (engine/memory/window.py) and fp8 KV in the serving footprint.
+"""The sliding-window block cap (engine/core/sliding_window.py) in the serving footprint, and fp8 KV there.
 
 Mistral-7B (window 4096) at its 32K context: one sequence holds at most ceil((4096 - 1 + 2048) / 16) + 1
 = 385 blocks with 2048-token steps, not the 2048 blocks its full context would need, so the calculator's
@@ -7,8 +7,8 @@ concurrency is the pool over 385. An fp8 KV cache halves bf16's bytes per token:
 
 import pytest
 
+from engine.core.sliding_window import kv_blocks_per_seq
 from engine.memory.footprint import kv_bytes_per_token, serving_footprint
-from engine.memory.window import kv_blocks_per_seq
 
 
 def test_windowed_concurrency_uses_the_window_cap():
