@@ -7,20 +7,23 @@ one token per sequence, so its weight matmuls do ~batch FLOP/byte while attentio
 Which batches fit comes from `engine.memory.footprint.serving_footprint` (weights + activation peak + KV at the
 chosen context against the GPU's memory at gpu_memory_utilization 0.9, vLLM's rule). The live part is model
 bandwidth utilization (MBU): bytes a real decode step of the demo model moves (weights + KV read) per second,
-over this machine's measured memory bandwidth. This module packages those numbers into page 1's rows, points
-and sentences, and `claims()` checks them at the page's defaults.
+over this machine's measured memory bandwidth (`measure_here`, `measure_demo`: the engine's timings of a
+GEMV, a GEMM and the demo model's decode step). This module packages those numbers into dataclasses with the
+page's units, their table rows and sentences, and `claims()` checks them at the page's defaults.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.memory.catalog import GPUS, MODELS, GiB
+from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
 from engine.memory.measure import Measurement, measure_demo_decode, measure_machine
 from engine.memory.roofline import Roofline, roofline
+from engine.memory.specs import GpuSpec
+from engine.memory.units import GiB
 
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int4")
 MAX_BATCH = 256  # the batch slider's range
@@ -52,13 +55,27 @@ class BatchFit:
         """KV cache of `batch` sequences at the context length."""
         return batch * self.context_len * self.kv_bytes_per_token
 
+    def kv_gib(self, batch: int) -> float:
+        """KV cache of `batch` sequences at the context length, in GiB."""
+        return self.kv_bytes(batch) / GiB
+
+    @property
+    def kv_budget_gib(self) -> float:
+        """What is left for KV on the GPU, in GiB (0 when weights and activations take everything)."""
+        return max(self.kv_budget_bytes, 0) / GiB
+
+    @property
+    def gpu_name(self) -> str:
+        """The GPU's display name."""
+        return GPUS[self.gpu].name
+
     def fits(self, batch: int) -> bool:
         """Whether `batch` sequences of the context length fit in the KV budget at once."""
         return batch <= self.max_batch
 
     def why(self, batch: int) -> str:
         """One sentence: does this batch fit, and what is the largest that does."""
-        gpu, need, left = GPUS[self.gpu].name, self.kv_bytes(batch) / GiB, max(self.kv_budget_bytes, 0) / GiB
+        gpu, need, left = self.gpu_name, self.kv_gib(batch), self.kv_budget_gib
         if self.max_batch == 0:
             return (
                 f"Not even one {self.context_len:,}-token sequence fits on the {gpu}: its "
@@ -92,6 +109,25 @@ def batch_fit(model: str, gpu: str, context_len: int, weight_dtype: str = "bf16"
     )
 
 
+def context_problem(model: str, context_len: int) -> tuple[str, str] | None:
+    """(what is wrong, how to fix it) when `model` cannot read `context_len` tokens of context, else None."""
+    limit = MODELS[model].max_context  # an unknown key is a ValueError listing the known ones
+    if context_len <= limit:
+        return None
+    return (
+        f"{model} reads at most {limit:,} tokens of context; {context_len:,} is an impossible setting.",
+        f"lower the context length to {limit:,} or less, or pick a model with a longer context.",
+    )
+
+
+@dataclass(frozen=True)
+class OpBytes:
+    """Bytes one operation of a decode step moves per generated token (weights shared by the batch)."""
+
+    op: str  # the roofline's operation name ("attention" reads the KV cache)
+    mb_per_token: float  # MB (10**6 bytes) per generated token
+
+
 @dataclass(frozen=True)
 class BandwidthLesson:
     """Decode and prefill steps of one configuration plus the per-token figures page 1 headlines."""
@@ -100,9 +136,29 @@ class BandwidthLesson:
     prefill: Roofline
 
     @property
+    def gpu(self) -> GpuSpec:
+        """The GPU both steps run on (its peak FLOP/s and bandwidth draw the roof)."""
+        return self.decode.gpu
+
+    @property
+    def bandwidth_tb_per_s(self) -> float:
+        """The GPU's HBM bandwidth in TB/s (10**12 bytes per second)."""
+        return self.gpu.bandwidth_bytes_per_s / 1e12
+
+    @property
+    def peak_tflops(self) -> float:
+        """The GPU's dense bf16 peak in TFLOP/s."""
+        return self.gpu.bf16_flops / 1e12
+
+    @property
     def bytes_per_token(self) -> float:
         """HBM bytes moved per generated token in decode (weights + KV, shared across the batch)."""
         return self.decode.bytes / self.decode.batch_size
+
+    @property
+    def gb_per_token(self) -> float:
+        """`bytes_per_token` in GB (10**9 bytes)."""
+        return self.bytes_per_token / 1e9
 
     @property
     def ms_per_token(self) -> float:
@@ -113,6 +169,16 @@ class BandwidthLesson:
     def decode_tokens_per_s(self) -> float:
         """Generated tokens per second across the batch at the bound."""
         return self.decode.tokens_per_s
+
+    @property
+    def decode_limit(self) -> str:
+        """What limits decode, in the lesson's words: "bandwidth" or "compute"."""
+        return "bandwidth" if self.decode.bound == "memory" else "compute"
+
+    def bytes_per_op(self) -> tuple[OpBytes, ...]:
+        """Decode bytes per generated token split by operation (attention = reading the KV cache)."""
+        b = self.decode.batch_size
+        return tuple(OpBytes(str(row["op"]), float(row["bytes"]) / b / 1e6) for row in self.decode.rows())
 
     def summary_rows(self) -> list[dict[str, float | str]]:
         """One row per phase: FLOPs, bytes, intensity, the two time limits, which one binds."""
@@ -132,9 +198,8 @@ class BandwidthLesson:
         ]
 
     def bytes_per_token_rows(self) -> list[dict[str, float | str]]:
-        """Decode bytes per generated token split by operation (attention = reading the KV cache)."""
-        b = self.decode.batch_size
-        return [{"op": row["op"], "MB per token": float(row["bytes"]) / b / 1e6} for row in self.decode.rows()]
+        """`bytes_per_op` as table rows: op, MB per token."""
+        return [{"op": o.op, "MB per token": o.mb_per_token} for o in self.bytes_per_op()]
 
     def points(self) -> list[dict[str, float | str]]:
         """Roofline points (name, intensity, attainable FLOP/s) for the decode and prefill steps."""
@@ -175,82 +240,213 @@ def lesson(model: str, gpu: str, batch_size: int, context_len: int, weight_dtype
     )
 
 
+@dataclass(frozen=True)
+class SweepPoint:
+    """One batch of the decode sweep: does its KV fit, how intense is its step, how fast does it decode."""
+
+    batch: int
+    fits: bool  # its KV cache is inside the GPU's KV budget
+    kv_bytes: int  # KV cache of the batch at the context length
+    intensity: float  # FLOP per byte of the whole decode step
+    attention_intensity: float  # FLOP per byte of attention alone (it reads the KV cache): the GQA group size
+    attention_bytes: float  # bytes attention reads per step (every sequence's KV)
+    step_bytes: float  # bytes the whole step moves (weights + KV + activations)
+    tokens_per_s: float  # generated tokens per second across the batch at the roofline bound
+    bound: str  # "memory" or "compute"
+
+    @property
+    def kv_share_pct(self) -> float:
+        """Share of the step's bytes that are KV reads, in %."""
+        return 100 * self.attention_bytes / self.step_bytes
+
+    def row(self) -> dict[str, Any]:
+        """The sweep table's row (also what the batch-sweep chart reads)."""
+        return {
+            "batch": self.batch,
+            "fits in memory": "yes" if self.fits else "no",
+            "KV GiB": self.kv_bytes / GiB,
+            "FLOP per byte": self.intensity,
+            "attention FLOP per byte": self.attention_intensity,
+            "KV share of bytes %": self.kv_share_pct,
+            "tokens per s": self.tokens_per_s,
+            "bound": self.bound,
+        }
+
+
+@dataclass(frozen=True)
+class BatchSweep:
+    """Decode as the batch grows at one context length, with the fit that marks which batches fit."""
+
+    fit: BatchFit
+    group_size: int  # query heads per KV head: attention's FLOP per byte in decode, whatever the batch
+    points: tuple[SweepPoint, ...]  # ascending batch
+
+    @property
+    def largest(self) -> SweepPoint:
+        """The sweep's largest batch."""
+        return self.points[-1]
+
+    @property
+    def attention_intensity(self) -> float:
+        """Attention's FLOP per byte (the same at every batch)."""
+        return self.points[0].attention_intensity
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One table row per batch (`SweepPoint.row`)."""
+        return [p.row() for p in self.points]
+
+
 def batch_sweep(
     model: str, gpu: str, context_len: int, weight_dtype: str = "bf16", batches: tuple[int, ...] = SWEEP_BATCHES
-) -> list[dict[str, Any]]:
+) -> BatchSweep:
     """Decode tokens/s and intensities as the batch grows, each batch marked as fitting in memory or not.
 
     The largest batch that fits is added as a point of its own. Weights are shared by the batch; KV is not, so
     attention's FLOP per byte stays at the group size while its share of the bytes grows.
     """
     fit = batch_fit(model, gpu, context_len, weight_dtype)
-    points = set(batches) | ({fit.max_batch} if 1 <= fit.max_batch < max(batches) else set())
-    rows = []
-    for b in sorted(points):
+    batch_set = set(batches) | ({fit.max_batch} if 1 <= fit.max_batch < max(batches) else set())
+    points = []
+    for b in sorted(batch_set):
         r = roofline(model, gpu, "decode", b, context_len, weight_dtype)
         attn = r.ops[0]  # the score / value part that reads the KV cache
-        rows.append(
-            {
-                "batch": b,
-                "fits in memory": "yes" if fit.fits(b) else "no",
-                "KV GiB": fit.kv_bytes(b) / GiB,
-                "FLOP per byte": r.intensity,
-                "attention FLOP per byte": attn.intensity,
-                "KV share of bytes %": 100 * attn.bytes / r.bytes,
-                "tokens per s": r.tokens_per_s,
-                "bound": r.bound,
-            }
+        points.append(
+            SweepPoint(
+                b,
+                fit.fits(b),
+                fit.kv_bytes(b),
+                r.intensity,
+                attn.intensity,
+                attn.bytes,
+                r.bytes,
+                r.tokens_per_s,
+                r.bound,
+            )
         )
-    return rows
+    spec = MODELS[model]
+    return BatchSweep(fit, spec.num_heads // spec.num_kv_heads, tuple(points))
 
 
-def model_bandwidth_utilization(demo: Mapping[str, Any], machine: Sequence[Mapping[str, Any]]) -> float:
-    """MBU: the decode step's achieved bytes/s (weights + KV read) over this machine's measured bandwidth."""
-    best = max((float(m["GB_per_s"]) for m in machine), default=0.0)
+def model_bandwidth_utilization(step: Measurement, machine: Sequence[Measurement]) -> float:
+    """MBU: the decode step's achieved bytes/s (weights + KV read) over this machine's best measured bandwidth."""
+    best = max((m.bytes_per_s for m in machine), default=0.0)
     if best <= 0:
         raise ValueError("no machine bandwidth measured: run the machine measurement first")
-    return float(demo["GB_per_s"]) / best
+    return step.bytes_per_s / best
+
+
+@dataclass(frozen=True)
+class MachineBandwidth:
+    """This machine's decode-like GEMV and prefill-like GEMM over the same kind of weight (`measure_here`)."""
+
+    gemv: Measurement  # one token vector per weight read: bandwidth-bound
+    gemm: Measurement  # `gemm.batch` token vectors per weight read: compute-bound
+
+    @property
+    def gemv_gb_per_s(self) -> float:
+        """Bandwidth the decode-like GEMV achieved, in GB/s."""
+        return self.gemv.bytes_per_s / 1e9
+
+    @property
+    def gemv_gflops(self) -> float:
+        """Useful work the decode-like GEMV did, in GFLOP/s."""
+        return self.gemv.flops_per_s / 1e9
+
+    @property
+    def gemm_gflops(self) -> float:
+        """Useful work the prefill-like GEMM did, in GFLOP/s."""
+        return self.gemm.flops_per_s / 1e9
+
+    @property
+    def best_gb_per_s(self) -> float:
+        """The best bandwidth either run achieved, in GB/s (MBU's denominator)."""
+        return max(m.bytes_per_s for m in (self.gemv, self.gemm)) / 1e9
+
+    @property
+    def reuse_gain(self) -> float:
+        """How many times more FLOP/s the GEMM achieved than the GEMV: what reusing each byte buys."""
+        return self.gemm.flops_per_s / max(self.gemv.flops_per_s, 1.0)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The measurement table: each run's raw fields and rates (`Measurement.row`)."""
+        return [self.gemv.row(), self.gemm.row()]
+
+
+def measure_here() -> MachineBandwidth:
+    """Time this machine's GEMV and GEMM (about a second; engine.memory.measure.measure_machine)."""
+    gemv, gemm = measure_machine()
+    return MachineBandwidth(gemv, gemm)
+
+
+@dataclass(frozen=True)
+class DemoDecode:
+    """The demo model's real decode step, timed, against this machine's measured bandwidth."""
+
+    step: Measurement
+    machine: MachineBandwidth
+
+    @property
+    def mbu(self) -> float:
+        """Model bandwidth utilization: the step's bytes/s over the machine's best measured bandwidth (0 … 1)."""
+        return model_bandwidth_utilization(self.step, (self.machine.gemv, self.machine.gemm))
+
+    @property
+    def ms_per_token(self) -> float:
+        """Milliseconds per decode step (one generated token, batch 1)."""
+        return self.step.seconds * 1e3
+
+    @property
+    def gb_per_s(self) -> float:
+        """Bytes the step moves per second (weights + KV read), in GB/s."""
+        return self.step.bytes_per_s / 1e9
+
+    @property
+    def mb_per_step(self) -> float:
+        """Bytes one decode step moves, in MB."""
+        return self.step.bytes_moved / 1e6
+
+    def against(self, machine: MachineBandwidth) -> DemoDecode:
+        """The same step measured against another (a later) measurement of this machine."""
+        return DemoDecode(self.step, machine)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The measurement table: the step's raw fields and rates (`Measurement.row`)."""
+        return [self.step.row()]
+
+
+def measure_demo(machine: MachineBandwidth | None = None) -> DemoDecode:
+    """Time a fresh demo-model engine's decode step (measuring the machine first when `machine` is None).
+
+    Raises FileNotFoundError (or OSError) when the demo weights are not installed."""
+    return DemoDecode(measure_demo_decode(), measure_here() if machine is None else machine)
 
 
 def claims() -> dict[str, dict]:
     """Page 1 at its defaults: no batch beyond the KV budget shown as fitting; the demo model's MBU measured."""
     d = DEFAULTS
-    fit = batch_fit(d["model"], d["gpu"], d["context"], d["dtype"])
-    rows = batch_sweep(d["model"], d["gpu"], d["context"], d["dtype"])
+    sweep = batch_sweep(d["model"], d["gpu"], d["context"], d["dtype"])
+    fit = sweep.fit
     # independent of max_batch: a batch shown fitting must have its KV inside the budget
-    wrong = [r["batch"] for r in rows if r["fits in memory"] == "yes" and r["KV GiB"] * GiB > fit.kv_budget_bytes]
+    wrong = [p.batch for p in sweep.points if p.fits and p.kv_bytes > fit.kv_budget_bytes]
     wrong += [b for b in range(1, MAX_BATCH + 1) if fit.fits(b) and fit.kv_bytes(b) > fit.kv_budget_bytes]
     entry: dict[str, Any] = {
         "claim": "no offered batch beyond the GPU's KV budget is shown as fitting, and the demo model's decode "
         "step's bandwidth utilization (MBU) is measured on this machine",
         "max_batch": fit.max_batch,
         "kv_budget_GiB": round(fit.kv_budget_bytes / GiB, 2),
-        "sweep": {r["batch"]: r["fits in memory"] for r in rows},
+        "sweep": {p.batch: "yes" if p.fits else "no" for p in sweep.points},
         "shown_fitting_beyond_capacity": sorted(set(wrong)),
-        "attention_FLOP_per_byte": sorted({round(r["attention FLOP per byte"], 2) for r in rows}),
+        "attention_FLOP_per_byte": sorted({round(p.attention_intensity, 2) for p in sweep.points}),
     }
     try:
-        machine, demo = [m.row() for m in measure_machine()], measure_demo_decode().row()
+        demo = measure_demo()
     except (FileNotFoundError, OSError) as exc:  # the demo weights are not installed
         return {"bandwidth": {**entry, "holds": False, "error": repr(exc)}}
-    mbu = model_bandwidth_utilization(demo, machine)
     entry.update(
-        mbu=round(mbu, 4),
-        demo_GB_per_s=round(demo["GB_per_s"], 3),
-        machine_GB_per_s=round(max(m["GB_per_s"] for m in machine), 2),
-        demo_bytes_per_step=demo["bytes_moved"],
-        demo_ms_per_step=round(1e3 * demo["seconds"], 3),
+        mbu=round(demo.mbu, 4),
+        demo_GB_per_s=round(demo.gb_per_s, 3),
+        machine_GB_per_s=round(demo.machine.best_gb_per_s, 2),
+        demo_bytes_per_step=demo.step.bytes_moved,
+        demo_ms_per_step=round(demo.ms_per_token, 3),
     )
-    return {"bandwidth": {**entry, "holds": not wrong and mbu > 0}}
-
-
-def measured_points(measurements: list[Measurement]) -> list[dict[str, float | str]]:
-    """Roofline points from live measurements on this machine (achieved FLOP/s at their intensity)."""
-    return [{"name": m.name, "intensity": m.intensity, "flops": m.flops_per_s} for m in measurements]
-
-
-def machine_roof(measurements: list[Measurement]) -> tuple[float, float]:
-    """(peak FLOP/s, bandwidth) estimated from the measurements: best achieved of each."""
-    if not measurements:
-        raise ValueError("no measurements: run the measurement first")
-    return max(m.flops_per_s for m in measurements), max(m.bytes_per_s for m in measurements)
+    return {"bandwidth": {**entry, "holds": not wrong and demo.mbu > 0}}
