@@ -5,9 +5,9 @@ from typing import Any
 
 import streamlit as st
 
-from engine.memory.catalog import GPUS, MODELS
-from lessons.diagnosis import get_scenario, lab, own_log, scenario_ids, symptoms, vllm_command
+from lessons.diagnosis import get_scenario, own_log, scenario_ids, symptoms, vllm_command
 from lessons.diagnosis.readlog import MAX_LOG_CHARS
+from lessons.labs import diagnosis as lab
 from ui import charts_memory
 from ui.inert import prose_md
 from ui.kv_precision import kv_precision_section
@@ -34,28 +34,19 @@ def _symptoms(scenario_id: str, variant: int) -> Any:
 
 @st.cache_resource(show_spinner=False, max_entries=32)  # a figure, shared read-only
 def _memory_fig(scenario_id: str, variant: int) -> Any:
-    s = lab.scenario_for(scenario_id, variant)
-    title = f"{GPUS[s.config.gpu].name} memory as deployed ({MODELS[s.config.model].name})"
+    title = lab.memory_title(lab.scenario_for(scenario_id, variant))
     return charts_memory.memory_breakdown(_symptoms(scenario_id, variant).memory, title)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _grade(scenario_id: str, variant: int, diagnoses: tuple[str, ...], fixes: tuple[tuple[str, Any], ...]) -> dict:
-    g = lab.run_grade(scenario_id, variant, diagnoses, dict(fixes))
-    return {
-        "verdict": lab.verdict(g),
-        "resolved": g.resolved,
-        "record": lab.record(g, variant, diagnoses),
-        "feedback": g.diagnosis_feedback,
-        "explanation": g.explanation,
-        "costs": g.costs,
-        "rows": lab.before_after_rows(g),
-        "command": g.command,
-    }
+def _grade(
+    scenario_id: str, variant: int, diagnoses: tuple[str, ...], fixes: tuple[tuple[str, Any], ...]
+) -> lab.GradedRun:
+    return lab.graded_run(scenario_id, variant, diagnoses, dict(fixes))
 
 
 page_header(PAGE)
-view = linked_view(PAGE)  # incident and variant come from the URL (defaults in ui/links.py) and are written back
+view = linked_view(PAGE)  # incident and variant come from the URL (defaults in lessons/links.py), written back
 
 c1, c2 = st.columns([3, 1])
 sid = c1.selectbox("Incident", scenario_ids(), format_func=lambda i: get_scenario(i).title, key=view.keys["incident"])
@@ -83,12 +74,7 @@ show_chart(
     f"memory-{sid}-{variant}",
     "diag_mem",
 )
-show_table(
-    [{"measure": k, "value": str(v)} for k, v in sym.traffic.items()],
-    f"traffic-{sid}-{variant}",
-    "diag_traffic",
-    "traffic numbers",
-)
+show_table(lab.traffic_rows(sym), f"traffic-{sid}-{variant}", "diag_traffic", "traffic numbers")
 
 st.subheader("Your diagnosis")
 st.caption("Tick every explanation you think is true (there may be more than one).")
@@ -131,25 +117,25 @@ if st.button("Run the traffic again", key="diag_run", type="primary"):
             _grade, sid, int(variant), picked, tuple(sorted(fixes.items())), hint="pick another combination of fixes"
         )
         status.update(label="Re-run finished", state="complete")
-    st.session_state[result_key] = {"picked": picked, "fixes": fixes, **result}
-    record_diagnosis(sid, result["record"])
+    st.session_state[result_key] = (picked, fixes, result)
+    record_diagnosis(sid, result.record)
 
-result = st.session_state.get(result_key)
-if result:
+if result_key in st.session_state:
+    graded_picked, graded_fixes, result = st.session_state[result_key]
     st.subheader("Result")
-    if result["picked"] != picked or result["fixes"] != fixes:
+    if graded_picked != picked or graded_fixes != fixes:
         st.caption("You changed your answers since this run; press **Run the traffic again** to grade them.")
-    (st.success if result["resolved"] else st.warning)(
-        result["verdict"], icon=":material/check_circle:" if result["resolved"] else ":material/cancel:"
+    (st.success if result.resolved else st.warning)(
+        result.verdict, icon=":material/check_circle:" if result.resolved else ":material/cancel:"
     )
-    for line in result["explanation"]:
+    for line in result.explanation:
         st.markdown(f"- {line}")
-    show_table(result["rows"], f"diagnosis-{sid}-{variant}", "diag_rows", "before / after")
-    if result["feedback"]:
-        st.markdown("**On your diagnosis**\n\n" + "\n".join(f"- {line}" for line in result["feedback"]))
-    if result["costs"]:
-        st.markdown("**What the fix costs**\n\n" + "\n".join(f"- {line}" for line in result["costs"]))
-    download_rows([result["record"]], f"diagnosis-result-{sid}", "diag_record", "result")
+    show_table(result.rows, f"diagnosis-{sid}-{variant}", "diag_rows", "before / after")
+    if result.diagnosis_feedback:
+        st.markdown("**On your diagnosis**\n\n" + "\n".join(f"- {line}" for line in result.diagnosis_feedback))
+    if result.costs:
+        st.markdown("**What the fix costs**\n\n" + "\n".join(f"- {line}" for line in result.costs))
+    download_rows([result.record], f"diagnosis-result-{sid}", "diag_record", "result")
 
 
 def _own_server() -> None:
@@ -180,18 +166,18 @@ def _own_server() -> None:
         return
     if log.message:
         st.caption(log.message)
-    guess = own_log.guess_model(log)
-    keys = ["", *(k for k in MODELS if k != "demo")]
     c1, c2 = st.columns(2)
     model = c1.selectbox(
         "Model (KV bytes per token; empty: from the log)",
-        keys,
-        index=keys.index(guess or ""),
+        lab.PASTE_MODELS,
+        index=lab.paste_model_index(own_log.guess_model(log)),
         key="diag_paste_model",
         format_func=lab.model_label_or_log,
     )
-    start = min(log.max_model_len or 4096, 10_000_000)
-    length = int(c2.number_input("Request length (tokens)", 1, 10_000_000, start, step=256, key="diag_paste_len"))
+    start = own_log.request_len_default(log)
+    length = int(
+        c2.number_input("Request length (tokens)", 1, own_log.MAX_REQUEST_LEN, start, step=256, key="diag_paste_len")
+    )
     show_table(own_log.found_rows(log), "your-vllm-log", "diag_paste_found", "what your log says")
     for error in log.errors:  # a line of the learner's paste: shown as text, never as Markdown
         st.warning(f"Your log reports: {prose_md(error)}", icon=":material/error:")

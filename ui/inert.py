@@ -125,6 +125,6 @@ def plotly_text(value: object, limit: int = SHORT) -> str:
 
 def echo(value: object, limit: int = LONG) -> None:
     """Show a longer untrusted text as a plain block (no Markdown, no HTML, no links)."""
-    import streamlit as st  # here, so the text helpers above import without Streamlit (ui/links.py, lessons)
+    import streamlit as st  # here, so the text helpers above import without Streamlit (ui/charts_memory.py)
 
     st.code(inert(value, limit).replace("⏎", "\n"), language=None)

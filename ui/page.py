@@ -22,10 +22,9 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from kernels.backend import describe
-from lessons import content, quizzes
-from ui import links
+from lessons import content, links, quizzes
 from ui.export import rows_to_csv, to_json
-from ui.inert import prose_md
+from ui.inert import inert_md, prose_md
 from ui.predict import prediction_exercise, prediction_teaser
 from ui.progress import ensure_progress, mark_visited, record_quiz
 
@@ -193,7 +192,17 @@ def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple
     return correct, total
 
 
-# --- deep links: a page's main settings in the URL (ui/links.py parses and checks them) ---------------
+# --- deep links: a page's main settings in the URL (lessons/links.py parses and checks them) ----------
+
+
+def link_note(bad: links.BadValue) -> str:
+    """The warning for a link parameter the page did not take: Markdown whose only untrusted parts (the
+    link's value, a free-text parameter's complaint about it) are inert (`ui.inert`)."""
+    why = f"{prose_md(bad.reason)}; it takes {bad.accepts}" if bad.reason is not None else f"it takes {bad.accepts}"
+    return (
+        f"Link parameter `{bad.name}` has the value {inert_md(bad.raw)}, which is not valid ({why}); "
+        f"showing the default, {inert_md(bad.default)}."
+    )
 
 
 class LinkedView:
@@ -203,7 +212,7 @@ class LinkedView:
         self.spec = spec
         self._top = st.container()  # notes and the link control sit under the page's intro
         query = {name: st.query_params[name] for name in spec.names if name in st.query_params}
-        wanted, notes = links.resolve(spec, query)
+        wanted, bad = links.resolve(spec, query)
         self.keys: dict[str, str] = {}
         current: dict[str, Any] = {}  # each setting's value this run: the widget's own, else the link's
         shown = []
@@ -217,7 +226,7 @@ class LinkedView:
                 # so a re-run that races a stale URL can never undo a learner's move.
                 same = all(current[e] == wanted[e] for e in current)
                 st.session_state[key] = wanted[p.name] if same else p.default_for(current)
-                shown += [notes[p.name]] if p.name in notes else []
+                shown += [link_note(bad[p.name])] if p.name in bad else []
             current[p.name] = st.session_state[key]
         for note in shown:
             self._top.warning(note, icon=":material/link_off:")
@@ -251,6 +260,6 @@ def linked_view(page_id: str) -> LinkedView:
     """The page's settings from the URL (bad values: a warning and the default), seeded into widget state.
 
     Call it after `page_header` and before the page's widgets, which then take `key=view.keys[name]` and no
-    default of their own (ui/links.py holds the defaults); call `view.publish()` after the last of them.
+    default of their own (lessons/links.py holds the defaults); call `view.publish()` after the last of them.
     """
     return LinkedView(links.SPECS[page_id])

@@ -4,7 +4,7 @@ Contract (Streamlit runs each learner's session in its own thread; progress live
     st.session_state["progress"] = {
         "visited": list[str],                                   # course page ids (ui/course.py), first-visit order
         "quiz": {question_id: {"answer": str, "correct": bool}},  # ids like "gqa.kv_formula"
-        "diagnosis": {scenario_id: dict},                       # lessons.diagnosis.lab.record(...)
+        "diagnosis": {scenario_id: dict},                       # lessons.labs.diagnosis.record(...)
         "predict": {page_id: {"value": float, "answer": float, "close": bool}},  # lessons.predictions
         "written_at_us": {part: {id: int}},  # bookkeeping: when each quiz/diagnosis/predict id was last written
     }                                        # or cleared (µs since 1970); an id with a time but no entry is cleared

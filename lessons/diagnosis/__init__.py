@@ -1,13 +1,14 @@
 """Lesson 6, production diagnosis: OOM incidents, running them with a learner's fixes, and grading.
 
-Public API (the page's widget glue is `lessons.diagnosis.lab`, imported by path):
+Public API (page 6's lab, `lessons.labs.diagnosis`, builds on it; nothing here imports a lab):
 - what an incident is: `Scenario`, `ServeConfig`, `Traffic`, `Diagnosis`, `Outcome`, `Symptoms`, `Grade`,
   `FIX_PARAMS`, `apply_fixes`, `vllm_command` (lessons/diagnosis/scenarios.py);
 - the incidents: `scenario_ids`, `get_scenario`, `all_scenarios` (incidents.py);
 - running one: `run_outcome`, `symptoms` (replay.py; its log lines come from logs.py);
 - grading: `grade` (grading.py);
-- a learner's own server: `read_vllm_log`, `VllmLog` (readlog.py, no other project import).
-No import cycle: incidents and logs import scenarios, replay imports logs, grading imports replay, lab all of them.
+- a learner's own server: `read_vllm_log`, `VllmLog` (readlog.py, no other project import);
+  what the page makes of it (memory bar, room for requests, flag changes) is `own_log`, imported by path.
+No import cycle: incidents and logs import scenarios, replay imports logs, grading imports replay.
 """
 
 from lessons.diagnosis.grading import grade

@@ -20,16 +20,21 @@ from lessons.diagnosis.scenarios import CHAT_REPOS
 
 BLOCK = 16  # vLLM's default block size on CUDA
 MAX_OOM_CHARS = 20_000  # the OOM box: a PyTorch out-of-memory message is a few hundred characters
+MAX_REQUEST_LEN = 10_000_000  # the longest request the room question takes (tokens)
+DEFAULT_REQUEST_LEN = 4096  # the request length asked about when the log states no max_model_len
 _ERROR_TOKENS = re.compile(r"stored in KV cache \((\d{1,12})\)|estimated maximum model length is (\d{1,12})", re.ASCII)
 __all__ = [
     "BLOCK",
+    "DEFAULT_REQUEST_LEN",
     "MAX_OOM_CHARS",
+    "MAX_REQUEST_LEN",
     "KvPool",
     "found_rows",
     "guess_model",
     "kv_pool",
     "memory_rows",
     "read_paste",
+    "request_len_default",
     "room_for",
     "room_sentence",
     "suggestions",
@@ -80,6 +85,11 @@ def found_rows(log: VllmLog) -> list[dict[str, str]]:
     rows += [{"figure": "model", "value": log.model}] if log.model else []
     rows += [{"figure": "log format", "value": log.version}] if log.version else []
     return rows + [{"figure": "error", "value": e} for e in log.errors]
+
+
+def request_len_default(log: VllmLog) -> int:
+    """The request length the room question starts from: the log's max_model_len, within 1 … MAX_REQUEST_LEN."""
+    return max(1, min(log.max_model_len or DEFAULT_REQUEST_LEN, MAX_REQUEST_LEN))
 
 
 def room_sentence(pool: KvPool, request_len: int) -> str:

@@ -4,7 +4,7 @@ write the view back into the URL, and bad values show a warning and the defaults
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ui import links
+from lessons import links
 from ui.inert import inert_md
 
 # page id -> (query, widget key -> the value that widget must show)

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from lessons.diagnosis import get_scenario, lab, scenario_ids
+from lessons.diagnosis import get_scenario, scenario_ids
+from lessons.labs import diagnosis as lab
 
 
 @pytest.fixture

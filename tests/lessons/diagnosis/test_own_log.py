@@ -73,6 +73,13 @@ def test_suggestions_recompute_the_pool_for_each_flag():
     assert own_log.suggestions(log("vllm-53013-v1-cuda-graph-no-blocks.log"), 4096) == []  # no pool: nothing to say
 
 
+def test_the_room_question_starts_at_the_logs_max_model_len():
+    assert own_log.request_len_default(read_vllm_log("hello")) == own_log.DEFAULT_REQUEST_LEN == 4096
+    assert own_log.request_len_default(read_vllm_log("INFO engine config: max_seq_len=29000, more")) == 29000
+    huge = read_vllm_log("INFO engine config: max_seq_len=20000000, more")
+    assert huge.max_model_len == 20_000_000 and own_log.request_len_default(huge) == own_log.MAX_REQUEST_LEN
+
+
 def test_found_rows_and_model_guess():
     parsed = log("vllm-pr-12569-v1-concurrency.log")
     rows = {r["figure"]: r["value"] for r in own_log.found_rows(parsed)}
@@ -155,6 +162,7 @@ def test_any_log_of_real_lines_with_any_numbers_never_raises(text, length, model
         assert own_log.room_for(pool.tokens, length) >= 0
         assert own_log.room_sentence(pool, length)
     table_safe(own_log.suggestions(parsed, length, model))
+    assert 1 <= own_log.request_len_default(parsed) <= own_log.MAX_REQUEST_LEN  # a value the length box accepts
     for name in parsed.found:
         value = getattr(parsed, name)
         low, high, _ = LIMITS[name]

@@ -1,19 +1,22 @@
-"""Page 6's glue: incident variants, fix widgets' options, grading by re-simulation, and what to record (no Streamlit).
+"""Lesson 6's lab: incident variants, the fix widgets' options, grading by re-simulation, and what to record.
 
-The incidents are in `lessons.diagnosis.incidents`, their grading in `lessons.diagnosis.grading`. This module
-turns the learner's widget values into the fix set `grade` expects (only the parameters that changed), and the
-grade into the page's tables and the progress record.
+The incidents, their replay and their grading are the `lessons.diagnosis` package; this module is what page 6
+needs on top (no Streamlit): `scenario_for` picks an incident or a seeded variant, `current_values` and
+`options_for` feed the fix widgets, `changed_fixes` keeps only what the learner changed, and `graded_run`
+grades a diagnosis with its fixes into a `GradedRun` the page lays out (verdict, before / after table, the
+progress record). Imports point one way: this lab uses the package, the package never imports a lab.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from engine.memory.catalog import GPUS, MODELS, GiB
 from engine.memory.startup import default_max_num_batched_tokens
 from lessons.diagnosis.grading import grade
 from lessons.diagnosis.incidents import get_scenario
-from lessons.diagnosis.scenarios import FIX_PARAMS, Grade, Outcome, Scenario, ServeConfig
+from lessons.diagnosis.scenarios import FIX_PARAMS, Grade, Outcome, Scenario, ServeConfig, Symptoms
 
 MAX_VARIANT = 999  # variant 0 is the incident as written; 1 … MAX_VARIANT are seeded variants
 FIX_LABELS: dict[str, str] = {
@@ -83,6 +86,45 @@ def run_grade(scenario_id: str, variant: int, diagnosis_ids: tuple[str, ...], fi
     return grade(scenario, list(diagnosis_ids), changed_fixes(scenario.config, fixes))
 
 
+@dataclass(frozen=True)
+class GradedRun:
+    """One graded re-run as page 6 shows it: the verdict in words, what happened, and what to record."""
+
+    verdict: str  # one line, "RESOLVED — …" or "NOT RESOLVED — …" (never colour alone)
+    resolved: bool
+    explanation: tuple[str, ...]  # what the re-run showed, one Markdown line each
+    diagnosis_feedback: tuple[str, ...]  # on each diagnosis the learner ticked or missed
+    costs: tuple[str, ...]  # what the fixes cost (memory, speed, context)
+    rows: tuple[dict[str, str], ...]  # the before / after table (`before_after_rows`), also its download
+    record: dict[str, Any]  # what the learner's progress keeps (`record`)
+    command: str  # the fixed `vllm serve` line
+
+
+def graded_run(scenario_id: str, variant: int, diagnosis_ids: tuple[str, ...], fixes: dict[str, Any]) -> GradedRun:
+    """`run_grade`, laid out for the page: verdict, explanations, before / after rows and the progress record."""
+    g = run_grade(scenario_id, variant, diagnosis_ids, fixes)
+    return GradedRun(
+        verdict=verdict(g),
+        resolved=g.resolved,
+        explanation=tuple(g.explanation),
+        diagnosis_feedback=tuple(g.diagnosis_feedback),
+        costs=tuple(g.costs),
+        rows=tuple(before_after_rows(g)),
+        record=record(g, variant, diagnosis_ids),
+        command=g.command,
+    )
+
+
+def memory_title(scenario: Scenario) -> str:
+    """The title of the incident's GPU memory chart: the GPU and the model as deployed."""
+    return f"{GPUS[scenario.config.gpu].name} memory as deployed ({MODELS[scenario.config.model].name})"
+
+
+def traffic_rows(sym: Symptoms) -> list[dict[str, str]]:
+    """The incident's traffic numbers as a two-column table (measure, value)."""
+    return [{"measure": k, "value": str(v)} for k, v in sym.traffic.items()]
+
+
 def _outcome_numbers(o: Outcome) -> dict[str, Any]:
     fp, s = o.footprint, o.summary
     return {
@@ -130,6 +172,14 @@ def model_label(key: str) -> str:
     return f"{m.name} ({m.num_kv_heads} KV heads)"
 
 
+PASTE_MODELS: tuple[str, ...] = ("", *(k for k in MODELS if k != "demo"))  # "" = the log's own figures
+
+
+def paste_model_index(guess: str | None) -> int:
+    """Where the paste box's model choice starts: the model the log names (`own_log.guess_model`), else ""."""
+    return PASTE_MODELS.index(guess) if guess in PASTE_MODELS else 0
+
+
 def model_label_or_log(key: str) -> str:
     """model_label, or "(from the log)" for the empty choice of the paste box."""
     return model_label(key) if key else "(from the log)"
@@ -143,15 +193,21 @@ def gib_label(num_bytes: int) -> str:
 __all__ = [
     "FIX_LABELS",
     "MAX_VARIANT",
+    "PASTE_MODELS",
+    "GradedRun",
     "before_after_rows",
     "changed_fixes",
     "current_values",
     "gib_label",
+    "graded_run",
+    "memory_title",
     "model_label",
     "model_label_or_log",
     "options_for",
+    "paste_model_index",
     "record",
     "run_grade",
     "scenario_for",
+    "traffic_rows",
     "verdict",
 ]

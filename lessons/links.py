@@ -1,13 +1,14 @@
-"""Deep links: each lesson's main settings as URL query parameters, parsed and checked without Streamlit.
+"""Deep links: each lesson's main settings as URL query parameters, parsed and checked (no Streamlit).
 
 `SPECS` holds one `LinkSpec` per page: its URL path (the name st.navigation derives from the script file,
 `pages/5_paged_attention.py` -> `paged_attention`) and, per setting, the query parameter, the widget key
 that holds it in session state, its default and what it accepts. A parameter may depend on the ones before
 it (the valid KV-group counts depend on the model), so values resolve in order. `resolve(spec, query)` turns
-a query mapping into values plus one note per bad parameter (each falls back to its default);
+a query mapping into values plus one `BadValue` per bad parameter (each falls back to its default);
 `query_for(spec, values)` is the same view as strings; `link(spec, values)` the relative link
-`paged_attention?block_size=64&max_context=4096`; `markdown_table()` the README's parameter table.
-ui/page.py's `linked_view` ties this to `st.query_params` and `st.session_state`.
+`paged_attention?block_size=64&max_context=4096`; `markdown_table()` the README's parameter table
+(`python -m lessons.links` prints it). ui/page.py's `linked_view` ties this to `st.query_params` and
+`st.session_state`, and `link_note` words a `BadValue` for the page, the link's value shown inertly.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ from urllib.parse import urlencode
 from engine.memory.catalog import GPUS, MODELS
 from engine.sim.traces import DATASETS
 from lessons.diagnosis import scenario_ids
-from lessons.diagnosis.lab import MAX_VARIANT
 from lessons.labs import bandwidth, fragmentation, gqa, packing, paged, playground
-from ui.inert import inert_md, prose_md
+from lessons.labs.diagnosis import MAX_VARIANT
 
 Earlier = Mapping[str, Any]  # the values of the parameters before this one
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -154,11 +154,25 @@ class LinkSpec:
         return tuple(p.name for p in self.params)
 
 
-def resolve(spec: LinkSpec, query: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """(values, notes), both by parameter name: each absent parameter takes its default, each bad one its
-    default plus a note naming the parameter, the bad value and what it accepts. Never raises for a bad value."""
+@dataclass(frozen=True)
+class BadValue:
+    """A link parameter whose value the page does not take: the page shows its default instead.
+
+    ``name``, ``accepts`` and ``default`` are the course's own words; ``raw`` is what the link held and
+    ``reason`` (a free-text parameter's own complaint) may quote it: both are untrusted text."""
+
+    name: str  # the query parameter
+    raw: str  # the value the link gave, as given
+    accepts: str  # what the parameter takes, in words ("one of 1, 2, 4", "0.5 … 64 in steps of 0.5")
+    default: str  # the default shown instead, as the URL writes it
+    reason: str | None = None  # why a free-text value was refused ("length 0 is outside 1 … 1024"), else None
+
+
+def resolve(spec: LinkSpec, query: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, BadValue]]:
+    """(values, bad), both by parameter name: each absent parameter takes its default, each bad one its
+    default plus a `BadValue` naming the value and what the parameter accepts. Never raises for a bad value."""
     values: dict[str, Any] = {}
-    notes: dict[str, str] = {}  # Markdown: trusted words, the raw value only as an `inert_md` code span
+    bad: dict[str, BadValue] = {}
     for p in spec.params:
         default = p.default_for(values)
         raw = query.get(p.name)
@@ -169,12 +183,11 @@ def resolve(spec: LinkSpec, query: Mapping[str, str]) -> tuple[dict[str, Any], d
             values[p.name] = p.parse(raw, values)
         except ValueError as exc:
             values[p.name] = default
-            why = f"{prose_md(exc)}; it takes {p.accepts}" if p.check is not None else f"it takes {p.accepted(values)}"
-            notes[p.name] = (
-                f"Link parameter `{p.name}` has the value {inert_md(raw)}, which is not valid ({why}); "
-                f"showing the default, {inert_md(encode(default))}."
-            )
-    return values, notes
+            if p.check is not None:
+                bad[p.name] = BadValue(p.name, raw, p.accepts or "see the page's help", encode(default), str(exc))
+            else:
+                bad[p.name] = BadValue(p.name, raw, p.accepted(values), encode(default))
+    return values, bad
 
 
 def query_for(spec: LinkSpec, values: Mapping[str, Any]) -> dict[str, str]:
@@ -395,5 +408,5 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # `python -m ui.links` prints README's parameter table
+if __name__ == "__main__":  # `python -m lessons.links` prints README's parameter table
     print(markdown_table())

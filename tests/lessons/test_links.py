@@ -1,4 +1,5 @@
-"""ui/links.py: lesson settings parsed from and written to the URL, the notes on bad values, README's table."""
+"""lessons/links.py: lesson settings parsed from and written to the URL, what a bad value falls back to, README's
+table. How a page words a bad value (Markdown, the value inert) is tests/ui/test_link_notes.py."""
 
 import math
 import re
@@ -8,9 +9,8 @@ import pytest
 from streamlit.source_util import page_icon_and_name
 
 from engine.memory.catalog import MODELS
-from ui import links
+from lessons import links
 from ui.course import COURSE, ROOT, page
-from ui.inert import inert_md
 
 LESSON_PAGES = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis")
 
@@ -70,13 +70,22 @@ def test_absent_parameters_take_the_pages_defaults():
         ("diagnosis", "incident", "", "one of chat-oom, "),
     ],
 )
-def test_a_bad_value_falls_back_to_the_default_with_a_note(page_id, name, raw, accepted):
+def test_a_bad_value_falls_back_to_the_default_with_what_it_accepts(page_id, name, raw, accepted):
     spec = links.SPECS[page_id]
-    values, notes = links.resolve(spec, {name: raw})
+    values, bad = links.resolve(spec, {name: raw})
     assert values == links.resolve(spec, {})[0]  # every setting at its default
-    assert list(notes) == [name]
-    assert f"Link parameter `{name}` has the value {inert_md(raw)}," in notes[name] and accepted in notes[name]
-    assert f"showing the default, {inert_md(links.encode(values[name]))}" in notes[name]
+    assert list(bad) == [name]
+    b = bad[name]
+    assert (b.name, b.raw, b.default) == (name, raw, links.encode(values[name]))
+    assert accepted in f"{b.reason}; it takes {b.accepts}"
+    assert (b.reason is None) == (spec.param(name).check is None)  # only a free-text check explains itself
+
+
+def test_a_free_text_parameter_says_why_and_what_it_takes():
+    (b,) = links.resolve(links.SPECS["packing"], {"lengths": "0, 5"})[1].values()
+    assert "length 0 is outside 1 … 1024" in b.reason and b.accepts == links.SPECS["packing"].param("lengths").accepts
+    (b,) = links.resolve(links.SPECS["packing"], {"causal": "maybe"})[1].values()
+    assert b.reason is None and b.accepts == "true or false" and b.default == "true"
 
 
 def test_one_bad_parameter_does_not_reset_the_good_ones():
@@ -90,7 +99,7 @@ def test_dependent_parameters_follow_the_linked_model():
     assert values["groups"] == 7 and notes == {}
     values, notes = links.resolve(spec, {"model": "qwen2.5-0.5b", "groups": "8"})
     assert values["groups"] == MODELS["qwen2.5-0.5b"].num_kv_heads == 2
-    assert "one of 1, 2, 7, 14" in notes["groups"]
+    assert notes["groups"].accepts == "one of 1, 2, 7, 14"
     assert links.resolve(spec, {"model": "llama-2-70b"})[0]["groups"] == 8  # the model's real KV heads
     # a model whose whole context is shorter than the usual default starts at its own limit
     assert links.resolve(links.SPECS["bandwidth"], {"model": "demo"})[0]["context"] == MODELS["demo"].max_context
@@ -136,7 +145,7 @@ def test_readme_table_matches_the_specs():
     readme = (ROOT / "README.md").read_text()
     found = re.search(r"<!-- lesson-parameters:start -->\n(.*?)\n<!-- lesson-parameters:end -->", readme, re.S)
     assert found, "README lacks the lesson-parameters table markers"
-    assert found.group(1) == links.markdown_table(), "README's table is stale: paste `python -m ui.links` into it"
+    assert found.group(1) == links.markdown_table(), "README's table is stale: paste `python -m lessons.links` in"
     rows = [line for line in found.group(1).splitlines()[2:]]
     assert len(rows) == sum(len(s.params) for s in links.SPECS.values())
     assert "| `/paged_attention` | `block_size` |" in found.group(1)
@@ -176,9 +185,9 @@ def test_unknown_parameter_name_is_a_valueerror():
 def test_numbers_in_links_are_ascii_digits_only(raw):
     # int() and float() take all of these (any script's digits, underscores, exponents, inf); a link does not
     for spec, name in ((links.SPECS["bandwidth"], "batch"), (links.SPECS["fragmentation"], "rate")):
-        values, notes = links.resolve(spec, {name: raw})
-        assert list(notes) == [name] and values[name] == links.resolve(spec, {})[0][name], (name, raw)
-        assert inert_md(raw) in notes[name]
+        values, bad = links.resolve(spec, {name: raw})
+        assert list(bad) == [name] and values[name] == links.resolve(spec, {})[0][name], (name, raw)
+        assert bad[name].raw == raw  # kept as given: the page shows it inertly
 
 
 def test_what_a_number_in_a_link_may_look_like():
@@ -200,23 +209,3 @@ def test_choices_match_ascii_only():
                 if p.kind is str and p.check is None:
                     values, notes = links.resolve(spec, {p.name: raw})
                     assert list(notes) == [p.name], (p.name, raw)
-
-
-PAYLOAD = (
-    "[click](https://evil.example/x) ![i](https://evil.example/i.png) <img src=https://evil.example/h.png> "
-    "https://evil.example/auto :material/warning: $x^2$ ``` `` `\u202e"
-)
-
-
-@pytest.mark.parametrize("spec", links.SPECS.values(), ids=lambda s: s.page_id)
-def test_a_markdown_payload_is_only_ever_inside_code_spans(spec):
-    markdown_it = pytest.importorskip("markdown_it")
-    parser = markdown_it.MarkdownIt("commonmark")
-    _, notes = links.resolve(spec, {name: PAYLOAD for name in spec.names})
-    assert list(notes) == list(spec.names)
-    for name, note in notes.items():
-        tokens = [c for b in parser.parse(note) if b.type == "inline" for c in b.children]
-        assert {t.type for t in tokens} <= {"text", "code_inline"}, (name, note)
-        text = "".join(t.content for t in tokens if t.type == "text")
-        assert "evil" not in text and "$" not in text and ":material" not in text and "\u202e" not in note
-        assert f"`{name}`" in note  # the parameter is named (trusted: from the spec)
