@@ -1,17 +1,34 @@
-"""Quiz data and grading: the short check at the end of every lesson and the golden-rules review.
+"""Quiz questions and grading: the short check at the end of every lesson and the golden-rules review.
 
-Each question has a stable id ("<page_id>.<name>") used as the key of the learner's quiz progress, a list
-of options, the index of the right one, and an explanation shown right after the learner answers —
-whether they were right or not, so the feedback teaches. Grading is plain Python (no Streamlit).
+The questions are data, `lessons/quizzes.json`, a list of objects a teacher can edit without touching Python:
+
+    {"id": "gqa.mqa",                       # "<page_id>.<name>": the key of the learner's saved answer; keep it
+     "prompt": "Multi-query attention (MQA) keeps how many KV heads per layer?",
+     "options": ["One", "As many as query heads", "Half the query heads", "Eight"],
+     "answer": "One",                       # the right option's text, exactly
+     "explanation": "MQA (Shazeer, 2019) shares a single K/V head ..."}   # shown after every answer
+
+The file is read and checked once, at import, into frozen `Question`s (`BANK`, by id); a malformed entry is
+a ValueError naming the file, the question and the field. A page's check is every question whose id starts
+with its page id, in the file's order; each question's options are rotated so that the right one sits at a
+stable position that depends on the id (not always first). Learners' saved answers are option texts, so an
+edit that keeps an option's text keeps their answers. Grading is plain Python (no Streamlit).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
-from lessons.quiz_bank import QUESTIONS
+QUIZ_FILE = Path(__file__).resolve().parent / "quizzes.json"
+FIELDS = ("id", "prompt", "options", "answer", "explanation")  # every question has exactly these
+QUESTION_ID = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")  # "<page_id>.<name>"
 
 
 @dataclass(frozen=True)
@@ -20,7 +37,7 @@ class Question:
 
     id: str
     prompt: str
-    options: tuple[str, ...]
+    options: tuple[str, ...]  # in the order the page shows them (the file's, rotated)
     answer: int  # index into options
     explanation: str
 
@@ -63,17 +80,87 @@ def _place_answer(qid: str, options: list[str], answer: int) -> tuple[tuple[str,
     return tuple(rotated), target
 
 
-def _build() -> dict[str, Question]:
-    out: dict[str, Question] = {}
-    for qid, prompt, options, answer, explanation in QUESTIONS:
-        if qid in out:
-            raise ValueError(f"duplicate question id {qid!r}")
-        placed, index = _place_answer(qid, list(options), answer)
-        out[qid] = Question(qid, prompt, placed, index, explanation)
-    return out
+def _text(where: str, name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: field {name!r} must be non-empty text, got {value!r}; write it in quotes")
+    return value
 
 
-BANK: dict[str, Question] = _build()
+def _question(entry: object, number: int, source: str, seen: dict[str, int]) -> Question:
+    """One entry of the file as a Question (number counts from 1, for the message)."""
+    where = f"{source}: question {number}"
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where} is {type(entry).__name__}; write an object with the fields {', '.join(FIELDS)}")
+    if isinstance(entry.get("id"), str):
+        where += f" ({entry['id']!r})"
+    missing = [f for f in FIELDS if f not in entry]
+    if missing:
+        raise ValueError(f"{where}: field {missing[0]!r} is missing; every question has {', '.join(FIELDS)}")
+    extra = [k for k in entry if k not in FIELDS]
+    if extra:
+        raise ValueError(f"{where}: field {extra[0]!r} is not a question field; use only {', '.join(FIELDS)}")
+    qid = _text(where, "id", entry["id"])
+    if not QUESTION_ID.fullmatch(qid):
+        raise ValueError(
+            f"{where}: field 'id' {qid!r} is not '<page_id>.<name>'; use lower-case letters, digits and _ "
+            "around one dot, e.g. 'gqa.mqa'"
+        )
+    if qid in seen:
+        raise ValueError(f"{where}: field 'id' {qid!r} is already the id of question {seen[qid]}; give each its own")
+    prompt = _text(where, "prompt", entry["prompt"])
+    options = entry["options"]
+    if not isinstance(options, list) or len(options) < 2:
+        raise ValueError(f"{where}: field 'options' is {options!r}; write a list of at least two option texts")
+    options = [_text(where, f"options[{i}]", o) for i, o in enumerate(options)]
+    twice = next((o for i, o in enumerate(options) if o in options[:i]), None)
+    if twice is not None:
+        raise ValueError(f"{where}: field 'options' lists {twice!r} twice; make every option different")
+    answer = _text(where, "answer", entry["answer"])
+    if answer not in options:
+        raise ValueError(
+            f"{where}: field 'answer' {answer!r} is not one of its options; copy the right option's text exactly"
+        )
+    explanation = _text(where, "explanation", entry["explanation"])
+    seen[qid] = number
+    placed, index = _place_answer(qid, options, options.index(answer))
+    return Question(qid, prompt, placed, index, explanation)
+
+
+def parse_questions(text: str, source: str) -> tuple[Question, ...]:
+    """The questions in ``text`` (the quiz file's JSON); ``source`` names the file in every error."""
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg}); fix the syntax there"
+        ) from None
+    if not isinstance(data, list) or not data:
+        raise ValueError(
+            f"{source}: the file holds {'an empty list' if data == [] else type(data).__name__}; it must be a "
+            f"non-empty JSON list of questions, objects with the fields {', '.join(FIELDS)}"
+        )
+    seen: dict[str, int] = {}
+    return tuple(_question(entry, number, source, seen) for number, entry in enumerate(data, start=1))
+
+
+def load_questions(path: Path = QUIZ_FILE) -> tuple[Question, ...]:
+    """The questions of a quiz file, checked (a ValueError names the file, the question and the field)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"{_shown(path)}: the quiz file cannot be read ({exc}); restore it from the repository"
+        ) from None
+    return parse_questions(text, _shown(path))
+
+
+def _shown(path: Path) -> str:
+    """The file as messages name it: relative to the repository for the course's own files."""
+    root = QUIZ_FILE.parents[1]
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+BANK: Mapping[str, Question] = MappingProxyType({q.id: q for q in load_questions()})
 
 
 def for_page(page_id: str) -> list[Question]:
@@ -115,3 +202,30 @@ def score(quiz_progress: Mapping[str, Mapping[str, object]], page_id: str | None
     questions = for_page(page_id) if page_id is not None else list(BANK.values())
     correct = sum(1 for q in questions if bool(quiz_progress.get(q.id, {}).get("correct", False)))
     return correct, len(questions)
+
+
+def saved_choice(quiz_progress: Mapping[str, object], question_id: str) -> int | None:
+    """The index of the learner's saved answer among the question's options, or None: nothing saved, or an
+    answer that is no longer one of its options (the file changed since)."""
+    q = get(question_id)
+    entry = quiz_progress.get(q.id)
+    saved = entry.get("answer") if isinstance(entry, Mapping) else None
+    return q.options.index(saved) if isinstance(saved, str) and saved in q.options else None
+
+
+def answer_rows(quiz_progress: Mapping[str, object], page_id: str) -> list[dict[str, object]]:
+    """One row per question of the page: the question, the learner's answer ("" if none), right or not, and
+    the right answer (the golden-rules review's table and its download)."""
+    rows = []
+    for q in for_page(page_id):
+        entry = quiz_progress.get(q.id)
+        entry = entry if isinstance(entry, Mapping) else {}
+        rows.append(
+            {
+                "question": q.prompt,
+                "your answer": entry.get("answer", ""),
+                "correct": entry.get("correct", False),
+                "right answer": q.correct_option,
+            }
+        )
+    return rows

@@ -34,17 +34,9 @@ else:
     st.caption(f"{len(answered)} of {total} answered.")
 st.button("Start over", key="golden_reset", on_click=_start_over)
 
-progress = ensure_progress()
-rows = [
-    {
-        "question": q.prompt,
-        "your answer": progress["quiz"].get(q.id, {}).get("answer", ""),
-        "correct": progress["quiz"].get(q.id, {}).get("correct", False),
-        "right answer": q.correct_option,
-    }
-    for q in quizzes.for_page(PAGE)
-]
 with st.expander("My answers (table)", expanded=False):
-    show_table(rows, "golden-rules-answers", "golden_answers", "answers")
+    show_table(
+        quizzes.answer_rows(ensure_progress()["quiz"], PAGE), "golden-rules-answers", "golden_answers", "answers"
+    )
 st.subheader("Further reading")
 prose(PAGE, "Further reading")

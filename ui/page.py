@@ -174,8 +174,7 @@ def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple
     st.subheader(title)
     progress = ensure_progress()
     for q in questions:
-        saved = progress["quiz"].get(q.id, {}).get("answer")  # shown again after navigating or signing in
-        index = q.options.index(saved) if saved in q.options else None
+        index = quizzes.saved_choice(progress["quiz"], q.id)  # shown again after navigating or signing in
         choice = st.radio(q.prompt, q.options, index=index, key=f"quiz_{q.id}")
         if choice is None:
             continue

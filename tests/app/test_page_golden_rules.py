@@ -32,6 +32,10 @@ def test_all_right_gives_full_score_and_feedback(at):
     progress = at.session_state["progress"]
     assert all(progress["quiz"][q.id]["correct"] for q in QUESTIONS)
     assert "golden_rules" in progress["visited"]
+    (answers,) = [t.value for t in at.dataframe if "right answer" in t.value.columns]
+    assert list(answers["question"]) == [q.prompt for q in QUESTIONS]
+    assert list(answers["your answer"]) == list(answers["right answer"]) == [q.correct_option for q in QUESTIONS]
+    assert answers["correct"].all()
 
 
 def test_wrong_answer_explains_the_right_one_and_start_over_clears(at):

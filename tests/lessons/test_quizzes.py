@@ -1,5 +1,7 @@
-"""Quiz bank integrity, grading and scoring (lessons/quizzes.py) and the lesson prose loader (lessons/content.py)."""
+"""The quiz file (lessons/quizzes.json) and its loader, grading and scoring (lessons/quizzes.py); the lesson
+prose loader (lessons/content.py)."""
 
+import json
 import re
 
 import pytest
@@ -7,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lessons import content, quizzes
-from lessons.quiz_bank import QUESTIONS
 from ui.course import COURSE, LESSON_IDS
 
 # Pages ending with a short check: all but the welcome page, the golden-rules quiz and the teacher view.
@@ -22,13 +23,129 @@ def test_every_lesson_page_has_a_short_check_and_golden_rules_a_quiz():
     assert len(quizzes.for_page("golden_rules")) >= 6
 
 
+RAW = json.loads(quizzes.QUIZ_FILE.read_text(encoding="utf-8"))  # the file itself: the loader's reference
+# Learners' saved answers are keyed by these ids: a question may be added, never renamed or dropped unnoticed.
+STABLE_IDS = {
+    *("bandwidth.batch", "bandwidth.bound", "bandwidth.prefill", "diagnosis.fix", "diagnosis.weights_fit"),
+    *("fragmentation.internal", "fragmentation.share", "golden_rules.blocks", "golden_rules.budget"),
+    *("golden_rules.calculator", "golden_rules.decode", "golden_rules.engine", "golden_rules.gqa"),
+    *("golden_rules.padding", "golden_rules.static", "gqa.kv_formula", "gqa.mqa", "gqa.read_once"),
+    *("packing.mask", "packing.waste", "paged.block_size", "paged.sharing", "paged.waste", "playground.join"),
+}
+
+
+def test_every_question_in_the_file_loads_with_exactly_its_fields():
+    assert isinstance(RAW, list) and [e["id"] for e in RAW] == list(quizzes.BANK)  # all of them, in file order
+    ids = [e["id"] for e in RAW]
+    assert len(set(ids)) == len(ids)  # unique
+    assert STABLE_IDS <= set(ids)
+    pages = {p.id for p in COURSE}
+    for entry in RAW:
+        assert set(entry) == set(quizzes.FIELDS), entry["id"]  # nothing missing, nothing unknown
+        assert entry["id"].split(".")[0] in pages, entry["id"]
+        assert entry["answer"] in entry["options"], entry["id"]
+        assert len(set(entry["options"])) == len(entry["options"]) >= 2, entry["id"]
+        assert all(isinstance(entry[f], str) and entry[f].strip() for f in ("prompt", "answer", "explanation"))
+
+
 def test_bank_keeps_the_authored_right_answer_and_varies_its_position():
-    for qid, _prompt, options, answer, _ in QUESTIONS:
-        q = quizzes.get(qid)
-        assert q.correct_option == options[answer]  # rotation never changes which text is right
-        assert sorted(q.options) == sorted(options)
+    for entry in RAW:
+        q = quizzes.get(entry["id"])
+        assert q.correct_option == entry["answer"]  # rotation never changes which text is right
+        assert sorted(q.options) == sorted(entry["options"]) and q.options != ()
+        assert (q.prompt, q.explanation) == (entry["prompt"], entry["explanation"])  # the file's text, as written
+        shift = entry["options"].index(q.options[0])
+        assert list(q.options) == entry["options"][shift:] + entry["options"][:shift]  # a rotation, order kept
     positions = {q.answer for q in quizzes.BANK.values()}
     assert len(positions) >= 3  # the right answer is not always in the same place
+    assert quizzes.load_questions() == tuple(quizzes.BANK.values())  # loading is deterministic
+
+
+def test_questions_are_frozen():
+    q = quizzes.get("gqa.mqa")
+    with pytest.raises(AttributeError):
+        q.answer = 0
+    with pytest.raises(TypeError):
+        quizzes.BANK["gqa.mqa"] = q  # the bank is read-only (every learner's session shares it)
+
+
+GOOD = {"id": "gqa.x", "prompt": "P?", "options": ["a", "b"], "answer": "b", "explanation": "E."}
+
+
+@pytest.mark.parametrize(
+    ("entries", "words"),
+    [
+        (
+            [{k: v for k, v in GOOD.items() if k != "explanation"}],
+            "question 1 ('gqa.x'): field 'explanation' is missing",
+        ),
+        ([{**GOOD, "hint": "h"}], "question 1 ('gqa.x'): field 'hint' is not a question field"),
+        ([{**GOOD, "answer": "c"}], "question 1 ('gqa.x'): field 'answer' 'c' is not one of its options"),
+        ([GOOD, {**GOOD}], "question 2 ('gqa.x'): field 'id' 'gqa.x' is already the id of question 1"),
+        ([{**GOOD, "options": "a, b"}], "question 1 ('gqa.x'): field 'options' is 'a, b'; write a list"),
+        ([{**GOOD, "options": ["a"]}], "field 'options' is ['a']; write a list of at least two option texts"),
+        ([{**GOOD, "options": ["a", "a"], "answer": "a"}], "field 'options' lists 'a' twice"),
+        ([{**GOOD, "options": ["a", 2]}], "question 1 ('gqa.x'): field 'options[1]' must be non-empty text"),
+        ([{**GOOD, "prompt": " "}], "question 1 ('gqa.x'): field 'prompt' must be non-empty text"),
+        ([{**GOOD, "answer": 1}], "question 1 ('gqa.x'): field 'answer' must be non-empty text"),
+        ([{**GOOD, "id": "GQA x"}], "question 1 ('GQA x'): field 'id' 'GQA x' is not '<page_id>.<name>'"),
+        ([{**GOOD, "id": 7}], "question 1: field 'id' must be non-empty text"),
+        ([GOOD, ["gqa.y"]], "question 2 is list; write an object with the fields id, prompt"),
+        ({"questions": [GOOD]}, "the file holds dict; it must be a non-empty JSON list of questions"),
+        ([], "the file holds an empty list; it must be a non-empty JSON list"),
+    ],
+)
+def test_a_malformed_entry_names_the_file_the_question_and_the_field(entries, words):
+    with pytest.raises(ValueError) as info:
+        quizzes.parse_questions(json.dumps(entries), "quiz.json")
+    message = str(info.value)
+    assert message.startswith("quiz.json: ") and words in message, message
+    assert "; " in message  # and says what to do about it
+
+
+def test_a_broken_or_missing_file_is_named(tmp_path):
+    broken = tmp_path / "quizzes.json"
+    broken.write_text('[{"id": "gqa.x",\n  "prompt": "P?" "options": []}]', encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{broken}: not valid JSON at line 2, column 18")):
+        quizzes.load_questions(broken)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'nope.json'}: the quiz file cannot be read")):
+        quizzes.load_questions(tmp_path / "nope.json")
+    assert quizzes.parse_questions(json.dumps([GOOD]), "quiz.json")[0].correct_option == "b"
+
+
+def test_the_course_file_is_named_from_the_repository():
+    with pytest.raises(ValueError, match=r"^lessons/nope\.json: the quiz file cannot be read"):
+        quizzes.load_questions(quizzes.QUIZ_FILE.with_name("nope.json"))
+
+
+def test_saved_choice_finds_the_saved_option_or_nothing():
+    q = quizzes.get("gqa.mqa")
+    wrong = next(i for i, o in enumerate(q.options) if o != q.correct_option)
+    assert quizzes.saved_choice({q.id: {"answer": q.options[wrong], "correct": False}}, q.id) == wrong
+    assert quizzes.saved_choice({q.id: {"answer": q.correct_option, "correct": True}}, q.id) == q.answer
+    for progress in ({}, {q.id: {"answer": "an option the file no longer has"}}, {q.id: "junk"}, {q.id: {}}):
+        assert quizzes.saved_choice(progress, q.id) is None
+
+
+def test_answer_rows_show_each_question_with_the_learners_and_the_right_answer():
+    questions = quizzes.for_page("golden_rules")
+    first, second = questions[0], questions[1]
+    wrong = next(o for o in second.options if o != second.correct_option)
+    progress = {
+        first.id: {"answer": first.correct_option, "correct": True},
+        second.id: {"answer": wrong, "correct": False},
+    }
+    rows = quizzes.answer_rows(progress, "golden_rules")
+    assert [r["question"] for r in rows] == [q.prompt for q in questions]
+    assert rows[0] == {
+        "question": first.prompt,
+        "your answer": first.correct_option,
+        "correct": True,
+        "right answer": first.correct_option,
+    }
+    assert rows[1]["your answer"] == wrong and rows[1]["correct"] is False
+    assert all(r["your answer"] == "" and r["correct"] is False for r in rows[2:])  # not answered yet
+    assert all(r["right answer"] == q.correct_option for r, q in zip(rows, questions, strict=True))
 
 
 def test_grade_right_and_wrong_answers_explain_the_right_one():
