@@ -6,21 +6,24 @@ the divisors of the query-head count: G = Hq is MHA, G = 1 is MQA. The live runs
 [B, M, G, H, K] (H = query heads per group) with K/V expanded over H by a stride-0 view, through
 `engine.attention.fmha.memory_efficient_attention`, against an MHA model whose cache holds every head:
 decode (DECODE_BATCH sequences x 1 query over a long cache: time follows bytes) and prefill (M = N tokens).
-`claims()` runs both at the page's defaults for bench.evidence.
+Everything the page shows comes back as a dataclass in the page's units (`ModelShape`, `KvFootprint`,
+`KvByGroups`, `LayoutShapes`, `GqaRun`), each with the rows of its table. `claims()` runs both live runs at the
+page's defaults for bench.evidence.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from engine.attention.fmha import memory_efficient_attention
-from engine.memory.catalog import MODELS, GiB, KiB, MiB
-from engine.memory.footprint import dtype_bytes
+from engine.memory.catalog import MODELS
 from engine.memory.measure import default_device, time_interleaved
 from engine.memory.specs import ModelSpec
+from engine.memory.units import GiB, KiB, MiB, dtype_bytes
 
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp32")
 DEFAULT_MODEL = "llama-3-8b"  # the page's defaults (ui/links.py reads them from here)
@@ -30,6 +33,13 @@ DECODE_BATCH = 8  # sequences in the decode run, one new query each
 DECODE_MAX_CONTEXT = 4096  # cached tokens per sequence, when the MHA side fits DECODE_MHA_BUDGET
 DECODE_MHA_BUDGET = 256 * MiB  # fp32 K+V of the MHA side's cache: bigger than a CPU's last-level cache
 PREFILL_NOISE = 0.10  # prefill does the same FLOPs either way: "not slower" allows this much timing noise
+# The tensors of the 5-D layout, in the lesson's words (the layout table's "tensor" column).
+LAYOUT_TENSORS: tuple[str, ...] = (
+    "query",
+    "key / value (stored)",
+    "key / value (as the kernel sees them)",
+    "output",
+)
 
 
 def group_options(num_heads: int) -> list[int]:
@@ -63,17 +73,102 @@ def _spec(model: str, groups: int) -> ModelSpec:
 
 
 @dataclass(frozen=True)
+class ModelShape:
+    """The attention shape of one catalog model (its config.json), as page 2 names and slides over it."""
+
+    key: str  # the catalog key ("llama-3-8b")
+    name: str  # the display name ("Llama-3-8B")
+    source: str  # where the shape comes from
+    num_layers: int
+    num_heads: int  # query heads
+    num_kv_heads: int  # KV heads the model ships with
+    head_dim: int
+    max_context: int  # the longest context it was trained for
+    sliding_window: int | None  # tokens a query sees back (Mistral v0.1), None for full attention
+
+    @property
+    def group_options(self) -> list[int]:
+        """The valid KV-group counts: the divisors of the query heads (1 = MQA, num_heads = MHA)."""
+        return group_options(self.num_heads)
+
+    @property
+    def decode_context(self) -> int:
+        """Cached tokens per sequence of the live decode run for this shape (`decode_context`)."""
+        return decode_context(self.num_heads, self.head_dim)
+
+    def heads_per_group(self, groups: int) -> int:
+        """Query heads that share one KV head at `groups` KV heads."""
+        return self.num_heads // groups
+
+
+def model_shape(model: str) -> ModelShape:
+    """The catalog model's attention shape; an unknown key is a ValueError listing the known ones."""
+    s = MODELS[model]
+    return ModelShape(
+        model,
+        s.name,
+        s.source,
+        s.num_layers,
+        s.num_heads,
+        s.num_kv_heads,
+        s.head_dim,
+        s.max_context,
+        s.sliding_window,
+    )
+
+
+@dataclass(frozen=True)
 class KvFootprint:
     """KV cache size of one model configuration, right and wrong (the calculator bug)."""
 
-    model: str
-    groups: int
-    num_heads: int
+    shape: ModelShape
+    groups: int  # KV heads
+    element_bytes: int  # bytes per K or V element at the KV precision (fp32 4, bf16 2, fp8 1)
     bytes_per_token: int
     naive_bytes_per_token: int  # uses query heads instead of KV heads: the common calculator bug
     context_len: int
     users: int
     held_tokens: int  # tokens of KV one user holds: the context, or a sliding-window model's window (Mistral)
+
+    @property
+    def model(self) -> str:
+        """The catalog key of the model."""
+        return self.shape.key
+
+    @property
+    def num_heads(self) -> int:
+        """Query heads of the model."""
+        return self.shape.num_heads
+
+    @property
+    def kind(self) -> str:
+        """ "MHA", "MQA" or "GQA-<G>" (`attention_kind`)."""
+        return attention_kind(self.shape.num_heads, self.groups)
+
+    @property
+    def windowed(self) -> bool:
+        """True when a sliding window caps what each user holds below the context."""
+        return self.held_tokens < self.context_len
+
+    @property
+    def beyond_training(self) -> bool:
+        """True when the context is longer than the model was trained for (the footprint is still computed)."""
+        return self.context_len > self.shape.max_context
+
+    @property
+    def kib_per_token(self) -> float:
+        """KV per token in KiB."""
+        return self.bytes_per_token / KiB
+
+    @property
+    def total_gib(self) -> float:
+        """KV of all users at the context, in GiB."""
+        return self.total_bytes / GiB
+
+    @property
+    def naive_total_gib(self) -> float:
+        """What the buggy calculator claims for the same load, in GiB."""
+        return self.naive_total_bytes / GiB
 
     @property
     def total_bytes(self) -> int:
@@ -102,24 +197,55 @@ def footprint(model: str, groups: int, kv_dtype: str = "bf16", context_len: int 
     b = dtype_bytes(kv_dtype)
     held = context_len if spec.sliding_window is None else min(context_len, spec.sliding_window)
     mha = spec.kv_bytes_per_token_mha(b)
-    return KvFootprint(model, groups, spec.num_heads, spec.kv_bytes_per_token(b), mha, context_len, users, held)
+    shape = model_shape(model)
+    return KvFootprint(shape, groups, int(b), spec.kv_bytes_per_token(b), mha, context_len, users, held)
 
 
-def footprint_rows(model: str, kv_dtype: str = "bf16", context_len: int = 8192, users: int = 1) -> list[dict]:
-    """One row per valid group count: KV heads, KiB per token, GiB at context × users, saving vs MHA."""
+@dataclass(frozen=True)
+class KvByGroups:
+    """The KV footprint of one model at every valid group count, ascending (MQA first, MHA last)."""
+
+    footprints: tuple[KvFootprint, ...]
+
+    @property
+    def groups(self) -> tuple[int, ...]:
+        """The group counts, ascending."""
+        return tuple(fp.groups for fp in self.footprints)
+
+    @property
+    def total_gib(self) -> tuple[float, ...]:
+        """KV at context x users per group count, in GiB."""
+        return tuple(fp.total_gib for fp in self.footprints)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per group count: KV heads, kind, sharing, KiB per token, GiB at context × users, saving vs MHA."""
+        return [
+            {
+                "groups (KV heads)": fp.groups,
+                "kind": fp.kind,
+                "query heads per KV head": fp.num_heads // fp.groups,
+                "KiB per token": fp.kib_per_token,
+                "GiB at context x users": fp.total_gib,
+                "x smaller than MHA": fp.overcount,
+            }
+            for fp in self.footprints
+        ]
+
+
+def kv_by_groups(model: str, kv_dtype: str = "bf16", context_len: int = 8192, users: int = 1) -> KvByGroups:
+    """`footprint` at every valid group count of `model` (the divisors of its query heads)."""
     spec = MODELS[model]
-    fps = [footprint(model, g, kv_dtype, context_len, users) for g in group_options(spec.num_heads)]
-    return [
-        {
-            "groups (KV heads)": fp.groups,
-            "kind": attention_kind(spec.num_heads, fp.groups),
-            "query heads per KV head": spec.num_heads // fp.groups,
-            "KiB per token": fp.bytes_per_token / KiB,
-            "GiB at context x users": fp.total_bytes / GiB,
-            "x smaller than MHA": fp.overcount,
-        }
-        for fp in fps
-    ]
+    return KvByGroups(tuple(footprint(model, g, kv_dtype, context_len, users) for g in group_options(spec.num_heads)))
+
+
+def head_sharing_rows(num_heads: int, groups: int) -> list[dict[str, int]]:
+    """Which cached KV head each query head reads: query head h reads KV head h // (num_heads / groups)."""
+    if groups not in group_options(num_heads):
+        raise ValueError(
+            f"{groups} KV groups do not divide {num_heads} query heads; use one of {group_options(num_heads)}"
+        )
+    per_group = num_heads // groups
+    return [{"query head": h, "KV head": h // per_group} for h in range(num_heads)]
 
 
 @dataclass(frozen=True)
@@ -146,6 +272,36 @@ class GqaRun:
         """MHA time / GQA time (> 1: GQA is faster)."""
         return self.mha_seconds / self.gqa_seconds
 
+    @property
+    def gqa_ms(self) -> float:
+        """The GQA call's time in milliseconds."""
+        return self.gqa_seconds * 1e3
+
+    @property
+    def mha_ms(self) -> float:
+        """The MHA call's time in milliseconds."""
+        return self.mha_seconds * 1e3
+
+    @property
+    def gqa_kv_mib(self) -> float:
+        """K and V the GQA call reads, in MiB."""
+        return self.gqa_kv_bytes / MiB
+
+    @property
+    def mha_kv_mib(self) -> float:
+        """K and V the MHA model's cache holds, in MiB."""
+        return self.mha_kv_bytes / MiB
+
+    @property
+    def kv_ratio(self) -> int:
+        """How many times MHA's K and V outweigh GQA's (= query heads per KV head)."""
+        return self.mha_kv_bytes // self.gqa_kv_bytes
+
+    @property
+    def heads_per_group(self) -> int:
+        """Query heads that read the same K/V memory (the H of [B, M, G, H, K])."""
+        return self.query_shape[3]
+
     def gb_per_s(self, side: str) -> float:
         """Achieved K+V read bandwidth of one side ("gqa" or "mha"), in GB/s."""
         if side not in ("gqa", "mha"):
@@ -160,8 +316,8 @@ class GqaRun:
                 "run": "GQA, 5-D layout (stride-0 K/V)",
                 "query shape": str(self.query_shape),
                 "key shape": str(self.key_shape),
-                "K+V MiB read": self.gqa_kv_bytes / MiB,
-                "ms": self.gqa_seconds * 1e3,
+                "K+V MiB read": self.gqa_kv_mib,
+                "ms": self.gqa_ms,
                 "GB/s": self.gb_per_s("gqa"),
             },
             {
@@ -169,25 +325,40 @@ class GqaRun:
                 "run": "MHA, K/V heads repeated",
                 "query shape": str(self.query_shape),
                 "key shape": str(self.mha_key_shape),
-                "K+V MiB read": self.mha_kv_bytes / MiB,
-                "ms": self.mha_seconds * 1e3,
+                "K+V MiB read": self.mha_kv_mib,
+                "ms": self.mha_ms,
                 "GB/s": self.gb_per_s("mha"),
             },
         ]
 
 
+@dataclass(frozen=True)
+class LayoutShapes:
+    """The shape of each tensor in the [B, M, G, H, K] layout, written out with its dimension names."""
+
+    query: str
+    kv_stored: str  # one K/V head per group
+    kv_seen: str  # the same memory, expanded over H with stride 0
+    output: str
+
+    def rows(self) -> list[dict[str, str]]:
+        """The layout table: one row per tensor (LAYOUT_TENSORS), with its shape."""
+        shapes = (self.query, self.kv_stored, self.kv_seen, self.output)
+        return [{"tensor": t, "shape": s} for t, s in zip(LAYOUT_TENSORS, shapes, strict=True)]
+
+
 def layout_shapes(
     num_heads: int, groups: int, head_dim: int, seq_len: int, batch: int = 1, keys: int | None = None
-) -> dict[str, str]:
+) -> LayoutShapes:
     """The shapes of each tensor in the [B, M, G, H, K] layout, as the page prints them (N = keys or seq_len)."""
     _check_run(num_heads, groups, head_dim)
     h, n = num_heads // groups, seq_len if keys is None else keys
-    return {
-        "query": f"[B={batch}, M={seq_len}, G={groups}, H={h}, K={head_dim}]",
-        "key / value (stored)": f"[B={batch}, N={n}, G={groups}, 1, K={head_dim}]",
-        "key / value (as the kernel sees them)": f"[B={batch}, N={n}, G={groups}, H={h} (stride 0), K={head_dim}]",
-        "output": f"[B={batch}, M={seq_len}, G={groups}, H={h}, K={head_dim}]",
-    }
+    return LayoutShapes(
+        query=f"[B={batch}, M={seq_len}, G={groups}, H={h}, K={head_dim}]",
+        kv_stored=f"[B={batch}, N={n}, G={groups}, 1, K={head_dim}]",
+        kv_seen=f"[B={batch}, N={n}, G={groups}, H={h} (stride 0), K={head_dim}]",
+        output=f"[B={batch}, M={seq_len}, G={groups}, H={h}, K={head_dim}]",
+    )
 
 
 def _compare(name: str, q: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor, repeats: int) -> GqaRun:
