@@ -20,7 +20,7 @@ PAGE = "packing"
 
 
 @st.cache_data(show_spinner=False)
-def _visibility(lengths: tuple[int, ...], causal: bool) -> list[list[bool]]:
+def _visibility(lengths: tuple[int, ...], causal: bool) -> lab.MaskPicture:
     return lab.visibility(list(lengths), causal)
 
 
@@ -30,7 +30,7 @@ def _run(lengths: tuple[int, ...], causal: bool) -> lab.PackingRun:
 
 
 @st.cache_data(show_spinner=False)
-def _sweep(causal: bool) -> dict:
+def _sweep(causal: bool) -> lab.PaddingSweep:
     return lab.padding_sweep(causal)
 
 
@@ -53,12 +53,12 @@ stats = lab.padding_stats(lengths, causal)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Real tokens", f"{stats.real_tokens:,}")
 m2.metric("Padded slots", f"{stats.padded_slots:,}")
-m3.metric("Padding wasted", f"{100 * stats.padding_fraction:.0f}%")
+m3.metric("Padding wasted", f"{stats.padding_pct:.0f}%")
 m4.metric("Attention work saved by packing", f"{stats.ideal_speedup:,.2f}×")
 show_chart(
     charts_attention.padding_vs_packed(stats.real_tokens, stats.padded_slots),
-    f"Padding {len(lengths)} requests to the longest ({max(lengths)} tokens) needs {stats.padded_slots:,} slots for "
-    f"{stats.real_tokens:,} real tokens; packing stores exactly the real tokens (hatched = padding).",
+    f"Padding {stats.num_requests} requests to the longest ({stats.longest} tokens) needs {stats.padded_slots:,} "
+    f"slots for {stats.real_tokens:,} real tokens; packing stores exactly the real tokens (hatched = padding).",
     stats.rows(),
     "padding-vs-packed",
     "pack_bars",
@@ -66,18 +66,17 @@ show_chart(
 
 st.subheader("The block-diagonal mask")
 prose(PAGE, "The mask")
-vis = _visibility(tuple(lengths), causal)
-shown = len(vis)
-title = f"{'Causal b' if causal else 'B'}lock-diagonal mask over {stats.real_tokens} packed tokens"
-if shown < stats.real_tokens:
-    title += f" (first {shown} tokens drawn)"
+mask = _visibility(tuple(lengths), causal)
+title = f"{'Causal b' if causal else 'B'}lock-diagonal mask over {mask.total_tokens} packed tokens"
+if mask.cut:
+    title += f" (first {mask.drawn} tokens drawn)"
 show_chart(
-    charts_attention.mask_heatmap(vis, lengths, title),
+    charts_attention.mask_heatmap(mask.cells, lengths, title),
     "Dark cells (■ on small masks) mark the keys (columns) each query (rows) may attend to; white cells are "
     "masked; dashed lines separate requests. "
     "Everything outside a request's own block is masked, so packing changes no result. "
     "Built by engine.attention.attn_bias.BlockDiagonalMask.materialize.",
-    [{"query": i, "visible keys": ", ".join(str(j) for j, ok in enumerate(row) if ok)} for i, row in enumerate(vis)],
+    mask.rows(),
     "block-diagonal-mask",
     "pack_mask",
 )
@@ -87,8 +86,8 @@ prose(PAGE, "Run it")
 with st.spinner("Running varlen_attention on the packed batch and SDPA on the padded one …"):
     run = run_or_stop(_run, tuple(lengths), causal)
 r1, r2, r3, r4 = st.columns(4)
-r1.metric("Packed (varlen_attention)", f"{run.packed_seconds * 1e3:,.2f} ms", help=f"q shape {run.packed_shape}")
-r2.metric(f"Padded ({run.baseline})", f"{run.padded_seconds * 1e3:,.2f} ms", help=f"q shape {run.padded_shape}")
+r1.metric("Packed (varlen_attention)", f"{run.packed_ms:,.2f} ms", help=f"q shape {run.packed_shape}")
+r2.metric(f"Padded ({run.baseline})", f"{run.padded_ms:,.2f} ms", help=f"q shape {run.padded_shape}")
 r3.metric("Packing speed-up", f"{run.speedup:,.2f}×", f"ideal {stats.ideal_speedup:,.2f}×", delta_color="off")
 r4.metric("Max |packed − padded| on real tokens", f"{run.max_abs_err:.1e}")
 show_table(run.timing_rows(), "packing-run", "pack_times", "timings")
@@ -105,30 +104,29 @@ st.subheader("Where packing starts to pay")
 prose(PAGE, "Where it pays")
 with st.spinner("Timing packed vs padded as the padding grows …"):
     sweep = run_or_stop(_sweep, causal)
-pct = [r["padding %"] for r in sweep["rows"]]
-cross = sweep["crossover"]
+cross = sweep.crossover_pct
 show_chart(
     charts_attention.packing_sweep(
-        pct,
-        [r["packed ms"] for r in sweep["rows"]],
-        [r["padded ms"] for r in sweep["rows"]],
-        None if cross is None else 100 * cross,
+        sweep.padding_pct,
+        sweep.packed_ms,
+        sweep.padded_ms,
+        cross,
         f"{lab.SWEEP_BATCH} requests, the longest {lab.SWEEP_LONGEST} tokens: packed vs padded as padding grows",
-        f"padded ({sweep['baseline']})",
-        100 * stats.padding_fraction,
+        f"padded ({sweep.baseline})",
+        stats.padding_pct,
     ),
     (
         f"Measured on this machine: one request of {lab.SWEEP_LONGEST} tokens and {lab.SWEEP_BATCH - 1} shorter ones. "
         + (
             "Packed was not faster at any measured point. "
             if cross is None
-            else f"Packed is faster from about {100 * cross:.0f}% padding on. "
+            else f"Packed is faster from about {cross:.0f}% padding on. "
         )
         + "Left of the crossover the padded call's one big launch beats packed's per-sequence overhead; to the "
         "right, the padded call computes scores for padding and packing saves that work. The dotted line is the "
         "padding of your batch above (its times are in the table above)."
     ),
-    sweep["rows"],
+    sweep.rows(),
     "packing-sweep",
     "pack_sweep",
 )

@@ -8,17 +8,20 @@ the fastest single SDPA call a user can write without varlen support over [B, H,
 in docs/BENCHMARKS.md, as in bench/packing.py): with right padding and causal attention `is_causal=True` and no
 mask (a real row never reaches a padding key), without causality a key-padding mask [B, 1, 1, Lmax]; the
 materialized [B, 1, Lmax, Lmax] mask is timed beside it. `padding_sweep` times packed vs padded as the padding
-fraction of a fixed batch grows and finds the crossover; `claims()` runs the page's defaults for bench.evidence."""
+fraction of a fixed batch grows and finds the crossover; `claims()` runs the page's defaults for bench.evidence.
+Each result is a dataclass in the page's units (`PaddingStats`, `MaskPicture`, `PackingRun`, `PaddingSweep`)
+with the rows of its table."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from engine.attention.attn_bias import BlockDiagonalCausalMask, BlockDiagonalMask
+from engine.attention.attn_bias import BlockDiagonalMask
 from engine.memory.measure import default_device, time_interleaved
 from kernels.ops import varlen_attention
 
@@ -75,6 +78,16 @@ class PaddingStats:
     causal: bool
 
     @property
+    def num_requests(self) -> int:
+        """Requests in the batch."""
+        return len(self.lengths)
+
+    @property
+    def longest(self) -> int:
+        """Tokens of the longest request: every request is padded to it."""
+        return max(self.lengths)
+
+    @property
     def real_tokens(self) -> int:
         """Tokens the requests actually have."""
         return sum(self.lengths)
@@ -88,6 +101,11 @@ class PaddingStats:
     def padding_fraction(self) -> float:
         """Share of padded slots that hold padding."""
         return 1 - self.real_tokens / self.padded_slots
+
+    @property
+    def padding_pct(self) -> float:
+        """`padding_fraction` in %."""
+        return 100 * self.padding_fraction
 
     def _pairs(self, n: int) -> float:
         return n * (n + 1) / 2 if self.causal else float(n * n)
@@ -114,7 +132,7 @@ class PaddingStats:
                 "batch": "padded",
                 "token slots": self.padded_slots,
                 "real tokens": self.real_tokens,
-                "padding %": 100 * self.padding_fraction,
+                "padding %": self.padding_pct,
                 "attention pairs": self.padded_pairs,
             },
             {
@@ -140,13 +158,40 @@ def make_bias(lengths: list[int], causal: bool) -> BlockDiagonalMask:
     return bias.make_causal() if causal else bias
 
 
-def visibility(lengths: list[int], causal: bool, limit: int = MAX_HEATMAP) -> list[list[bool]]:
+@dataclass(frozen=True)
+class MaskPicture:
+    """The packed batch's block-diagonal mask as booleans, cut to the first `drawn` tokens per side."""
+
+    lengths: tuple[int, ...]
+    causal: bool
+    cells: list[list[bool]]  # [query][key]: True = the query may attend to the key
+    total_tokens: int  # tokens of the whole packed batch
+
+    @property
+    def drawn(self) -> int:
+        """Tokens per side in `cells` (at most MAX_HEATMAP)."""
+        return len(self.cells)
+
+    @property
+    def cut(self) -> bool:
+        """True when the mask is larger than what is drawn."""
+        return self.drawn < self.total_tokens
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The chart's table: each drawn query and the keys it may attend to."""
+        return [
+            {"query": i, "visible keys": ", ".join(str(j) for j, ok in enumerate(row) if ok)}
+            for i, row in enumerate(self.cells)
+        ]
+
+
+def visibility(lengths: list[int], causal: bool, limit: int = MAX_HEATMAP) -> MaskPicture:
     """The materialized mask as booleans (True = query may attend to key), first `limit` tokens per side."""
     bias = make_bias(lengths, causal)
     total = sum(lengths)
     mask = bias.materialize((total, total))  # [total, total]: 0 visible, -inf hidden
     n = min(total, limit)
-    return (mask[:n, :n] == 0).tolist()
+    return MaskPicture(tuple(lengths), causal, (mask[:n, :n] == 0).tolist(), total)
 
 
 @dataclass(frozen=True)
@@ -167,6 +212,16 @@ class PackingRun:
         """Fair padded time / packed time (> 1: packing is faster)."""
         return self.padded_seconds / self.packed_seconds
 
+    @property
+    def packed_ms(self) -> float:
+        """The packed call's time in milliseconds."""
+        return self.packed_seconds * 1e3
+
+    @property
+    def padded_ms(self) -> float:
+        """The fair padded call's time in milliseconds."""
+        return self.padded_seconds * 1e3
+
     def segment_rows(self) -> list[dict]:
         """One row per request: the shape of its slice of the packed output after `bias.split`."""
         return [{"request": i, "tokens": s[1], "output shape": str(s)} for i, s in enumerate(self.segment_shapes)]
@@ -174,8 +229,8 @@ class PackingRun:
     def timing_rows(self) -> list[dict]:
         """The page's timing table: packed, the fair padded baseline, and the masked padded variant."""
         return [
-            {"side": "packed (varlen_attention)", "q shape": str(self.packed_shape), "ms": self.packed_seconds * 1e3},
-            {"side": f"padded, {self.baseline}", "q shape": str(self.padded_shape), "ms": self.padded_seconds * 1e3},
+            {"side": "packed (varlen_attention)", "q shape": str(self.packed_shape), "ms": self.packed_ms},
+            {"side": f"padded, {self.baseline}", "q shape": str(self.padded_shape), "ms": self.padded_ms},
             {"side": "padded, materialized mask", "q shape": str(self.padded_shape), "ms": self.masked_seconds * 1e3},
         ]
 
@@ -275,24 +330,86 @@ def crossover(fractions: list[float], packed: list[float], padded: list[float]) 
     return f0 + (r0 - 1) / (r0 - r1) * (f1 - f0)
 
 
-def padding_sweep(causal: bool = True, repeats: int = 3, device: str | None = None) -> dict:
+@dataclass(frozen=True)
+class SweepPoint:
+    """One batch of the padding sweep: its lengths, its padding and both sides' times."""
+
+    lengths: tuple[int, ...]
+    padding_fraction: float  # share of the padded slots that hold padding
+    packed_seconds: float
+    padded_seconds: float  # the fair padded baseline
+
+    @property
+    def padding_pct(self) -> float:
+        """`padding_fraction` in %."""
+        return 100 * self.padding_fraction
+
+    @property
+    def packed_ms(self) -> float:
+        """The packed call's time in milliseconds."""
+        return self.packed_seconds * 1e3
+
+    @property
+    def padded_ms(self) -> float:
+        """The fair padded call's time in milliseconds."""
+        return self.padded_seconds * 1e3
+
+    def row(self) -> dict[str, Any]:
+        """The sweep table's row."""
+        return {
+            "padding %": self.padding_pct,
+            "lengths": str(list(self.lengths)),
+            "packed ms": self.packed_ms,
+            "padded ms": self.padded_ms,
+            "packed / padded": self.packed_seconds / self.padded_seconds,
+        }
+
+
+@dataclass(frozen=True)
+class PaddingSweep:
+    """Packed vs fair padded time as the padding of a fixed batch grows, and where packing starts to win."""
+
+    points: tuple[SweepPoint, ...]  # ascending padding
+    crossover: float | None  # padding fraction from which packed stays faster (`crossover`); None: never
+    baseline: str  # the padded side, BASELINES[causal]
+
+    @property
+    def crossover_pct(self) -> float | None:
+        """`crossover` in %, None when packed was not faster at the last point."""
+        return None if self.crossover is None else 100 * self.crossover
+
+    @property
+    def padding_pct(self) -> list[float]:
+        """Each point's padding in %."""
+        return [p.padding_pct for p in self.points]
+
+    @property
+    def packed_ms(self) -> list[float]:
+        """Each point's packed time in ms."""
+        return [p.packed_ms for p in self.points]
+
+    @property
+    def padded_ms(self) -> list[float]:
+        """Each point's fair padded time in ms."""
+        return [p.padded_ms for p in self.points]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The sweep table: one row per point (`SweepPoint.row`)."""
+        return [p.row() for p in self.points]
+
+
+def padding_sweep(causal: bool = True, repeats: int = 3, device: str | None = None) -> PaddingSweep:
     """Packed vs fair padded time over SWEEP_FRACTIONS for a SWEEP_BATCH batch with one SWEEP_LONGEST request."""
-    rows = []
+    points = []
     for target in SWEEP_FRACTIONS:
         lengths = sweep_lengths(target)
         run = run_packed_vs_padded(lengths, causal, repeats=repeats, device=device, masked=False)
-        rows.append(
-            {
-                "padding %": 100 * padding_stats(lengths, causal).padding_fraction,
-                "lengths": str(lengths),
-                "packed ms": run.packed_seconds * 1e3,
-                "padded ms": run.padded_seconds * 1e3,
-                "packed / padded": run.packed_seconds / run.padded_seconds,
-            }
-        )
-    fractions = [r["padding %"] / 100 for r in rows]
-    cross = crossover(fractions, [r["packed ms"] for r in rows], [r["padded ms"] for r in rows])
-    return {"rows": rows, "crossover": cross, "baseline": BASELINES[causal]}
+        fraction = padding_stats(lengths, causal).padding_fraction
+        points.append(SweepPoint(tuple(lengths), fraction, run.packed_seconds, run.padded_seconds))
+    cross = crossover(
+        [p.padding_fraction for p in points], [p.packed_seconds for p in points], [p.padded_seconds for p in points]
+    )
+    return PaddingSweep(tuple(points), cross, BASELINES[causal])
 
 
 def claims(repeats: int = 5) -> dict[str, dict]:
@@ -305,8 +422,8 @@ def claims(repeats: int = 5) -> dict[str, dict]:
             "claim": f"packed varlen attention is faster than the fastest fair padded call ({run.baseline}) on the "
             f"default lengths {DEFAULT_LENGTHS} (causal)",
             "holds": run.packed_seconds < run.padded_seconds,
-            "packed_ms": round(run.packed_seconds * 1e3, 3),
-            "padded_ms": round(run.padded_seconds * 1e3, 3),
+            "packed_ms": round(run.packed_ms, 3),
+            "padded_ms": round(run.padded_ms, 3),
             "padded_masked_ms": round(run.masked_seconds * 1e3, 3),
             "speedup": round(run.speedup, 3),
             "speedup_vs_masked": round(run.masked_seconds / run.packed_seconds, 3),
@@ -319,10 +436,12 @@ def claims(repeats: int = 5) -> dict[str, dict]:
 
 
 __all__ = [
-    "BlockDiagonalCausalMask",
     "MAX_HEATMAP",
+    "MaskPicture",
     "PackingRun",
     "PaddingStats",
+    "PaddingSweep",
+    "SweepPoint",
     "claims",
     "crossover",
     "make_bias",
