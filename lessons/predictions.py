@@ -19,8 +19,9 @@ from numbers import Real
 from engine.attention.attn_bias import SeqLenInfo
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence
-from engine.memory.catalog import GPUS, MODELS, GiB, KiB
+from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import kv_bytes_per_token, kv_cache_bytes, weight_bytes
+from engine.memory.units import GiB, KiB
 
 PAGES: tuple[str, ...] = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis")
 

@@ -1,19 +1,82 @@
 """The memory model's public API: the model and GPU catalog, their specs, and the footprint arithmetic.
 
-`from engine.memory import MODELS, GPUS` gives the catalog (engine/memory/catalog.py: `MODELS`, `GPUS`,
-`get_model`, `get_gpu`, `resolve_model`, `resolve_gpu`, `KiB` / `MiB` / `GiB`), whose entries are the
-`ModelSpec` / `GpuSpec` of engine/memory/specs.py (also `custom_model`, `model_from_config`). The byte
-counts (`kv_bytes`, `kv_bytes_per_token`, `weight_bytes`, `activation_bytes`, `kv_blocks_from_budget`,
-`kv_budget_bytes`, `serving_footprint`) come from engine/memory/footprint.py, the one place the course and
-the engine compute them, on top of vLLM V1's start-up profiling (engine/memory/startup.py: default token
-budget, CUDA graph sizes and memory, `kv_budget_from_profile`, the start-up errors). The roofline
-(engine/memory/roofline.py) and the timings on this machine (engine/memory/measure.py) import by path.
+`from engine.memory import MODELS, GPUS` gives the catalog (engine/memory/catalog.py), whose entries are the
+`ModelSpec` / `GpuSpec` of engine/memory/specs.py. The byte counts (`kv_bytes_per_token`, `weight_bytes`,
+`activation_bytes`, `kv_blocks_from_budget`, `kv_budget_bytes`, `serving_footprint`) come from
+engine/memory/footprint.py, the one place the course and the engine compute them, on top of vLLM V1's
+start-up profiling (engine/memory/startup.py) and the units and dtype sizes of engine/memory/units.py. The
+roofline (engine/memory/roofline.py) and the timings on this machine (engine/memory/measure.py) import by path.
 """
 
-from engine.memory import catalog, footprint, specs, startup
-from engine.memory.catalog import *  # noqa: F403
-from engine.memory.footprint import *  # noqa: F403
-from engine.memory.specs import *  # noqa: F403
-from engine.memory.startup import *  # noqa: F403
+from engine.memory.catalog import (
+    GPUS,
+    MODELS,
+    Catalog,
+    UnknownKeyError,
+    get_gpu,
+    get_model,
+    resolve_gpu,
+    resolve_model,
+)
+from engine.memory.footprint import (
+    NON_TORCH_BYTES,
+    ServingFootprint,
+    activation_bytes,
+    kv_blocks_from_budget,
+    kv_budget_bytes,
+    kv_bytes_per_token,
+    kv_cache_bytes,
+    serving_footprint,
+    weight_bytes,
+)
+from engine.memory.specs import GpuSpec, ModelSpec, custom_model, estimate_params, model_from_config
+from engine.memory.startup import (
+    CUDA_GRAPH_BYTES_PER_LAYER,
+    check_startup_args,
+    cuda_graph_bytes,
+    cudagraph_capture_sizes,
+    default_max_num_batched_tokens,
+    default_max_num_seqs,
+    kv_budget_from_profile,
+    startup_error_text,
+)
+from engine.memory.units import DTYPE_BYTES, GiB, KiB, MiB, dtype_bytes, kv_bytes
 
-__all__ = [*catalog.__all__, *specs.__all__, *footprint.__all__, *startup.__all__]
+__all__ = [
+    "CUDA_GRAPH_BYTES_PER_LAYER",
+    "DTYPE_BYTES",
+    "GPUS",
+    "MODELS",
+    "NON_TORCH_BYTES",
+    "Catalog",
+    "GiB",
+    "GpuSpec",
+    "KiB",
+    "MiB",
+    "ModelSpec",
+    "ServingFootprint",
+    "UnknownKeyError",
+    "activation_bytes",
+    "check_startup_args",
+    "cuda_graph_bytes",
+    "cudagraph_capture_sizes",
+    "custom_model",
+    "default_max_num_batched_tokens",
+    "default_max_num_seqs",
+    "dtype_bytes",
+    "estimate_params",
+    "get_gpu",
+    "get_model",
+    "kv_blocks_from_budget",
+    "kv_budget_bytes",
+    "kv_budget_from_profile",
+    "kv_bytes",
+    "kv_bytes_per_token",
+    "kv_cache_bytes",
+    "model_from_config",
+    "resolve_gpu",
+    "resolve_model",
+    "serving_footprint",
+    "startup_error_text",
+    "weight_bytes",
+]

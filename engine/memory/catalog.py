@@ -16,24 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from engine.memory.specs import GpuSpec, ModelSpec, custom_model, model_from_config
-
-__all__ = [
-    "KiB",
-    "MiB",
-    "GiB",
-    "UnknownKeyError",
-    "Catalog",
-    "MODELS",
-    "GPUS",
-    "get_model",
-    "get_gpu",
-    "resolve_model",
-    "resolve_gpu",
-]
-
-KiB = 1024
-MiB = 1024**2
-GiB = 1024**3
+from engine.memory.units import GiB, MiB
 
 _DEMO_CONFIG = Path(__file__).resolve().parents[2] / "models" / "demo" / "config.json"
 

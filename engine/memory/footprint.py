@@ -1,60 +1,29 @@
 """Memory model of an LLM server: weights, KV cache, activations and vLLM's start-up memory arithmetic.
 
-This module is the one place KV bytes and budget -> blocks are computed: the catalog's `ModelSpec`, the
-lessons and the engine's own `PagedKVCache` all call `kv_bytes`, and every KV budget becomes blocks through
-`kv_blocks_from_budget`. The arithmetic follows the vLLM paper (Kwon et al., SOSP 2023, arXiv 2309.06180)
-and vLLM V1's start-up profiling (engine/memory/startup.py: weights, the activation peak over
-``max_num_batched_tokens``, non-torch memory and CUDA graphs come off ``total * gpu_memory_utilization``; the
-rest becomes KV blocks). vllm#10517 (Llama-3.1-8B, RTX 3090: 3.81 GiB of KV = 1,952 blocks of 16 tokens at
-128 KiB/token) is reproduced in the tests. Models and GPUs come from engine/memory/catalog.py.
+This module is the one place a model's weight, KV and activation bytes and budget -> blocks are computed: its
+per-token KV bytes come from `kv_bytes` (engine/memory/units.py, the formula the engine's `PagedKVCache` sizes
+itself with too), and every KV budget becomes blocks through `kv_blocks_from_budget`. The arithmetic follows
+the vLLM paper (Kwon et al., SOSP 2023, arXiv 2309.06180) and vLLM V1's start-up profiling
+(engine/memory/startup.py: weights, the activation peak over ``max_num_batched_tokens``, non-torch memory and
+CUDA graphs come off ``total * gpu_memory_utilization``; the rest becomes KV blocks). vllm#10517
+(Llama-3.1-8B, RTX 3090: 3.81 GiB of KV = 1,952 blocks of 16 tokens at 128 KiB/token) is reproduced in the
+tests. Models and GPUs come from engine/memory/catalog.py.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral
-from types import MappingProxyType
 
 from engine.core.sliding_window import kv_blocks_per_seq
-from engine.memory.catalog import GiB, resolve_gpu, resolve_model
+from engine.memory.catalog import resolve_gpu, resolve_model
 from engine.memory.specs import GpuSpec, ModelSpec
 from engine.memory.startup import check_startup_args, default_max_num_batched_tokens, startup_error_text
+from engine.memory.units import GiB, dtype_bytes, kv_bytes
 
-__all__ = [
-    "DTYPE_BYTES",
-    "NON_TORCH_BYTES",
-    "ServingFootprint",
-    "dtype_bytes",
-    "kv_bytes",
-    "weight_bytes",
-    "kv_bytes_per_token",
-    "kv_cache_bytes",
-    "activation_bytes",
-    "kv_blocks_from_budget",
-    "kv_blocks_per_seq",
-    "kv_budget_bytes",
-    "serving_footprint",
-]
-
-DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
-    {"fp32": 4, "bf16": 2, "fp16": 2, "auto": 2, "fp8": 1, "int8": 1, "int4": 0.5}
-)
 # CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM reports as non-torch memory: vllm#10517 logs
 # non_torch_memory=0.35GiB on one RTX 3090 (tensor parallelism adds NCCL buffers: vllm PR #10511 logs 1.79 GiB).
 NON_TORCH_BYTES = int(0.35 * GiB)
-
-
-def dtype_bytes(dtype: str | float) -> float:
-    """Bytes per element of a dtype name ("bf16", "fp8", "int4", ...) or a number passed through."""
-    if isinstance(dtype, (int, float)) and not isinstance(dtype, bool):
-        if not math.isfinite(dtype) or dtype <= 0:
-            raise ValueError(f"dtype bytes must be a finite number > 0 (2 for bf16, 1 for fp8), got {dtype}")
-        return float(dtype)
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {list(DTYPE_BYTES)}")
-    return DTYPE_BYTES[dtype]
 
 
 def _check_tokens(name: str, value: object, minimum: int = 0, hint: str = "") -> int:
@@ -62,11 +31,6 @@ def _check_tokens(name: str, value: object, minimum: int = 0, hint: str = "") ->
     if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
         raise ValueError(f"{name}={value!r} must be a whole number of tokens >= {minimum}{hint}")
     return int(value)
-
-
-def kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: float) -> int:
-    """K and V bytes of one token over all layers: 2 * layers * kv_heads * head_dim * bytes per element."""
-    return int(2 * num_layers * num_kv_heads * head_dim * dtype_bytes)
 
 
 def _check_tp(model: ModelSpec, tensor_parallel: int) -> None:

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.memory.catalog import MiB
+from engine import LLM, SamplingParams
+from engine.memory.units import MiB
 
 MAX_WEIGHT_BYTES = 1024 * MiB  # a lesson measurement must never hog the learner's machine
 
@@ -212,8 +213,6 @@ def measure_llm_decode(llm: object, prompt_len: int = 16, new_tokens: int = 8, r
     are every weight plus the KV cache the step reads (`decode_kv_read_bytes`, from the LLM's
     `kv_bytes_per_token` when it has one).
     """
-    from engine.llm import SamplingParams  # local: the engine is optional for the other measurements
-
     if new_tokens < 2:
         raise ValueError(f"new_tokens={new_tokens} must be >= 2 to separate decode from prefill")
     model = getattr(llm, "model", None)
@@ -251,7 +250,5 @@ def measure_demo_decode(new_tokens: int = 8, repeats: int = 3) -> Measurement:
     Raises FileNotFoundError when the demo weights are not installed (models/demo is created by the
     project's training script).
     """
-    from engine.llm import LLM  # local: loading the engine is only needed for this measurement
-
     llm = LLM(model="demo")
     return measure_llm_decode(llm, new_tokens=new_tokens, repeats=repeats)

@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.memory.catalog import resolve_gpu, resolve_model
-from engine.memory.footprint import dtype_bytes, kv_bytes_per_token, weight_bytes
+from engine.memory.footprint import kv_bytes_per_token, weight_bytes
 from engine.memory.specs import GpuSpec, ModelSpec
-
-__all__ = ["OpCost", "Roofline", "StepTimeModel", "roofline"]
+from engine.memory.units import dtype_bytes
 
 
 @dataclass(frozen=True, slots=True)

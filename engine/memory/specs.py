@@ -3,9 +3,9 @@
 A `ModelSpec` holds the architecture numbers of one decoder-only transformer, as a Hugging Face
 ``config.json`` states them; a `GpuSpec` holds one accelerator's capacity, HBM bandwidth and dense bf16
 throughput. KV bytes per token follow the GQA formula ``2 * layers * kv_heads * head_dim * bytes``
-(engine/memory/footprint.py computes it for everyone); the common calculator bug is to use the number of
-*query* heads instead, which :meth:`ModelSpec.kv_bytes_per_token_mha` returns so a page can show the
-difference (4x for Llama-3-8B). The published entries built from these classes are engine/memory/catalog.py.
+(engine/memory/units.py's `kv_bytes`, the one formula everyone calls); the common calculator bug is to use
+the number of *query* heads instead, which :meth:`ModelSpec.kv_bytes_per_token_mha` returns so a page can
+show the difference (4x for Llama-3-8B). The published entries built from these classes are engine/memory/catalog.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["ModelSpec", "GpuSpec", "estimate_params", "custom_model", "model_from_config"]
+from engine.memory import units
 
 _POSITIVE_FIELDS = (
     "num_layers",
@@ -93,18 +93,12 @@ class ModelSpec:
         return self.num_params - (self.num_experts - self.experts_per_token) * expert
 
     def kv_bytes_per_token(self, dtype_bytes: float = 2) -> int:
-        """K and V bytes one token adds to the cache: 2 * layers * kv_heads * head_dim * dtype_bytes."""
-        from engine.memory.footprint import dtype_bytes as checked  # local: footprint imports this module
-        from engine.memory.footprint import kv_bytes
-
-        return kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, checked(dtype_bytes))
+        """K and V bytes one token adds to the cache: 2 * layers * kv_heads * head_dim * bytes per element."""
+        return units.kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, units.dtype_bytes(dtype_bytes))
 
     def kv_bytes_per_token_mha(self, dtype_bytes: float = 2) -> int:
         """The naive number that assumes one KV head per query head (the classic calculator bug for GQA)."""
-        from engine.memory.footprint import dtype_bytes as checked  # local: footprint imports this module
-        from engine.memory.footprint import kv_bytes
-
-        return kv_bytes(self.num_layers, self.num_heads, self.head_dim, checked(dtype_bytes))
+        return units.kv_bytes(self.num_layers, self.num_heads, self.head_dim, units.dtype_bytes(dtype_bytes))
 
     def with_kv_heads(self, num_kv_heads: int) -> ModelSpec:
         """The same model with a different number of KV heads (MHA -> GQA -> MQA slider)."""

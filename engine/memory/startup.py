@@ -18,19 +18,8 @@ max_num_batched_tokens)``). engine/memory/footprint.py builds the full footprint
 
 from __future__ import annotations
 
-from engine.memory.catalog import GiB
 from engine.memory.specs import GpuSpec, ModelSpec
-
-__all__ = [
-    "CUDA_GRAPH_BYTES_PER_LAYER",
-    "check_startup_args",
-    "cuda_graph_bytes",
-    "cudagraph_capture_sizes",
-    "default_max_num_batched_tokens",
-    "default_max_num_seqs",
-    "kv_budget_from_profile",
-    "startup_error_text",
-]
+from engine.memory.units import GiB
 
 # One captured graph costs memory per decoder layer (piecewise graphs keep each layer's buffers). Calibrated on
 # vllm#14286: Llama-3.1-8B (32 layers) with V1's early default of 67 capture sizes logged "Graph capturing

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.memory.catalog import MODELS, GiB
+from engine.memory.catalog import MODELS
+from engine.memory.units import GiB
 from lessons.diagnosis.replay import run_outcome
 from lessons.diagnosis.scenarios import Grade, Outcome, Scenario, vllm_command
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from engine.memory.catalog import GiB
+from engine.memory.units import GiB
 from lessons.diagnosis.replay import footprint_for
 from lessons.diagnosis.scenarios import Diagnosis, Scenario, ServeConfig, Traffic
 

@@ -14,7 +14,8 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine.memory.catalog import GPUS, GiB
+from engine.memory.catalog import GPUS
+from engine.memory.units import GiB
 from lessons.diagnosis.incident_graphs import SEVEN_B_CLASS, cuda_graphs
 from lessons.diagnosis.replay import footprint_for
 from lessons.diagnosis.scenarios import Diagnosis, Scenario, ServeConfig, Traffic

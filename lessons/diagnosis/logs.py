@@ -8,7 +8,8 @@ comes from the memory model and the simulator's outcome, not from a template.
 
 from __future__ import annotations
 
-from engine.memory.catalog import MODELS, GiB
+from engine.memory.catalog import MODELS
+from engine.memory.units import GiB
 from lessons.diagnosis.scenarios import Outcome, Scenario
 
 

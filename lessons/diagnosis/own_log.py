@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.memory.catalog import MODELS, GiB
+from engine.memory.catalog import MODELS
 from engine.memory.footprint import kv_bytes_per_token
 from engine.memory.startup import cudagraph_capture_sizes
+from engine.memory.units import GiB
 from lessons.diagnosis.readlog import MAX_BYTES_PER_TOKEN, MAX_TOKENS, MIN_BYTES_PER_TOKEN, VllmLog, read_vllm_log
 from lessons.diagnosis.scenarios import CHAT_REPOS
 

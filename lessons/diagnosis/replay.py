@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.memory.catalog import GPUS, MODELS, GiB
+from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import ServingFootprint, serving_footprint
 from engine.memory.roofline import StepTimeModel
 from engine.memory.startup import cuda_graph_bytes, default_max_num_batched_tokens
+from engine.memory.units import GiB
 from engine.sim.metrics import SimSummary
 from engine.sim.simulate import SimConfig, simulate
 from engine.sim.traces import generate_trace

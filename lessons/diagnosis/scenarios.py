@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.memory.catalog import MODELS, GiB
+from engine.memory.catalog import MODELS
 from engine.memory.footprint import ServingFootprint
+from engine.memory.units import GiB
 from engine.sim.metrics import SimResult, SimSummary
 
 # The knobs a learner may turn, with the values the page offers (ints in between are accepted too).

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.memory.catalog import GPUS, MODELS, GiB
+from engine.memory.catalog import GPUS, MODELS
 from engine.memory.startup import default_max_num_batched_tokens
+from engine.memory.units import GiB
 from lessons.diagnosis.grading import grade
 from lessons.diagnosis.incidents import get_scenario
 from lessons.diagnosis.scenarios import FIX_PARAMS, Grade, Outcome, Scenario, ServeConfig, Symptoms

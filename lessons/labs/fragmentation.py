@@ -19,8 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from engine.memory.catalog import GPUS, MODELS, GiB
+from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
+from engine.memory.units import GiB
 from engine.sim.metrics import SimSummary
 from engine.sim.simulate import simulate_model
 from engine.sim.traces import DATASETS, generate_trace, trace_stats

@@ -20,7 +20,7 @@ import torch
 from engine import LLM, SamplingParams
 from engine.core.kv_cache import KV_CACHE_DTYPES
 from engine.forward_meta import ForwardMeta
-from engine.memory.footprint import kv_bytes
+from engine.memory.units import kv_bytes
 from engine.model.loader import load_model
 
 CHOICES = ("auto", "fp8")  # the two the lessons compare (fp8_e4m3 is fp8's long name)

@@ -8,12 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.memory.catalog import GPUS, MODELS, GiB, UnknownKeyError, get_gpu, get_model, resolve_model
+from engine.memory.catalog import GPUS, MODELS, UnknownKeyError, get_gpu, get_model, resolve_model
 from engine.memory.footprint import (
     activation_bytes,
     kv_blocks_from_budget,
     kv_budget_bytes,
-    kv_bytes,
     kv_bytes_per_token,
     kv_cache_bytes,
     serving_footprint,
@@ -21,6 +20,7 @@ from engine.memory.footprint import (
 )
 from engine.memory.roofline import StepTimeModel, roofline
 from engine.memory.specs import custom_model, estimate_params, model_from_config
+from engine.memory.units import GiB, kv_bytes
 
 KiB = 1024
 CATALOG_KEYS = [
@@ -82,9 +82,10 @@ def test_catalogs_are_read_only_and_name_the_known_keys_on_a_miss():
 
 
 def test_kv_bytes_is_the_one_formula():
-    assert kv_bytes(32, 8, 128, 2) == 131072 == MODELS["llama-3-8b"].kv_bytes_per_token(dtype_bytes=2)
-    assert kv_bytes(32, 8, 128, 0.5) == 131072 // 4  # int4
-    assert kv_bytes_per_token("llama-3-8b", "fp8") == kv_bytes(32, 8, 128, 1)
+    m = MODELS["llama-3-8b"]
+    assert m.kv_bytes_per_token(dtype_bytes=2) == kv_bytes(32, 8, 128, 2) == kv_bytes_per_token(m, "bf16")
+    assert m.kv_bytes_per_token("fp8") == kv_bytes(32, 8, 128, 1) == kv_bytes_per_token("llama-3-8b", "fp8")
+    assert m.kv_bytes_per_token_mha(0.5) == kv_bytes(32, 32, 128, 0.5)  # the naive count: query heads
 
 
 def test_kv_blocks_from_budget_counts_whole_blocks():

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from engine.memory import measure
-from engine.memory.catalog import MiB
 from engine.memory.measure import Measurement, measure_weight_streaming, time_interleaved
+from engine.memory.units import MiB
 
 
 class FakeClock:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.memory.catalog import GPUS, MODELS, GiB
+from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import kv_blocks_from_budget, kv_bytes_per_token, serving_footprint
 from engine.memory.startup import (
     CUDA_GRAPH_BYTES_PER_LAYER,
@@ -13,6 +13,7 @@ from engine.memory.startup import (
     kv_budget_from_profile,
     startup_error_text,
 )
+from engine.memory.units import GiB
 
 
 def test_vllm_10517_kv_cache_size_from_its_own_log_fields():
