@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Real
 
@@ -59,6 +60,13 @@ class PredictionResult:
     def record(self) -> dict[str, float | bool]:
         """What the progress store keeps for this exercise (JSON values only)."""
         return {"value": self.value, "answer": self.answer, "close": self.close}
+
+
+def saved_value(entry: object) -> float | None:
+    """The learner's number in a saved prediction (`PredictionResult.record()`); None when there is none (no
+    entry, or an entry from an older or damaged save whose value is not a number)."""
+    value = entry.get("value") if isinstance(entry, Mapping) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _num(x: float, digits: int = 3) -> str:

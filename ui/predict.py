@@ -23,12 +23,6 @@ def input_key(page_id: str) -> str:
     return f"predict_{page_id}"
 
 
-def _saved_value(page_id: str) -> float | None:
-    entry = ensure_progress()["predict"].get(page_id)
-    value = entry.get("value") if isinstance(entry, dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def prediction_teaser(page_id: str) -> None:
     """Under the lesson's intro: the question to predict before reading on (answered at the end of the page)."""
     if page_id in predictions.PAGES:
@@ -43,7 +37,7 @@ def prediction_exercise(page_id: str) -> PredictionResult | None:
         return None
     pred = predictions.for_page(page_id)
     key = input_key(page_id)
-    saved = _saved_value(page_id)
+    saved = predictions.saved_value(ensure_progress()["predict"].get(page_id))
     if saved is not None and st.session_state.get(key) is None:
         st.session_state[key] = saved  # checked earlier: another visit of the page, or loaded by signing in
     st.subheader("Predict, then check")

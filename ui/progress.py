@@ -23,10 +23,8 @@ from typing import Any
 
 import streamlit as st
 
-from lessons import content, quizzes
 from progress import empty_progress
 from ui import signin
-from ui.course import LESSON_IDS
 from ui.inert import prose_md
 
 
@@ -92,21 +90,3 @@ def record_diagnosis(scenario_id: str, result: Mapping[str, Any]) -> None:
     progress = ensure_progress()
     progress["diagnosis"][scenario_id] = dict(result)
     _persist(progress)
-
-
-def progress_rows(progress: Mapping[str, Any]) -> list[dict]:
-    """One row per lesson: visited flag, check score and prediction verdict, for the sidebar table."""
-    rows = []
-    for page_id in LESSON_IDS:
-        correct, total = quizzes.score(progress.get("quiz", {}), page_id)
-        predicted = (progress.get("predict") or {}).get(page_id)
-        verdict = "—" if not isinstance(predicted, Mapping) else "close" if predicted.get("close") else "off"
-        rows.append(
-            {
-                "lesson": content.load(page_id).title,
-                "visited": page_id in progress.get("visited", []),
-                "check": f"{correct}/{total}" if total else "—",
-                "prediction": verdict,
-            }
-        )
-    return rows

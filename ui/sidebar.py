@@ -7,11 +7,13 @@ from typing import Any
 import streamlit as st
 
 from lessons import quizzes
+from lessons.progress_table import progress_rows
 from ui import signin
+from ui.course import LESSON_IDS
 from ui.export import to_json
 from ui.inert import prose_md
 from ui.page import backend_info
-from ui.progress import ensure_progress, progress_rows
+from ui.progress import ensure_progress
 
 
 def sidebar() -> Any:
@@ -30,7 +32,7 @@ def sidebar() -> Any:
 def sidebar_progress(slot: Any) -> None:
     """Lesson progress in the sidebar; called after the page ran so this visit and its answers count."""
     progress = ensure_progress()
-    rows = progress_rows(progress)
+    rows = progress_rows(progress, LESSON_IDS)
     done = sum(1 for r in rows if r["visited"])
     with slot:
         st.progress(done / len(rows), text=f"Lessons visited: {done} / {len(rows)}")

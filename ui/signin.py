@@ -26,6 +26,7 @@ from typing import Any
 
 import streamlit as st
 
+from lessons.predictions import saved_value
 from progress import (
     NullStore,
     ProgressStore,
@@ -106,10 +107,7 @@ def _widget_values(progress: Mapping[str, Any]) -> dict[str, Any]:
     for qid, entry in progress["quiz"].items():
         values[f"quiz_{qid}"] = entry.get("answer") if isinstance(entry, Mapping) else None
     for pid, entry in progress["predict"].items():
-        value = entry.get("value") if isinstance(entry, Mapping) else None
-        values[f"predict_{pid}"] = (
-            float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-        )
+        values[f"predict_{pid}"] = saved_value(entry)
     return values
 
 

@@ -139,3 +139,11 @@ def test_an_absurd_prediction_gets_a_short_message():
     with pytest.raises(ValueError, match="beyond any plausible answer") as caught:
         predictions.validate(predictions.for_page("gqa"), 1e308)
     assert len(str(caught.value)) < 200 and "1e+308" in str(caught.value)
+
+
+def test_a_saved_prediction_gives_back_its_number_or_none():
+    record = predictions.check("gqa", 128).record()
+    assert predictions.saved_value(record) == 128.0 and isinstance(predictions.saved_value(record), float)
+    assert predictions.saved_value({"value": 3}) == 3.0  # JSON may bring an int back
+    for damaged in (None, {}, {"value": "128"}, {"value": True}, {"value": None}, [128], "128"):
+        assert predictions.saved_value(damaged) is None, damaged
