@@ -4,8 +4,7 @@ from typing import Any
 
 import streamlit as st
 
-from engine.memory.catalog import GPUS, MODELS
-from engine.sim.traces import DATASETS
+from lessons.labs import choices
 from lessons.labs import fragmentation as lab
 from ui import charts, charts_memory
 from ui.page import lesson_check, linked_view, page_header, prose, run_or_stop, show_chart, show_table, sources
@@ -24,8 +23,8 @@ def _report(
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _area_fig(model: str, gpu: str, max_len: int, dataset: str, num_requests: int, rate: float) -> Any:
     rep = _report(model, gpu, max_len, dataset, num_requests, rate)
-    x, ys = lab.series(rep.rows)
-    title = f"KV slots of a static server: {MODELS[model].name} on {GPUS[gpu].name}, max_model_len {max_len:,}"
+    x, ys = rep.series()
+    title = f"KV slots of a static server: {rep.model_name} on {rep.gpu_name}, max_model_len {max_len:,}"
     fig = charts.stacked_area(x, ys, title, "time (s, simulated)", "KV slots (tokens)")
     # five long legend names wrap to three rows: give them room below the title instead of over it
     return fig.update_layout(margin={"t": 130}, title={"y": 0.98, "yanchor": "top"}, height=460)
@@ -35,16 +34,13 @@ page_header(PAGE)
 view = linked_view(PAGE)  # the settings come from the URL (defaults in ui/links.py) and are written back
 
 c1, c2, c3 = st.columns(3)
-model = c1.selectbox(
-    "Model", [m for m in MODELS if m != "demo"], key=view.keys["model"], format_func=lambda k: MODELS[k].name
-)
-gpu = c2.selectbox("GPU", list(GPUS), key=view.keys["gpu"], format_func=lambda k: GPUS[k].name)
+model = c1.selectbox("Model", lab.MODEL_CHOICES, key=view.keys["model"], format_func=choices.model_name)
+gpu = c2.selectbox("GPU", choices.GPU_KEYS, key=view.keys["gpu"], format_func=choices.gpu_name)
 max_len = c3.select_slider(
     "max_model_len (tokens reserved per request)", options=lab.MAX_MODEL_LENS, key=view.keys["max_model_len"]
 )
 c4, c5, c6 = st.columns(3)
-sources_help = "Prompt / output lengths: " + "; ".join(f"{k}: {v.source}" for k, v in DATASETS.items())
-dataset = c4.selectbox("Traffic", list(DATASETS), key=view.keys["dataset"], help=sources_help)
+dataset = c4.selectbox("Traffic", lab.TRAFFIC, key=view.keys["dataset"], help=lab.traffic_help())
 rate = c5.slider("Requests per second", 0.5, lab.MAX_RATE, step=0.5, key=view.keys["rate"])
 num_requests = c6.slider("Requests in the trace", 20, lab.MAX_REQUESTS, step=20, key=view.keys["requests"])
 view.publish()
@@ -61,46 +57,35 @@ with st.spinner("Replaying the trace through three static servers and a paged on
         hint="pick a larger GPU, a smaller model, a longer max_model_len for long-prompt traffic, or fewer requests.",
     )
 
-if max_len > MODELS[model].max_context:
+if rep.beyond_training:
     st.warning(
-        f"{MODELS[model].name} was trained for at most {MODELS[model].max_context:,} tokens; the memory "
+        f"{rep.model_name} was trained for at most {rep.model_max_context:,} tokens; the memory "
         "arithmetic still runs, but a real server would refuse this max_model_len."
     )
 st.info(rep.callout(), icon=":material/calculate:")
 s = rep.static
 m1, m2, m3, m4 = st.columns(4)
-m1.metric(
-    "KV holding live tokens, static Max", f"{100 * rep.stored_fraction:.1f}%", help="step-average share of held KV"
-)
+m1.metric("KV holding live tokens, static Max", f"{rep.stored_fraction:.1%}", help="step-average share of held KV")
 m2.metric(
     "Unused slots at the peak",
-    f"{int(rep.peak['unused']):,}",
+    f"{rep.peak.unused:,}",
     f"{rep.unused_gib_at_peak:,.1f} GiB",
     delta_color="off",
     delta_arrow="off",
 )
 m3.metric("Running at once, static Max", f"{s.peak_concurrency}")
-gain = f"{rep.paged.peak_concurrency / max(s.peak_concurrency, 1):.1f}× static Max"
+gain = f"{rep.paged_concurrency_gain:.1f}× static Max"
 m4.metric("Running at once, paged", f"{rep.paged.peak_concurrency}", gain, delta_color="off", delta_arrow="off")
-p = rep.policies
+peak = rep.peak
 st.markdown(
-    f"The KV pool holds **{rep.capacity_tokens:,} tokens** ({rep.kv_bytes_per_token // 1024:,} KiB each). At the "
-    f"busiest moment {int(rep.peak['running'])} max-length reservations held {int(rep.peak['held']):,} slots and "
-    f"only {int(rep.peak['stored']):,} of them stored a token. On this trace the share of held KV memory storing "
-    f"tokens is **{100 * (1 - p['Max'].avg_waste):.1f}%** reserving max_model_len, "
-    f"**{100 * (1 - p['Pow2'].avg_waste):.1f}%** reserving a power of two, "
-    f"**{100 * (1 - p['Oracle'].avg_waste):.1f}%** reserving the exact final length and "
-    f"**{100 * (1 - p['paged'].avg_waste):.1f}%** paged. Kwon et al. (Fig. 2) measured "
-    + ", ".join(
-        f"{name} {lab.PAPER_STORED_PCT[key]}%"
-        for key, name in (
-            ("Max", "Orca (Max)"),
-            ("Pow2", "Orca (Pow2)"),
-            ("Oracle", "Orca (Oracle)"),
-            ("paged", "vLLM"),
-        )
-    )
-    + " on their own traces."
+    f"The KV pool holds **{rep.capacity_tokens:,} tokens** ({rep.kv_kib_per_token:,} KiB each). At the "
+    f"busiest moment {peak.running} max-length reservations held {peak.held:,} slots and "
+    f"only {peak.stored:,} of them stored a token. On this trace the share of held KV memory storing "
+    f"tokens is **{rep.share('Max').stored_pct:.1f}%** reserving max_model_len, "
+    f"**{rep.share('Pow2').stored_pct:.1f}%** reserving a power of two, "
+    f"**{rep.share('Oracle').stored_pct:.1f}%** reserving the exact final length and "
+    f"**{rep.share('paged').stored_pct:.1f}%** paged. Kwon et al. (Fig. 2) measured "
+    f"{lab.paper_stored_sentence()} on their own traces."
 )
 
 prose(PAGE, "The trace")
@@ -127,8 +112,8 @@ show_chart(
 )
 show_table(waste_rows, f"static-vs-paged-{model}-{gpu}-{max_len}", "frag_waste", "comparison")
 st.caption(
-    f"Same trace ({rep.trace['num_requests']} {dataset} requests: mean prompt {rep.trace['prompt_mean']}, mean "
-    f"output {rep.trace['output_mean']} tokens), same KV bytes. Step time from the roofline of {GPUS[gpu].name}; "
+    f"Same trace ({rep.trace.num_requests} {dataset} requests: mean prompt {rep.trace.prompt_mean}, mean "
+    f"output {rep.trace.output_mean} tokens), same KV bytes. Step time from the roofline of {rep.gpu_name}; "
     "waste = step-average of (reserved + internal + external) / held slots while requests run."
 )
 

@@ -10,7 +10,9 @@ fragmentation (slots the request will never reach) and *external* fragmentation 
 too small for the next one); its Fig. 3 example reserves 2,048 slots for a request that uses 10, leaving
 "2,038 slots" unused. This module runs `engine.sim.simulate.simulate_model` (the engine's block manager and the
 roofline step time) with the learner's model, GPU, max length and traffic once per policy, on the same trace
-and the same KV bytes, and turns the results into the page's series, callouts and comparison table.
+and the same KV bytes, and turns the results into the page's series, callouts and comparison table: one
+`FragmentationReport` with its typical request (`ExampleRequest`), its busiest step (`PeakStep`), the trace
+(`TraceSummary`) and each policy's shares of held memory (`PolicyShare`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from typing import Any
 
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
-from engine.memory.units import GiB
+from engine.memory.units import GiB, KiB, MiB
 from engine.sim.metrics import SimSummary
 from engine.sim.simulate import simulate_model
 from engine.sim.traces import DATASETS, generate_trace, trace_stats
+from lessons.labs.choices import MODEL_KEYS
 
 MAX_MODEL_LENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+MODEL_CHOICES: tuple[str, ...] = tuple(k for k in MODEL_KEYS if k != "demo")  # served models (the demo is a toy)
+TRAFFIC: tuple[str, ...] = tuple(DATASETS)  # the traffic select box's options
 # Shortest max length whose trace can be drawn quickly: the trace keeps requests with prompt + output <= max.
 MIN_MAX_LEN: dict[str, int] = {"sharegpt": 512, "alpaca": 512, "rag": 2048}
 MAX_REQUESTS = 400
@@ -46,6 +51,8 @@ STATIC_POLICIES: dict[str, tuple[str, str]] = {
 }
 # Kwon et al., SOSP 2023, Fig. 2: % of KV memory holding token states (Orca re-implementations, vLLM).
 PAPER_STORED_PCT: dict[str, float] = {"Max": 20.4, "Pow2": 26.8, "Oracle": 38.2, "paged": 96.3}
+# The systems of that figure, by the policy each one is here.
+PAPER_SYSTEMS: dict[str, str] = {"Max": "Orca (Max)", "Pow2": "Orca (Pow2)", "Oracle": "Orca (Oracle)", "paged": "vLLM"}
 MAX_RATE = 64.0
 CHART_POINTS = 240  # steps kept for the chart (the table behind it has the same rows)
 # Series of the stacked area, in vLLM's terms: simulator column -> legend label.
@@ -56,6 +63,98 @@ SERIES: dict[str, str] = {
     "external": "external fragmentation (gaps)",
     "free": "free",
 }
+
+
+def traffic_help() -> str:
+    """Where each traffic's prompt and output lengths come from (the traffic box's help)."""
+    return "Prompt / output lengths: " + "; ".join(f"{k}: {v.source}" for k, v in DATASETS.items())
+
+
+def paper_stored_sentence() -> str:
+    """Fig. 2's shares in words: "Orca (Max) 20.4%, Orca (Pow2) 26.8%, Orca (Oracle) 38.2%, vLLM 96.3%"."""
+    return ", ".join(f"{PAPER_SYSTEMS[key]} {pct}%" for key, pct in PAPER_STORED_PCT.items())
+
+
+@dataclass(frozen=True)
+class ExampleRequest:
+    """A typical request (median final length) and what it uses of its max_model_len reservation."""
+
+    prompt: int  # prompt tokens
+    output: int  # tokens it writes
+    used: int  # slots it fills: prompt + output, at most max_model_len
+    reserved: int  # slots a static server reserves for it: max_model_len
+    unused: int  # reserved - used: never written
+
+
+@dataclass(frozen=True)
+class PeakStep:
+    """The step of the static Max run where reservations held the most slots."""
+
+    step: int
+    held: int  # slots held by reservations: stored + reserved + internal
+    stored: int  # of them, slots holding a token
+    running: int  # requests running at that step
+
+    @property
+    def unused(self) -> int:
+        """Held slots that store no token."""
+        return self.held - self.stored
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """The replayed trace in numbers (engine.sim.traces.trace_stats)."""
+
+    num_requests: int
+    prompt_mean: float  # tokens, rounded to 0.01
+    output_mean: float
+
+
+@dataclass(frozen=True)
+class PolicyShare:
+    """Where one server's held KV memory goes, step-averaged, with what it achieved and the paper's figure."""
+
+    key: str  # "Max", "Pow2", "Oracle" or "paged"
+    server: str  # the comparison table's name for it
+    stored_pct: float  # % of held slots storing a live token
+    paper_stored_pct: float  # Kwon et al., Fig. 2
+    reserved_pct: float  # % reserved for tokens still to come
+    internal_pct: float  # % never used (internal fragmentation)
+    external_pct: float  # % in gaps too small for the next request (external fragmentation)
+    peak_running: int
+    tokens_per_s: float
+    p95_wait_s: float
+
+    def row(self) -> dict[str, float | str]:
+        """The comparison table's row (rounded as the page shows it)."""
+        return {
+            "server": self.server,
+            "stored %": round(self.stored_pct, 1),
+            "paper: stored %": self.paper_stored_pct,
+            "reserved %": round(self.reserved_pct, 1),
+            "internal %": round(self.internal_pct, 1),
+            "external %": round(self.external_pct, 1),
+            "peak running": self.peak_running,
+            "tokens/s": round(self.tokens_per_s, 1),
+            "p95 wait s": round(self.p95_wait_s, 2),
+        }
+
+
+def policy_share(key: str, s: SimSummary) -> PolicyShare:
+    """One policy's run summary as shares of held memory (`key`: a STATIC_POLICIES key or "paged")."""
+    server = f"static {key} ({STATIC_POLICIES[key][1]})" if key in STATIC_POLICIES else "paged (16-token blocks)"
+    return PolicyShare(
+        key,
+        server,
+        100 * (1 - s.avg_waste),
+        PAPER_STORED_PCT[key],
+        100 * s.avg_reserved,
+        100 * s.avg_internal,
+        100 * s.avg_external,
+        s.peak_concurrency,
+        s.tokens_per_s,
+        s.p95_wait_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -72,9 +171,34 @@ class FragmentationReport:
     paged: SimSummary
     policies: dict[str, SimSummary]  # Max, Pow2, Oracle, paged: the same trace and KV bytes
     rows: list[dict[str, float]]  # thinned steps: time_s, the five SERIES columns, running, waiting
-    example: dict[str, int]  # a typical request: prompt, output, used, reserved, unused slots
-    peak: dict[str, float]  # the step holding the most reservations: held, stored, unused slots
-    trace: dict[str, float | int]  # trace_stats of the replayed trace
+    example: ExampleRequest  # a typical request: prompt, output, used, reserved, unused slots
+    peak: PeakStep  # the step holding the most reservations
+    trace: TraceSummary  # the replayed trace
+
+    @property
+    def model_name(self) -> str:
+        """The model's display name."""
+        return MODELS[self.model].name
+
+    @property
+    def gpu_name(self) -> str:
+        """The GPU's display name."""
+        return GPUS[self.gpu].name
+
+    @property
+    def model_max_context(self) -> int:
+        """The longest context the model was trained for."""
+        return MODELS[self.model].max_context
+
+    @property
+    def beyond_training(self) -> bool:
+        """True when max_model_len is longer than the model was trained for (a real server would refuse it)."""
+        return self.max_model_len > self.model_max_context
+
+    @property
+    def kv_kib_per_token(self) -> int:
+        """KV bytes of one token in whole KiB."""
+        return self.kv_bytes_per_token // KiB
 
     @property
     def stored_fraction(self) -> float:
@@ -84,36 +208,39 @@ class FragmentationReport:
     @property
     def unused_gib_at_peak(self) -> float:
         """KV memory held but not storing a token at the busiest step, in GiB."""
-        return self.peak["unused"] * self.kv_bytes_per_token / GiB
+        return self.peak.unused * self.kv_bytes_per_token / GiB
+
+    @property
+    def paged_concurrency_gain(self) -> float:
+        """Requests running at once paged over static Max, at their peaks."""
+        return self.paged.peak_concurrency / max(self.static.peak_concurrency, 1)
 
     def callout(self) -> str:
         """The "2,038 unused slots" sentence of the vLLM paper, for the learner's own settings."""
         ex = self.example
         return (
-            f"A typical request here has a {ex['prompt']:,}-token prompt and writes {ex['output']:,} tokens: "
-            f"{ex['used']:,} slots used out of {ex['reserved']:,} reserved, so **{ex['unused']:,} slots are never "
-            f"used** — {ex['unused'] * self.kv_bytes_per_token / 2**20:,.1f} MiB of KV for one request."
+            f"A typical request here has a {ex.prompt:,}-token prompt and writes {ex.output:,} tokens: "
+            f"{ex.used:,} slots used out of {ex.reserved:,} reserved, so **{ex.unused:,} slots are never "
+            f"used** — {ex.unused * self.kv_bytes_per_token / MiB:,.1f} MiB of KV for one request."
         )
+
+    def shares(self) -> tuple[PolicyShare, ...]:
+        """Each policy's shares of held memory, in `policies` order (Max, Pow2, Oracle, paged)."""
+        return tuple(policy_share(key, s) for key, s in self.policies.items())
+
+    def share(self, key: str) -> PolicyShare:
+        """One policy's shares ("Max", "Pow2", "Oracle" or "paged")."""
+        if key not in self.policies:
+            raise ValueError(f"policy {key!r} is not in this report; use one of {', '.join(self.policies)}")
+        return policy_share(key, self.policies[key])
 
     def waste_rows(self) -> list[dict[str, float | str]]:
         """Step-averaged shares of held memory per kind, one row per policy, with the paper's figure."""
-        rows: list[dict[str, float | str]] = []
-        for key, s in self.policies.items():
-            name = f"static {key} ({STATIC_POLICIES[key][1]})" if key in STATIC_POLICIES else "paged (16-token blocks)"
-            rows.append(
-                {
-                    "server": name,
-                    "stored %": round(100 * (1 - s.avg_waste), 1),
-                    "paper: stored %": PAPER_STORED_PCT[key],
-                    "reserved %": round(100 * s.avg_reserved, 1),
-                    "internal %": round(100 * s.avg_internal, 1),
-                    "external %": round(100 * s.avg_external, 1),
-                    "peak running": s.peak_concurrency,
-                    "tokens/s": round(s.tokens_per_s, 1),
-                    "p95 wait s": round(s.p95_wait_s, 2),
-                }
-            )
-        return rows
+        return [s.row() for s in self.shares()]
+
+    def series(self) -> tuple[list[float], dict[str, list[float]]]:
+        """(x = seconds, {legend label: slots}) for the stacked-area chart."""
+        return [r["time_s"] for r in self.rows], {label: [r[col] for r in self.rows] for col, label in SERIES.items()}
 
 
 def check_settings(model: str, gpu: str, max_model_len: int, dataset: str, num_requests: int, rate: float) -> None:
@@ -135,33 +262,21 @@ def check_settings(model: str, gpu: str, max_model_len: int, dataset: str, num_r
         raise ValueError(f"request rate {rate} must be a number in (0, {MAX_RATE:g}] requests per second")
 
 
-def _example(trace: list, max_model_len: int) -> dict[str, int]:
+def _example(trace: list, max_model_len: int) -> ExampleRequest:
     """The request of median final length: what it uses of its max_model_len reservation."""
     ordered = sorted(trace, key=lambda r: r.prompt_len + r.output_len)
     r = ordered[len(ordered) // 2]
     used = min(r.prompt_len + r.output_len, max_model_len)
-    return {
-        "prompt": r.prompt_len,
-        "output": r.output_len,
-        "used": used,
-        "reserved": max_model_len,
-        "unused": max_model_len - used,
-    }
+    return ExampleRequest(r.prompt_len, r.output_len, used, max_model_len, max_model_len - used)
 
 
-def _peak(columns: dict[str, list[float]]) -> dict[str, float]:
+def _peak(columns: dict[str, list[float]]) -> PeakStep:
     """The step where reservations held the most slots: what they held and what stored a token."""
     held = [s + r + i for s, r, i in zip(columns["stored"], columns["reserved"], columns["internal"], strict=True)]
-    k = max(range(len(held)), key=held.__getitem__) if held else 0
     if not held:
-        return {"step": 0, "held": 0, "stored": 0, "unused": 0, "running": 0}
-    return {
-        "step": columns["step"][k],
-        "held": held[k],
-        "stored": columns["stored"][k],
-        "unused": held[k] - columns["stored"][k],
-        "running": columns["running"][k],
-    }
+        return PeakStep(0, 0, 0, 0)
+    k = max(range(len(held)), key=held.__getitem__)
+    return PeakStep(int(columns["step"][k]), int(held[k]), int(columns["stored"][k]), int(columns["running"][k]))
 
 
 def static_report(
@@ -189,6 +304,7 @@ def static_report(
     }
     runs["paged"] = simulate_model(trace, model, gpu, "paged", max_model_len=max_model_len, footprint=fp)
     static = runs["Max"]
+    stats = trace_stats(trace)
     keep = ("time_s", *SERIES, "running", "waiting")
     rows = [{k: row[k] for k in keep} for row in static.to_rows(CHART_POINTS)]
     return FragmentationReport(
@@ -204,7 +320,7 @@ def static_report(
         rows=rows,
         example=_example(trace, max_model_len),
         peak=_peak(static.columns),
-        trace=trace_stats(trace),
+        trace=TraceSummary(stats["num_requests"], stats["prompt_mean"], stats["output_mean"]),
     )
 
 
@@ -227,24 +343,28 @@ def claims() -> dict[str, dict]:
     }
 
 
-def series(rows: list[dict[str, float]]) -> tuple[list[float], dict[str, list[float]]]:
-    """(x = seconds, {legend label: slots}) for the stacked-area chart."""
-    return [r["time_s"] for r in rows], {label: [r[col] for r in rows] for col, label in SERIES.items()}
-
-
 __all__ = [
     "CHART_POINTS",
     "DEFAULTS",
-    "PAPER_STORED_PCT",
-    "STATIC_POLICIES",
-    "claims",
-    "FragmentationReport",
     "MAX_MODEL_LENS",
     "MAX_RATE",
     "MAX_REQUESTS",
     "MIN_MAX_LEN",
+    "MODEL_CHOICES",
+    "PAPER_STORED_PCT",
+    "PAPER_SYSTEMS",
     "SERIES",
+    "STATIC_POLICIES",
+    "TRAFFIC",
+    "ExampleRequest",
+    "FragmentationReport",
+    "PeakStep",
+    "PolicyShare",
+    "TraceSummary",
     "check_settings",
-    "series",
+    "claims",
+    "paper_stored_sentence",
+    "policy_share",
     "static_report",
+    "traffic_help",
 ]

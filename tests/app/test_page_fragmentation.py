@@ -1,5 +1,7 @@
 """Lesson 4 page (AppTest): every widget at its extremes, guided errors, and the waste numbers move as they should."""
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -37,6 +39,12 @@ def test_defaults_show_the_callout_and_static_vs_paged(at):
     assert table["stored %"].iloc[3] > table["stored %"].iloc[:3].max()  # paged stores the most, same trace
     text = " ".join(m.value for m in at.markdown)
     assert "Orca (Max) 20.4%, Orca (Pow2) 26.8%, Orca (Oracle) 38.2%, vLLM 96.3%" in text
+    reserving = ("max_model_len", "a power of two", "the exact final length")
+    for stored, how in zip(table["stored %"].iloc[:3], reserving, strict=True):
+        assert f"**{stored:.1f}%** reserving {how}" in text  # the sentence says what the table says
+    assert f"**{table['stored %'].iloc[3]:.1f}%** paged" in text
+    held, stored = (int(n.replace(",", "")) for n in re.search(r"held ([\d,]+) slots and only ([\d,]+)", text).groups())
+    assert shown["Unused slots at the peak"] == f"{held - stored:,}"
     assert "20.4%–38.2%" not in text  # never one range for "real systems"
 
 

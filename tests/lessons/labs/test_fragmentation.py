@@ -22,7 +22,7 @@ def test_series_add_up_to_the_capacity_every_step(reports):
     rep = reports[1024]
     fp = serving_footprint("llama-2-13b", "a100-40gb", max_model_len=1024)
     assert rep.capacity_tokens == fp.kv_budget_bytes // fp.kv_bytes_per_token
-    x, ys = lab.series(rep.rows)
+    x, ys = rep.series()
     assert len(x) == len(rep.rows) <= lab.CHART_POINTS + 1 and list(ys) == list(lab.SERIES.values())
     for i in range(len(x)):
         assert sum(col[i] for col in ys.values()) == rep.capacity_tokens
@@ -35,10 +35,15 @@ def test_callout_is_the_median_request_of_the_same_trace(reports):
     trace = generate_trace("sharegpt", 60, 8.0, seed=0, max_len=4096)
     finals = sorted(r.prompt_len + r.output_len for r in trace)
     ex = rep.example
-    assert ex["used"] == finals[len(finals) // 2] == ex["prompt"] + ex["output"]
-    assert ex["unused"] == 4096 - ex["used"] and ex["reserved"] == 4096
-    assert f"{ex['unused']:,} slots are never used" in rep.callout()
-    assert rep.trace["num_requests"] == 60
+    assert ex.used == finals[len(finals) // 2] == ex.prompt + ex.output
+    assert ex.unused == 4096 - ex.used and ex.reserved == 4096
+    assert f"{ex.unused:,} slots are never used" in rep.callout()
+    # Llama-2-13B: 40 layers x 40 KV heads x 128 x K and V x 2 bytes = 800 KiB per token
+    assert rep.kv_bytes_per_token == 800 * 1024 and rep.kv_kib_per_token == 800
+    assert f"— {ex.unused * 800 / 1024:,.1f} MiB of KV for one request" in rep.callout()
+    assert rep.trace.num_requests == 60
+    assert rep.trace.prompt_mean == round(sum(r.prompt_len for r in trace) / 60, 2)
+    assert rep.trace.output_mean == round(sum(r.output_len for r in trace) / 60, 2)
 
 
 def test_longer_reservations_waste_more_and_paging_fits_more(reports):
@@ -49,9 +54,23 @@ def test_longer_reservations_waste_more_and_paging_fits_more(reports):
         assert rep.paged.peak_concurrency >= rep.static.peak_concurrency
         assert rep.paged.avg_waste < 0.1 < rep.static.avg_waste
         peak = rep.peak
-        assert peak["unused"] == peak["held"] - peak["stored"] > 0
-        assert peak["held"] <= peak["running"] * rep.max_model_len  # each running request reserves max_model_len
-        assert math.isclose(rep.unused_gib_at_peak, peak["unused"] * rep.kv_bytes_per_token / 2**30)
+        assert peak.unused == peak.held - peak.stored > 0
+        assert peak.held <= peak.running * rep.max_model_len  # each running request reserves max_model_len
+        assert math.isclose(rep.unused_gib_at_peak, peak.unused * rep.kv_bytes_per_token / 2**30)
+        # independent: the busiest step of the Max run's own columns
+        cols = simulate_model(
+            generate_trace("sharegpt", 60, 8.0, seed=0, max_len=rep.max_model_len),
+            "llama-2-13b",
+            "a100-40gb",
+            "static",
+            max_model_len=rep.max_model_len,
+            footprint=serving_footprint("llama-2-13b", "a100-40gb", max_model_len=rep.max_model_len),
+            reservation="max_model_len",
+        ).columns
+        held = [s + r + i for s, r, i in zip(cols["stored"], cols["reserved"], cols["internal"], strict=True)]
+        assert peak.held == max(held) and peak.stored == cols["stored"][held.index(max(held))]
+        gain = rep.paged.peak_concurrency / rep.static.peak_concurrency
+        assert rep.paged_concurrency_gain == gain >= 1
     rows = short.waste_rows()
     assert [r["server"].split(" (")[0] for r in rows] == ["static Max", "static Pow2", "static Oracle", "paged"]
     assert [r["paper: stored %"] for r in rows] == [20.4, 26.8, 38.2, 96.3]  # Kwon et al., Fig. 2, per policy
@@ -103,3 +122,49 @@ def test_bad_settings_raise_with_guidance(kwargs, match):
     args = {**SETTINGS, "max_model_len": 2048, **kwargs}
     with pytest.raises(ValueError, match=match):
         lab.static_report(**args)
+
+
+def test_policy_shares_are_the_runs_step_averages_and_the_papers_figures(reports):
+    rep = reports[1024]
+    shares = rep.shares()
+    assert [s.key for s in shares] == ["Max", "Pow2", "Oracle", "paged"]
+    for share in shares:
+        run = rep.policies[share.key]
+        assert share == rep.share(share.key)
+        assert share.stored_pct == pytest.approx(100 - 100 * run.avg_waste)
+        # held memory is stored + reserved + internal + external, nothing else
+        total = share.stored_pct + share.reserved_pct + share.internal_pct + share.external_pct
+        assert total == pytest.approx(100.0)
+        assert share.paper_stored_pct == {"Max": 20.4, "Pow2": 26.8, "Oracle": 38.2, "paged": 96.3}[share.key]
+        assert share.peak_running == run.peak_concurrency
+    rows = rep.waste_rows()
+    assert rows == [s.row() for s in shares]
+    assert list(rows[0]) == [
+        "server",
+        "stored %",
+        "paper: stored %",
+        "reserved %",
+        "internal %",
+        "external %",
+        "peak running",
+        "tokens/s",
+        "p95 wait s",
+    ]
+    assert rows[0]["server"] == "static Max (max_model_len)" and rows[3]["server"] == "paged (16-token blocks)"
+    assert rows[0]["stored %"] == round(shares[0].stored_pct, 1) and rows[0]["p95 wait s"] == round(
+        shares[0].p95_wait_s, 2
+    )
+    with pytest.raises(ValueError, match="policy 'LRU' is not in this report"):
+        rep.share("LRU")
+
+
+def test_the_pages_names_and_limits(reports):
+    rep = reports[4096]
+    assert (rep.model_name, rep.gpu_name) == ("Llama-2-13B", "A100 40GB SXM")
+    assert rep.model_max_context == 4096 and not rep.beyond_training  # Llama 2 was trained on 4,096 tokens
+    longer = lab.static_report(max_model_len=8192, **SETTINGS)
+    assert longer.beyond_training
+    assert "demo" not in lab.MODEL_CHOICES and "llama-2-13b" in lab.MODEL_CHOICES
+    assert lab.TRAFFIC == ("sharegpt", "alpaca", "rag")
+    assert lab.traffic_help().startswith("Prompt / output lengths: sharegpt: vLLM paper Fig. 11 means")
+    assert lab.paper_stored_sentence() == "Orca (Max) 20.4%, Orca (Pow2) 26.8%, Orca (Oracle) 38.2%, vLLM 96.3%"
