@@ -1,7 +1,8 @@
 """The layout rules of docs/ARCHITECTURE.md, checked on the source so a change that breaks one fails here.
 
-Each rule is one small test: the engine's subsystem packages, the import direction of the layers, no private
-names across modules, Streamlit only in the app layer, and no reference to a file outside the repository.
+Each rule is one small test: the engine's subsystem packages, the import direction of the layers, no import
+cycles, no torch in the engine's bookkeeping, no private names across modules, Streamlit only in the app layer,
+and no reference to a file outside the repository.
 Files and functions are split where they hold two concepts, never to meet a line count, and `ruff format`
 decides line breaks, so no rule here counts lines or files.
 """
@@ -27,6 +28,9 @@ ALLOWED_IMPORTS = {
     "pages": {"ui", "lessons", "engine", "kernels", "progress"},
 }
 PROJECT_PACKAGES = set(LIBRARY) | {"bench", "tests", "scripts"}
+# The packages an import cycle can run through (pages/ and tests/ import them, nothing imports those).
+IMPORTABLE = ("engine", "kernels", "lessons", "ui", "progress", "bench")
+ENGINE_SUBSYSTEMS = ("core", "model", "attention", "memory", "sim", "worker")
 
 
 def _tracked(*patterns: str) -> list[Path]:
@@ -59,9 +63,171 @@ def _imports(tree: ast.AST) -> list[tuple[str, list[str]]]:
     return found
 
 
+def _module_name(path: Path) -> str:
+    """The dotted name a file is imported as: engine/memory/__init__.py -> engine.memory."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _run_time_imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, list[str]]]:
+    """(module, imported names) for every import a module can execute: at module level, in functions and classes,
+    relative ones resolved; only the body of an `if TYPE_CHECKING:` block is skipped (it never runs)."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[str, list[str]]] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            found.extend((a.name, []) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.append((base, [a.name for a in node.names]))
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _import_graph(packages: tuple[str, ...] = IMPORTABLE) -> dict[str, set[str]]:
+    """module -> the project modules importing it runs.
+
+    `from pkg import name` is an edge to pkg.name when that is a module, else to pkg; `import a.b` an edge to
+    a.b. Importing a.b.c also runs the __init__ of a and a.b first, so those are edges too, except for the
+    importer's own packages (they are already running when it does)."""
+    paths = {_module_name(p): p for p in _modules(*packages)}
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
+        tree = ast.parse(path.read_text())
+        for module, names in _run_time_imports(tree, name, path.name == "__init__.py"):
+            targets = [f"{module}.{n}" if f"{module}.{n}" in paths else module for n in names] or [module]
+            for target in targets:
+                parts = target.split(".")
+                ancestors = [".".join(parts[:i]) for i in range(1, len(parts))]
+                runs = [a for a in ancestors if name != a and not name.startswith(a + ".")] + [target]
+                graph[name] |= {t for t in runs if t in paths}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Import cycles as paths [a, b, ..., a]: in each strongly connected component, the shortest cycle through
+    each module that no cycle found so far passes, so every module on a cycle appears in one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: list[str] = []
+    components: list[set[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        on_stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = on_stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    cycles = []
+    for component in components:
+        covered: set[str] = set()
+        for start in sorted(component):
+            if start in covered or (len(component) == 1 and start not in graph[start]):
+                continue
+            parent: dict[str, str] = {}
+            frontier, seen = [start], {start}
+            while frontier and start not in parent:  # breadth first, back to start: the shortest cycle
+                nxt = []
+                for v in frontier:
+                    for w in sorted(graph[v] & component):
+                        if w == start and start not in parent:
+                            parent[start] = v
+                        elif w not in seen:
+                            seen.add(w)
+                            parent[w] = v
+                            nxt.append(w)
+                frontier = nxt
+            back, v = [], parent[start]
+            while v != start:  # walk the parents back to start, then read the walk forwards
+                back.append(v)
+                v = parent[v]
+            path = [start, *reversed(back), start]
+            covered |= set(path)
+            cycles.append(path)
+    return cycles
+
+
 def test_engine_subsystems_are_packages():
-    for package in ("core", "model", "attention", "memory", "sim"):
+    for package in ENGINE_SUBSYSTEMS:
         assert (ROOT / "engine" / package / "__init__.py").is_file(), f"engine/{package}/ is not a package"
+    execution = [name for name in ("runner", "forward_meta", "kv_cache") if (ROOT / "engine" / f"{name}.py").is_file()]
+    assert not execution, f"one step's execution lives in engine/worker/, not at engine/'s top level: {execution}"
+    assert {"runner.py", "kv_cache.py"} <= {p.name for p in (ROOT / "engine" / "worker").glob("*.py")}
+
+
+def test_the_cycle_rule_sees_every_import_that_runs():
+    source = (
+        "import engine.core.sequence\n"
+        "if TYPE_CHECKING:\n    import engine.sim\nelse:\n    import engine.attention\n"
+        "def f():\n    from engine.memory import footprint\n"
+        "class C:\n    def g(self):\n        from . import catalog\n        from ..core import scheduler\n"
+    )
+    found = _run_time_imports(ast.parse(source), "engine.memory.units", is_package=False)
+    assert sorted(found) == [
+        ("engine.attention", []),
+        ("engine.core", ["scheduler"]),
+        ("engine.core.sequence", []),
+        ("engine.memory", ["catalog"]),
+        ("engine.memory", ["footprint"]),
+    ]
+    assert _run_time_imports(ast.parse("from . import x"), "engine.memory", is_package=True) == [
+        ("engine.memory", ["x"])
+    ]
+
+
+def test_the_cycle_rule_reports_each_cycle_as_a_path():
+    graph = {"a": {"b"}, "b": {"c", "e"}, "c": {"a", "b"}, "d": {"d"}, "e": set(), "f": {"a"}}
+    assert sorted(_cycles(graph)) == [["a", "b", "c", "a"], ["d", "d"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+    graph = _import_graph(("engine",))
+    assert "engine.memory.units" in graph["engine.memory.specs"]  # `from engine.memory import units`: the module
+    assert "engine" in graph["engine.memory.measure"]  # `from engine import LLM`: the package, a name in it
+    footprint = graph["engine.memory.footprint"]  # engine.core.sliding_window runs engine/core/__init__ first ...
+    assert {"engine.core", "engine.core.sliding_window"} <= footprint and "engine" not in footprint  # ... not engine's
+
+
+def test_no_import_cycles():
+    found = [" -> ".join(cycle) for cycle in _cycles(_import_graph())]
+    assert not found, "import cycles (an import inside a function is still an edge):\n" + "\n".join(found)
+
+
+def test_engine_core_is_bookkeeping_without_torch():
+    found = []
+    for path in _modules("engine"):
+        if _rel(path).startswith("engine/core/"):
+            modules = _run_time_imports(ast.parse(path.read_text()), _module_name(path), path.name == "__init__.py")
+            found += [f"{_rel(path)} imports {m}" for m, _ in modules if m.split(".")[0] == "torch"]
+    assert not found, f"engine/core/ is pure bookkeeping; the tensors live in engine/worker/: {found}"
 
 
 def test_pages_folder_holds_only_pages():
