@@ -1,9 +1,10 @@
-"""Lesson prose: one Markdown file per page in lessons/, `lessons/<page_id>.md`, split into named sections.
+"""Lesson prose: one Markdown file per page, `lessons/<page_id>.md`, and one per section that several pages
+show, `lessons/sections/<name>.md`; each split into named sections.
 
-A lesson file starts with a `# Title` line, then an intro paragraph, then `## Section` blocks. Pages ask
-for sections by name (`load("gqa").sections["Why it works"]`) so the prose lives in Markdown a teacher can
-edit without touching Python. Sources are cited inside the prose. The page ids themselves are the course's
-(ui/course.py); this module only knows the files.
+A prose file starts with a `# Title` line, then an intro paragraph, then `## Section` blocks. Pages ask
+for sections by name (`load("gqa").sections["Why it works"]`, `load_section("kv_precision")`) so the prose
+lives in Markdown a teacher can edit without touching Python. Sources are cited inside the prose. The page
+ids themselves are the course's (ui/course.py); this module only knows the files.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LESSON_DIR = Path(__file__).resolve().parent
-PAGE_ID = re.compile(r"[a-z][a-z0-9_]*")  # a page id is a file stem: never a path
+SECTION_DIR = LESSON_DIR / "sections"  # prose shown by more than one page (the KV-precision section of 2 and 6)
+PAGE_ID = re.compile(r"[a-z][a-z0-9_]*")  # a page id (or a section name) is a file stem: never a path
 
 INTRO = "intro"  # the name of the text between the title and the first `## ` heading
 
@@ -50,3 +52,11 @@ def load(page_id: str) -> Lesson:
     if not (isinstance(page_id, str) and PAGE_ID.fullmatch(page_id) and (LESSON_DIR / f"{page_id}.md").is_file()):
         raise ValueError(f"no lesson prose for page id {page_id!r}; write lessons/{page_id}.md or use a course page id")
     return parse(page_id, (LESSON_DIR / f"{page_id}.md").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def load_section(name: str) -> Lesson:
+    """The prose of a section several pages show (`lessons/sections/<name>.md`), read once per process."""
+    if not (isinstance(name, str) and PAGE_ID.fullmatch(name) and (SECTION_DIR / f"{name}.md").is_file()):
+        raise ValueError(f"no shared section {name!r}; write lessons/sections/{name}.md or use one that exists")
+    return parse(name, (SECTION_DIR / f"{name}.md").read_text(encoding="utf-8"))

@@ -1,10 +1,11 @@
-"""A Streamlit section, shared by lessons 2 and 6: choose the KV cache precision, backed by a real engine run.
+"""The KV-precision section's widgets, shared by lessons 2 and 6: choose the KV cache precision, see a real run.
 
-`kv_precision_section(page_id)` runs the demo model twice on the same prompts and the same KV byte budget,
-once with a full-precision cache and once with vLLM's fp8 cache (lessons/labs/kv_precision.py does the
-work and is cached per process), then shows the choice: KV bytes per token, blocks and tokens the budget
-holds, and what fp8 costs (top-1 agreement with full precision, largest logit difference, identical
-greedy generations). Widget keys start with the page id, so two pages never share state.
+`kv_precision_section(page_id)` lays out what lessons/labs/kv_precision.py measures (cached per process):
+the demo model run twice on the same prompts and the same KV byte budget, once with a full-precision cache
+and once with vLLM's fp8 cache; the choice then shows its KV bytes per token, the blocks and tokens the
+budget holds, and what fp8 costs (top-1 agreement with full precision, largest logit difference, identical
+greedy generations). Its prose is lessons/sections/kv_precision.md. Widget keys start with the page id, so
+two pages never share state.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from typing import Any
 
 import streamlit as st
 
+from lessons import content
 from lessons.labs import kv_precision as lab
 from ui.page import show_error
+
+PROSE = "kv_precision"  # lessons/sections/kv_precision.md
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -25,12 +29,11 @@ def _compare(model: str) -> dict[str, Any]:
 
 def kv_precision_section(page_id: str, model: str = "demo") -> None:
     """The KV-precision choice with its measured bytes, capacity and agreement (model: 'demo' or a folder)."""
-    st.subheader("KV cache precision, measured on the engine")
-    st.markdown(
-        "vLLM's `--kv-cache-dtype fp8` stores K and V as 8-bit floats (e4m3) with one scale per layer. "
-        "Each token then needs half the bytes of bf16 (a quarter of fp32), so the same memory holds twice "
-        "(four times) the tokens. What does it cost? Run the same prompts through both caches."
-    )
+    prose = content.load_section(PROSE)
+    st.subheader(prose.title)
+    st.markdown(prose.sections[content.INTRO])
+    with st.expander("Sources on KV cache precision", expanded=False):
+        st.markdown(prose.sections["Sources"])
     names = {"auto": "full precision (auto)", "fp8": "fp8 (e4m3 + scales)"}
     choice = st.radio(
         "KV cache precision", lab.CHOICES, key=f"{page_id}_kv_precision", horizontal=True, format_func=names.get

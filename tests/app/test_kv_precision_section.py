@@ -1,7 +1,8 @@
 """The shared KV-precision section (ui/kv_precision.py) in AppTest, over a tiny model folder.
 
-A two-line script calls `kv_precision_section("gqa", model=<tiny folder>)`; clicking the run button runs
-the real engine with both caches, and switching the radio shows each precision's own measured numbers.
+A two-line script calls `kv_precision_section("gqa", model=<tiny folder>)`; its prose comes from
+lessons/sections/kv_precision.md; clicking the run button runs the real engine with both caches, and
+switching the radio shows each precision's own measured numbers.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from lessons import content
 from tests.tiny_model import make_tiny_model
 
 TEXT = "def add(a, b):\n    return a + b\n" * 20 + "class Stack:\n    pass\n" * 20
@@ -30,6 +32,14 @@ def metrics(app: AppTest) -> dict[str, str]:
 
 def test_nothing_runs_until_the_button(at):
     assert not at.metric and "Runs 4 prompts" in at.caption[0].value
+
+
+def test_the_prose_is_the_sections_file(at):
+    prose = content.load_section("kv_precision")
+    assert [h.value for h in at.subheader] == [prose.title]
+    assert at.markdown[0].value == prose.sections[content.INTRO] and "--kv-cache-dtype fp8" in at.markdown[0].value
+    assert at.expander[0].label == "Sources on KV cache precision"
+    assert at.markdown[1].value == prose.sections["Sources"]
 
 
 def test_fp8_quarters_the_bytes_and_shows_the_agreement(at):

@@ -206,6 +206,18 @@ def test_parse_splits_sections_and_load_refuses_unknown_pages():
             content.load(bad)
 
 
+def test_shared_sections_parse_and_load_refuses_unknown_names():
+    names = sorted(f.stem for f in content.SECTION_DIR.glob("*.md"))
+    assert "kv_precision" in names
+    for name in names:
+        section = content.load_section(name)
+        assert section.title and section.title != name, name
+        assert len(section.sections[content.INTRO]) > 50 and section.sections.get("Sources"), name
+    for bad in ("nope", "../gqa", "KV_precision", "gqa"):  # a page's prose is not a shared section
+        with pytest.raises(ValueError, match="no shared section"):
+            content.load_section(bad)
+
+
 def test_golden_rules_questions_cite_the_rule_they_test():
     # "Rule N:" in a question must be rule N of lessons/golden_rules.md (the quiz once said 2/3/4 for rules 3/4/5).
     rules = content.load("golden_rules").sections["The rules"]
