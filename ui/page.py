@@ -2,9 +2,10 @@
 
 Every page is a thin script: `page_header(page_id)`, widgets with explicit keys, figures from the `ui.charts*`
 builders shown with `show_chart(...)`, then `lesson_check(page_id)` (the quiz, then the predict-then-observe
-exercise of ui/predict.py). `page_header` shows the lesson's `## Objective` above its intro. Calculations
-live in engine/ and lessons/; this module only wires them to Streamlit. Progress helpers (`record_diagnosis`,
-`clear_quiz`, ...) are in ui/progress.py.
+exercise of ui/predict.py). `page_header` shows the lesson's `## Objective` above its intro. A lesson's
+deep-linked settings come from `linked_view(page_id)` (lessons/links.py parses and checks them; `link_note`
+words a bad value). Calculations live in engine/ and lessons/; this module only wires them to Streamlit.
+Progress helpers (`record_diagnosis`, `clear_quiz`, ...) are in ui/progress.py.
 
 State rules (Streamlit runs each learner's session in its own thread):
 - per-learner state lives only in `st.session_state`;
