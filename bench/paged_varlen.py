@@ -7,17 +7,18 @@ threads on every side, interleaved repeats, outputs checked equal before timing)
 - `mixed`: two chunks plus the decode batch in one step (what chunked prefill schedules).
 
 Sides:
-- `paged_varlen`: kernels.ops.paged_varlen_attention (auto backend) reading K/V through shuffled block tables;
-  on CPU also `paged_varlen_indexed`, the same call with the step's `paged_varlen_index` built before timing
-  (the engine builds it once per step for all layers), the like-for-like match of the gather side's slots.
+- `paged_varlen`: kernels.ops.paged_varlen_attention (auto backend) reading K/V through shuffled block tables,
+  validating the step and planning it inside the call;
+- `paged_varlen_planned`: the same call with the step's `plan_attention(...)` built before timing (the engine
+  builds it once per step for all layers), the like-for-like match of the gather side's slots.
 - `gather_varlen`: the old path: copy each sequence's K/V out of the blocks (one index_select per cache over
   slot indices built before timing, as a model builds them once per step) and call kernels.ops.varlen_attention
   on the packed copy. The copy is part of its time: it is what the paged call saves.
 - `paged_decode` (decode only): kernels.ops.paged_attention, the dedicated decode kernel.
 - on CUDA `varlen_contiguous`: the Triton varlen kernel on K/V that already sit contiguously (no gather): the
   floor a paged kernel is measured against (`vs_contiguous` = paged_varlen / varlen_contiguous).
-`vs_gather` = paged_varlen_s / gather_varlen_s (< 1: the one paged call is faster); `indexed_vs_gather` the same
-for the indexed call. CPU times are at one torch thread (`--threads` to change), as in bench.paged_decode.
+`vs_gather` = paged_varlen_s / gather_varlen_s (< 1: the one paged call is faster); `planned_vs_gather` the same
+for the planned call. CPU times are at one torch thread (`--threads` to change), as in bench.paged_decode.
 
     python -m bench.paged_varlen --json
 """
@@ -30,8 +31,7 @@ import torch
 
 from bench.harness import assert_same_rows, emit, env_info, log, parser, save, time_interleaved
 from kernels.backend import resolve_backend
-from kernels.ops import paged_attention, paged_varlen_attention, varlen_attention
-from kernels.paged_varlen_attention_torch import paged_varlen_index
+from kernels.ops import paged_attention, paged_varlen_attention, plan_attention, varlen_attention
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -104,13 +104,32 @@ def sides(w: dict, cuda: bool) -> dict:
         v = w["v_cache"].view(flat).index_select(0, w["slots"])
         return varlen_attention(w["q"], k, v, w["cu_q"], w["cu_k"], w["max_q"], w["max_k"], causal=True)
 
-    fns = {"paged_varlen": paged, "gather_varlen": gather}
-    if not cuda:  # the torch backend's per-step index, built before timing as the gather side's slots are
-        heads = (w["q"].shape[1], w["k_cache"].shape[2])
-        index = paged_varlen_index(w["cu_q"], w["seq_lens"], w["block_tables"], w["k_cache"].shape[1], heads)
-        fns["paged_varlen_indexed"] = lambda: paged_varlen_attention(
-            w["q"], w["k_cache"], w["v_cache"], w["cu_q"], w["seq_lens"], w["block_tables"], w["max_q"], index=index
+    # The step's plan, built before timing as the gather side's slots are (a model builds it once per step).
+    plan = plan_attention(
+        w["cu_q"],
+        w["seq_lens"],
+        w["block_tables"],
+        w["max_q"],
+        None,
+        w["k_cache"],
+        w["v_cache"],
+        num_heads=w["q"].shape[1],
+        q_dtype=w["q"].dtype,
+    )
+
+    def planned() -> torch.Tensor:
+        return paged_varlen_attention(
+            w["q"],
+            w["k_cache"],
+            w["v_cache"],
+            plan.cu_seqlens_q,
+            plan.seq_lens,
+            plan.block_tables,
+            plan.max_seqlen_q,
+            plan=plan,
         )
+
+    fns = {"paged_varlen": paged, "gather_varlen": gather, "paged_varlen_planned": planned}
     if w["max_q"] == 1:
         fns["paged_decode"] = lambda: paged_attention(
             w["q"], w["k_cache"], w["v_cache"], w["block_tables"], w["seq_lens"]
@@ -132,8 +151,7 @@ def run_kind(kind: str, args, device: str, seed: int) -> dict:
     times = time_interleaved(fns, repeats=args.repeats, warmup=args.warmup)
     entry = {f"{name}_s": t for name, t in times.items()}
     entry["vs_gather"] = times["paged_varlen"] / times["gather_varlen"]
-    if "paged_varlen_indexed" in times:
-        entry["indexed_vs_gather"] = times["paged_varlen_indexed"] / times["gather_varlen"]
+    entry["planned_vs_gather"] = times["paged_varlen_planned"] / times["gather_varlen"]
     if "paged_decode" in times:
         entry["vs_paged_decode"] = times["paged_varlen"] / times["paged_decode"]
     if "varlen_contiguous" in times:
@@ -187,7 +205,7 @@ def main() -> None:
         "backend": backend,
         "kinds": kinds,
         "vs_gather": {kind: e["vs_gather"] for kind, e in kinds.items()},
-        "indexed_vs_gather": {kind: e.get("indexed_vs_gather") for kind, e in kinds.items()},
+        "planned_vs_gather": {kind: e["planned_vs_gather"] for kind, e in kinds.items()},
         "shapes": {
             "num_heads": args.heads,
             "num_kv_heads": args.kv_heads,

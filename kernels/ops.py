@@ -6,12 +6,13 @@ can cause is a ValueError that names the bad value and the fix, raised here, bef
 neither backend ever sees malformed metadata (which on a GPU would mean silent out-of-bounds reads).
 
 Each kernel X has a Triton launcher `X_triton` in kernels/X.py and a plain-torch twin `X_torch` in
-kernels/X_torch.py (the CPU production path): varlen_attention, paged_attention, paged_varlen_attention,
-store_kv. The checks live in kernels/checks.py and kernels/checks_paged.py. Triton modules are imported
-lazily so this file works without triton installed.
+kernels/X_torch.py (the CPU production path): varlen_attention, paged_varlen_attention, store_kv. The checks
+live in kernels/checks.py and kernels/checks_paged.py. Triton modules are imported lazily so this file works
+without triton installed.
 
-`check=False` skips validation: for a caller (a model layer) whose step metadata and cache layout an
-earlier call already validated, so each layer pays only for the dispatch.
+A model step validates its metadata once: `plan_attention` checks the step (one device read) and returns an
+AttentionPlan (kernels/plan.py) that every layer passes to `store_kv` and `paged_varlen_attention` (`plan=`);
+those calls then only check, without reading the device, that they match the plan.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import torch
 
 from kernels.backend import resolve_backend
 from kernels.checks import (
-    check_cache,
     check_cu_tensor,
     check_heads,
     check_last_stride,
@@ -31,9 +31,11 @@ from kernels.checks import (
     check_tensor,
     default_scale,
 )
-from kernels.checks_paged import check_kv_scales, check_paged, check_paged_varlen
-from kernels.paged_attention_torch import TokenSlots, paged_attention_torch
-from kernels.paged_varlen_attention_torch import VarlenIndex, paged_varlen_attention_torch
+from kernels.checks_paged import StepCheck, check_paged, check_queries, check_step, check_store
+from kernels.fp8 import FP8_DTYPE, calibrate_scale
+from kernels.paged_attention_torch import TokenSlots, paged_attention_torch, sparse_decode_applies
+from kernels.paged_varlen_attention_torch import paged_varlen_attention_torch, paged_varlen_index
+from kernels.plan import AttentionPlan, TensorLayout, check_plan_attention, check_plan_store
 from kernels.store_kv_torch import store_kv_torch
 from kernels.varlen_attention_torch import varlen_attention_torch
 
@@ -160,6 +162,97 @@ def paged_attention(
     return paged_attention_torch(q, k_cache, v_cache, block_tables, seq_lens, scale, index=index)
 
 
+# ------------------------------------------------------------------------------------------------ plan
+def plan_attention(
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    max_seqlen_q: int,
+    slot_mapping: torch.Tensor | None,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    num_heads: int,
+    q_dtype: torch.dtype,
+    causal: bool = True,
+    sliding_window: int | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+    backend: str = "auto",
+    host: tuple[list[int], list[int]] | None = None,
+) -> AttentionPlan:
+    """Validate one step's metadata once and plan its attention: pass the plan to every layer's store_kv and
+    paged_varlen_attention (`plan=`), which then skip their own validation.
+
+    The metadata is paged_varlen_attention's (cu_seqlens_q, seq_lens, block_tables, max_seqlen_q) and
+    store_kv's slot_mapping (one slot per query token, in range, none twice; negative: not stored; None for a
+    plan that only serves attention); k_cache / v_cache are one layer's cache [num_blocks, block_size, Hkv, D]
+    (any layer whose cache has the same shape, dtype, device and strides may use the plan); num_heads and
+    q_dtype describe q; k_scale / v_scale one layer's fp8 scales (0: not calibrated yet). The data-dependent
+    checks share one device read; host (cu_seqlens_q.tolist(), seq_lens.tolist()) is checked against it. For
+    the torch backend the plan also holds the step's index (the grouping, the decode gather, the sparse path).
+    Every error is a ValueError naming the value and the fix.
+    """
+    step = check_step(
+        cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, slot_mapping, k_cache, v_cache, num_heads, q_dtype,
+        causal, sliding_window, k_scale, v_scale, backend, host,
+    )  # fmt: skip
+    return _build_plan(
+        step, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, slot_mapping, k_cache, v_cache, num_heads,
+        q_dtype, causal, sliding_window, k_scale, v_scale,
+    )  # fmt: skip
+
+
+def _build_plan(
+    step: StepCheck,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    max_seqlen_q: int,
+    slot_mapping: torch.Tensor | None,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    num_heads: int,
+    q_dtype: torch.dtype,
+    causal: bool,
+    sliding_window: int | None,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
+) -> AttentionPlan:
+    """The AttentionPlan of a validated step (and the torch backend's index)."""
+    index = None
+    if step.backend == "torch":
+        sparse = sparse_decode_applies(q_dtype, k_cache, v_cache)
+        heads = (num_heads, k_cache.shape[2]) if sparse else None
+        kv_fp8 = k_cache.dtype == FP8_DTYPE
+        host = (step.starts_q, step.seq_lens)
+        index = paged_varlen_index(
+            cu_seqlens_q, seq_lens, block_tables, k_cache.shape[1], heads, sliding_window, kv_fp8, host
+        )
+    fp8 = k_scale is not None
+    return AttentionPlan(
+        backend=step.backend,
+        cu_seqlens_q=cu_seqlens_q,
+        seq_lens=seq_lens,
+        block_tables=block_tables,
+        max_seqlen_q=max_seqlen_q,
+        slot_mapping=slot_mapping,
+        causal=causal,
+        sliding_window=sliding_window,
+        num_heads=num_heads,
+        q_dtype=q_dtype,
+        num_tokens=step.starts_q[-1],
+        starts_q=step.starts_q,
+        lens=step.seq_lens,
+        k_layout=TensorLayout.of(k_cache),
+        v_layout=TensorLayout.of(v_cache),
+        k_scale_layout=TensorLayout.of(k_scale) if fp8 else None,
+        v_scale_layout=TensorLayout.of(v_scale) if fp8 else None,
+        all_slots_live=step.all_slots_live,
+        index=index,
+    )
+
+
 # --------------------------------------------------------------------------------------- paged varlen
 def paged_varlen_attention(
     q: torch.Tensor,
@@ -176,8 +269,7 @@ def paged_varlen_attention(
     *,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
-    index: VarlenIndex | None = None,
-    check: bool = True,
+    plan: AttentionPlan | None = None,
 ) -> torch.Tensor:
     """Attention of several queries per sequence over a paged cache (vLLM V1's unified attention): every step
     kind in one call (prefill, chunked prefill, prefix-cache hits, decode as len_q = 1, and mixes).
@@ -195,16 +287,24 @@ def paged_varlen_attention(
     (blocks freed behind the window), after the last block, and whole rows of sequences with len_q = 0 may
     hold anything (-1, freed ids); slots past seq_lens[i] may hold NaN. Neither is ever read.
     fp8: k_scale/v_scale are float32 tensors of shape [] / [1] (one per layer) or [Hkv] (per KV head); the
-    cache holds x / scale and the kernels attend to cache.float() * scale. index: the step's
-    `paged_varlen_index(...)` (kernels/paged_varlen_attention_torch.py) for the torch backend, built once per step.
-    check=False skips every input check: only for a step whose metadata an earlier call already validated.
+    cache holds x / scale and the kernels attend to cache.float() * scale.
+    plan: this step's `plan_attention(...)`; the metadata must then be the plan's own tensors and the caches,
+    q and scales of the layout it was validated for (checked without a device read). Without a plan the call
+    validates everything itself (one device read) and plans for this call alone.
     """
-    if check:
-        args = (q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, causal, scale)
-        scale, backend, *host = check_paged_varlen(*args, sliding_window, backend, k_scale, v_scale)
+    if plan is None:
+        check_queries(q, k_cache, v_cache)
+        scale = check_scale(scale, q.shape[2])
+        args = (cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, None, k_cache, v_cache, q.shape[1], q.dtype)
+        step = check_step(*args, causal, sliding_window, k_scale, v_scale, backend, None, q.shape[0])
+        plan = _build_plan(step, *args, causal, sliding_window, k_scale, v_scale)
     else:
-        scale, backend, host = default_scale(scale, q.shape[2]), resolve_backend(backend, q.device), None
-    if backend == "triton":
+        check_plan_attention(
+            plan, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, causal, sliding_window,
+            backend, k_scale, v_scale,
+        )  # fmt: skip
+        scale = check_scale(scale, q.shape[2])
+    if plan.backend == "triton":
         from kernels.paged_varlen_attention import paged_varlen_attention_triton
 
         return paged_varlen_attention_triton(
@@ -212,9 +312,8 @@ def paged_varlen_attention(
             sliding_window, k_scale, v_scale,
         )  # fmt: skip
     return paged_varlen_attention_torch(
-        q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, causal, scale, sliding_window, k_scale, v_scale,
-        host=host, index=index,
-    )  # fmt: skip
+        q, k_cache, v_cache, block_tables, causal, scale, sliding_window, k_scale, v_scale, plan.index
+    )
 
 
 # -------------------------------------------------------------------------------------------- store
@@ -228,68 +327,30 @@ def store_kv(
     *,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
-    check: bool = True,
+    plan: AttentionPlan | None = None,
 ) -> None:
     """Write k/v [num_tokens, Hkv, D] into the paged caches in place at slot_mapping (slot < 0 is skipped).
 
     fp8 cache (torch.float8_e4m3fn): k_scale / v_scale (float32, shape [] / [1]; the torch backend also takes
-    [Hkv]) are the scales the values are quantized with: the cache holds clamp(x / scale, +-448).
-    check=False skips every input check and dispatches straight to the backend: only for a slot mapping and
-    cache layout an earlier call already validated; malformed inputs are then undefined.
+    [Hkv]) are the scales the values are quantized with: the cache holds clamp(x / scale, +-448). A scale that
+    holds 0 is not calibrated yet: it is set here, on the device, from the values written (kernels/fp8.py:
+    calibrate_scale: amax * FP8_HEADROOM / 448), and stays fixed from then on.
+    plan: this step's `plan_attention(...)`; slot_mapping must then be plan.slot_mapping and the caches and
+    scales of the layout the plan was validated for (checked without a device read). Without a plan the call
+    validates everything itself (one device read).
     """
-    if check:
-        backend = _check_store(k, v, k_cache, v_cache, slot_mapping, backend)
-        check_kv_scales(k_cache, k_scale, v_scale, k.device)
+    if plan is None:
+        backend, all_live = check_store(k, v, k_cache, v_cache, slot_mapping, backend, k_scale, v_scale)
     else:
-        backend = resolve_backend(backend, k.device)
+        check_plan_store(plan, k, v, k_cache, v_cache, slot_mapping, backend, k_scale, v_scale)
+        backend, all_live = plan.backend, plan.all_slots_live
+    if k_cache.dtype == FP8_DTYPE:
+        written = None if all_live else slot_mapping >= 0
+        calibrate_scale(k_scale, k, written)
+        calibrate_scale(v_scale, v, written)
     if backend == "triton":
         from kernels.store_kv import store_kv_triton
 
         store_kv_triton(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
     else:
-        store_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
-
-
-def _check_store(k: object, v: object, k_cache: object, v_cache: object, slot_mapping: object, backend: str) -> str:
-    """Validate store_kv's inputs (matching shapes, one in-range slot per token, none twice); returns the backend."""
-    k = check_tensor("k", k, 3, "[num_tokens, num_kv_heads, head_dim]")
-    v = check_tensor("v", v, 3, "[num_tokens, num_kv_heads, head_dim]")
-    k_cache, v_cache = check_cache(k_cache, v_cache)
-    if k_cache.dtype == torch.float8_e4m3fn:  # float K/V quantized into an fp8 cache (scales: check_kv_scales)
-        check_same("k, v", [k, v])
-        if v_cache.dtype != k_cache.dtype or {k_cache.device, v_cache.device} != {k.device}:
-            raise ValueError(
-                f"k_cache is {k_cache.dtype} on {k_cache.device}, v_cache {v_cache.dtype} on {v_cache.device}; "
-                f"both must be float8_e4m3fn on k's device ({k.device})"
-            )
-    else:
-        check_same("k, v, k_cache, v_cache", [k, v, k_cache, v_cache])
-    if k.shape != v.shape:
-        raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; they must match")
-    num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
-    if k.shape[1:] != (num_kv_heads, head_dim):
-        raise ValueError(
-            f"k rows are [{k.shape[1]}, {k.shape[2]}] (heads, head_dim) but the cache holds "
-            f"[{num_kv_heads}, {head_dim}]; they must match"
-        )
-    slot_mapping = check_tensor("slot_mapping", slot_mapping, 1, "int32/int64 [num_tokens]")
-    if slot_mapping.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"slot_mapping has dtype {slot_mapping.dtype}; pass slot_mapping.to(torch.int64)")
-    if slot_mapping.device != k.device:
-        raise ValueError(f"slot_mapping is on {slot_mapping.device} but k is on {k.device}; move it to {k.device}")
-    if slot_mapping.shape[0] != k.shape[0]:
-        raise ValueError(f"slot_mapping has {slot_mapping.shape[0]} slots but k has {k.shape[0]} tokens; give one each")
-    num_slots = num_blocks * block_size
-    # One read-back of the (per-step, small) mapping; plain Python is faster than a chain of tiny torch ops.
-    live = [s for s in slot_mapping.tolist() if s >= 0]
-    if live and max(live) >= num_slots:
-        raise ValueError(
-            f"slot_mapping holds slot {max(live)} but the cache has {num_blocks} blocks x {block_size} = "
-            f"{num_slots} slots; slots must be < {num_slots} (or negative to skip)"
-        )
-    if len(set(live)) != len(live):
-        raise ValueError("slot_mapping writes the same slot twice; each new token needs its own slot")
-    backend = resolve_backend(backend, k.device)
-    if backend == "triton":
-        check_last_stride(k=k, v=v, k_cache=k_cache, v_cache=v_cache)
-    return backend
+        store_kv_torch(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale, all_live)

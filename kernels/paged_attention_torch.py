@@ -83,11 +83,15 @@ class TokenSlots(NamedTuple):
 
 
 def token_slots(
-    block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int, heads: tuple[int, int] | None = None
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_size: int,
+    heads: tuple[int, int] | None = None,
+    lens: list[int] | None = None,
 ) -> TokenSlots:
-    """The gather index of a decode batch (one device read of seq_lens); reusable by every layer. heads: the
-    (Hq, Hkv) of the layers that will use it, to build the sparse path's index as well."""
-    lens = seq_lens.tolist()
+    """The gather index of a decode batch (one device read of seq_lens unless `lens` holds them); reusable by
+    every layer. heads: the (Hq, Hkv) of the layers that will use it, to build the sparse path's index as well."""
+    lens = seq_lens.tolist() if lens is None else lens
     max_len, device = max(max(lens, default=0), 0), block_tables.device
     blocks = block_tables[:, : -(-max_len // block_size)].long() * block_size  # [S, blocks] first slot of each
     slots = (blocks[:, :, None] + torch.arange(block_size, device=device)).flatten(1)[:, :max_len]  # [S, max_len]
@@ -206,15 +210,20 @@ def _attend_by_gather(
     return out.reshape(num_seqs, num_q_heads, head_dim_v)
 
 
-def use_sparse(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether paged_attention_torch takes the sparse path: fp32 on CPU (the dtype sampled_addmm and the
-    embedding_bag fast path cover) over caches with a flat [num_slots * Hkv, D] view."""
+def sparse_decode_applies(q_dtype: torch.dtype, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether decode takes the sparse path: fp32 on CPU (the dtype sampled_addmm and the embedding_bag fast
+    path cover) over caches with a flat [num_slots * Hkv, D] view."""
     return (
-        q.device.type == "cpu"
-        and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+        k_cache.device.type == "cpu"
+        and q_dtype == k_cache.dtype == v_cache.dtype == torch.float32
         and k_cache.is_contiguous()
         and v_cache.is_contiguous()
     )
+
+
+def use_sparse(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """sparse_decode_applies for q's dtype."""
+    return sparse_decode_applies(q.dtype, k_cache, v_cache)
 
 
 def _attend_sparse(

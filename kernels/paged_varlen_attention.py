@@ -17,7 +17,8 @@ first window start or past its last token: freed blocks and NaN slots are never 
 to every row skip the mask. fp8 (e4m3) caches: each loaded tile is converted to the compute dtype (exact:
 e4m3 fits in fp16/bf16); k_scale multiplies the scores and v_scale the output (scalars per program), which
 equals attending to cache.float() * scale; compiled, that needs fp8 conversions (sm_89+).
-The torch twin (the CPU production path) is kernels/paged_varlen_attention_torch.py; kernels/ops.py validates.
+The torch twin (the CPU production path) is kernels/paged_varlen_attention_torch.py; kernels/ops.py validates
+(once per step: kernels.ops.plan_attention).
 """
 
 from __future__ import annotations
@@ -242,11 +243,12 @@ def paged_varlen_attention_triton(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Launch the kernel; inputs as validated by kernels.ops.paged_varlen_attention -> [total_q, Hq, D]."""
+    """Launch the kernel; inputs as validated by kernels.ops.plan_attention -> [total_q, Hq, D]."""
     total_q, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     check_last_stride(q=q, k_cache=k_cache, v_cache=v_cache)
     block_tables = block_tables if block_tables.stride(-1) == 1 else block_tables.contiguous()
+    cu_seqlens_q, seq_lens = cu_seqlens_q.contiguous(), seq_lens.contiguous()  # read with unit stride
     scale = default_scale(scale, head_dim)
     out = torch.empty(total_q, num_heads, head_dim, dtype=q.dtype, device=q.device)
     batch = cu_seqlens_q.numel() - 1

@@ -15,8 +15,8 @@ block outside the window), then SDPA runs on the gathered rows:
   one [len_q, keys] band mask (is_causal when it is exactly the square causal mask), never [total, total].
 GQA uses SDPA's enable_gqa (or the decode path's query-row grouping): K/V heads are never repeated.
 An fp8 cache is dequantized after the gather (x.float() * scale) and attended in fp32. What depends only on
-the step (the grouping, the decode rows' gather index) is a VarlenIndex: a model builds it once per step
-with `paged_varlen_index` and passes it to every layer (`index=`), like paged decode's TokenSlots.
+the step (the grouping, the decode rows' gather index) is a VarlenIndex, built once per step by
+`paged_varlen_index` inside kernels.ops.plan_attention and shared by every layer through the plan.
 """
 
 from __future__ import annotations
@@ -141,11 +141,11 @@ def paged_varlen_index(
     kv_fp8: bool = False,
     host: tuple[list[int], list[int]] | None = None,
 ) -> VarlenIndex:
-    """The step plan of a batch (one device read of cu_seqlens_q and seq_lens unless `host` holds them).
+    """The step index of a batch (one device read of cu_seqlens_q and seq_lens unless `host` holds them).
 
-    heads (Hq, Hkv) and kv_fp8 say which decode path the layers will take, so its index is built here once:
-    without a window and with a full-precision cache, paged decode's TokenSlots for those heads; otherwise
-    the padded gather's positions and mask."""
+    Decode rows take the paged decode path (TokenSlots) without a window and with a full-precision cache, the
+    padded gather (positions and mask) otherwise; heads (Hq, Hkv): build the decode path's sparse index for
+    those heads (kernels.ops.plan_attention passes them when the sparse path applies), None: its gather path."""
     if host is None:
         values = torch.cat([cu_seqlens_q, seq_lens]).tolist()
         host = values[: cu_seqlens_q.numel()], values[cu_seqlens_q.numel() :]
@@ -166,8 +166,8 @@ def paged_varlen_index(
         tables, dlens = block_tables.index_select(0, chosen), seq_lens.index_select(0, chosen)
     if decode and (sliding_window is not None or kv_fp8):
         tok, mask = _decode_positions(decode, lens, sliding_window, device)
-    elif decode and heads is not None:
-        slots = token_slots(tables, dlens, block_size, heads)
+    elif decode:
+        slots = token_slots(tables, dlens, block_size, heads, [lens[i] for i in decode])
     return VarlenIndex(starts, lens, block_size, sliding_window, decode, groups, rows, tables, dlens, slots, tok, mask)
 
 
@@ -186,33 +186,16 @@ def paged_varlen_attention_torch(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    cu_seqlens_q: torch.Tensor,
-    seq_lens: torch.Tensor,
     block_tables: torch.Tensor,
     causal: bool,
     scale: float,
-    sliding_window: int | None = None,
-    k_scale: torch.Tensor | None = None,
-    v_scale: torch.Tensor | None = None,
-    host: tuple[list[int], list[int]] | None = None,
-    index: VarlenIndex | None = None,
+    sliding_window: int | None,
+    k_scale: torch.Tensor | None,
+    v_scale: torch.Tensor | None,
+    index: VarlenIndex,
 ) -> torch.Tensor:
-    """q [total_q, Hq, D] -> [total_q, Hq, D]; inputs as validated by kernels.ops.paged_varlen_attention.
-
-    host: (cu_seqlens_q, seq_lens) as Python lists when the caller already read them; index: this step's
-    `paged_varlen_index` (checked against host when both are given)."""
-    block_size = k_cache.shape[1]
-    if index is None:
-        index = paged_varlen_index(cu_seqlens_q, seq_lens, block_tables, block_size, None, sliding_window, host=host)
-    elif (
-        index.block_size != block_size
-        or index.window != sliding_window
-        or (host is not None and (index.starts_q, index.lens) != tuple(host))
-    ):
-        raise ValueError(
-            f"index was built for another step (block size {index.block_size}, window {index.window}); build it "
-            f"with paged_varlen_index(cu_seqlens_q, seq_lens, block_tables, {block_size}, ...) of this step"
-        )
+    """q [total_q, Hq, D] -> [total_q, Hq, D]; inputs as validated by kernels.ops.plan_attention, whose plan
+    holds `index` (this step's `paged_varlen_index`, built for this cache's dtype and window)."""
     out = torch.empty_like(q)  # every row belongs to a sequence with len_q >= 1 and is written below
     if index.decode:
         res = _attend_decode(q, k_cache, v_cache, block_tables, index, scale, k_scale, v_scale)
@@ -231,18 +214,15 @@ def paged_varlen_attention_torch(
 def _attend_decode(q, k_cache, v_cache, block_tables, index: VarlenIndex, scale, k_scale, v_scale) -> torch.Tensor:
     """Every len_q = 1 sequence in one batched call; its one query sees its window (or all) of its keys."""
     qd = q if index.decode_rows is None else q.index_select(0, index.decode_rows)  # [S, Hq, D]
-    if index.window is None and k_scale is None:
+    if index.decode_slots is not None:  # no window, full-precision cache: the paged decode path
         return paged_attention_torch(
             qd, k_cache, v_cache, index.decode_tables, index.decode_lens, scale, index=index.decode_slots
         )  # [S, Hq, D]
-    tok, mask = index.decode_tok, index.decode_mask
-    if tok is None:  # built for the paged decode path
-        tok, mask = _decode_positions(index.decode, index.lens, index.window, q.device)
     seqs = torch.tensor(index.decode, device=q.device)
     dtype = torch.float32 if k_scale is not None else q.dtype
-    k = _dequant(_gather(k_cache, block_tables, seqs, tok), k_scale, dtype)  # [S, max_k, Hkv, D]
-    v = _dequant(_gather(v_cache, block_tables, seqs, tok), v_scale, dtype)
-    return _sdpa(qd[:, None].to(dtype), k, v, mask, False, scale)[:, 0].to(q.dtype)
+    k = _dequant(_gather(k_cache, block_tables, seqs, index.decode_tok), k_scale, dtype)  # [S, max_k, Hkv, D]
+    v = _dequant(_gather(v_cache, block_tables, seqs, index.decode_tok), v_scale, dtype)
+    return _sdpa(qd[:, None].to(dtype), k, v, index.decode_mask, False, scale)[:, 0].to(q.dtype)
 
 
 def _attend_group(out, q, k_cache, v_cache, block_tables, starts_q, members, len_q, len_k, causal, scale, window,

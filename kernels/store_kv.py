@@ -18,7 +18,7 @@ import torch
 
 from kernels.backend import HAS_TRITON
 from kernels.checks import check_last_stride
-from kernels.store_kv_torch import FP8_DTYPE, FP8_MAX
+from kernels.fp8 import FP8_DTYPE, FP8_MAX
 
 if HAS_TRITON:
     import triton

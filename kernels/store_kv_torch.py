@@ -5,25 +5,17 @@ token i's key and value rows go to slot `slot_mapping[i] = block_id * block_size
 negative slot is a padding token and is skipped. k/v [num_tokens, Hkv, D]; k_cache/v_cache
 [num_blocks, block_size, Hkv, D]; kernels/ops.py validates inputs (slots in range and distinct).
 
-An fp8 cache (`torch.float8_e4m3fn`, vLLM's `kv_cache_dtype="fp8"`) stores `clamp(x / scale, +-448)` with
-one float32 scale per layer or per KV head (`k_scale`, `v_scale`: tensors, so a scale set on the device
-needs no host sync); the attention kernels multiply by the scale when they read. CPU torch has no indexing
-kernels for fp8, so the rows are written through a uint8 view of the same bytes.
+An fp8 cache (`torch.float8_e4m3fn`, kernels/fp8.py) stores `clamp(x / scale, +-448)` with one float32 scale
+per layer or per KV head (`k_scale`, `v_scale`, already calibrated by kernels.ops.store_kv); the attention
+kernels multiply by the scale when they read. CPU torch has no indexing kernels for fp8, so the rows are
+written through a uint8 view of the same bytes.
 """
 
 from __future__ import annotations
 
 import torch
 
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448: the largest finite e4m3 value
-
-
-def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x [..., Hkv, D] / scale saturated to the e4m3 range, as float8_e4m3fn (past +-448 clamps, never inf).
-
-    scale: one per tensor (shape [] / [1]) or one per KV head ([Hkv])."""
-    return (x.float() / scale.float().reshape(-1, 1)).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+from kernels.fp8 import FP8_DTYPE, quantize_fp8
 
 
 def store_kv_torch(
@@ -34,12 +26,16 @@ def store_kv_torch(
     slot_mapping: torch.Tensor,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    all_live: bool = False,
 ) -> None:
-    """Scatter the rows of k/v into the caches in place; quantized with k_scale / v_scale for an fp8 cache."""
+    """Scatter the rows of k/v into the caches in place; quantized with k_scale / v_scale for an fp8 cache.
+
+    all_live: the caller knows no slot is negative (a step plan read it), so no device read looks for one."""
     slots = slot_mapping.long()
-    keep = slots >= 0
-    if not bool(keep.all()):
-        slots, k, v = slots[keep], k[keep], v[keep]
+    if not all_live:
+        keep = slots >= 0
+        if not bool(keep.all()):
+            slots, k, v = slots[keep], k[keep], v[keep]
     if slots.numel() == 0:
         return
     for src, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):

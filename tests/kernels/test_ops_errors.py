@@ -197,19 +197,34 @@ def test_store_skips_negative_slots():
 
 
 @requires_triton
-@pytest.mark.parametrize("op", ["varlen", "paged", "store"])
-def test_check_false_still_guards_the_triton_strides(op):
-    """check=False skips validation, but a Triton launcher never gets a head dim it would read out of bounds."""
+@pytest.mark.parametrize("op", ["varlen", "paged varlen", "plan", "store"])
+def test_skipped_validation_still_guards_the_triton_strides(op):
+    """check=False (varlen) and a step plan skip validation, but a Triton launcher never gets a head dim it would
+    read out of bounds: a plan refuses a strided cache when it is built, and a strided q or k in a planned call."""
+    from kernels.ops import paged_varlen_attention, plan_attention
+
     strided = torch.randn(6, 4, 2, 16, device=DEVICE)[..., ::2]  # a [6, 4, 2, 8] cache with stride(-1) == 2
+    meta = on_device(paged_varlen_args(k_cache=torch.randn(6, 4, 2, 8), v_cache=torch.randn(6, 4, 2, 8)))
+    steps = (meta["cu_seqlens_q"], meta["seq_lens"], meta["block_tables"], meta["max_seqlen_q"])
+    slots = torch.tensor([0, 1, 8], device=DEVICE)
+
+    def plan(k_cache, v_cache):
+        return plan_attention(*steps, slots, k_cache, v_cache, num_heads=4, q_dtype=torch.float32, backend="triton")
+
     if op == "varlen":
         args = on_device(varlen_args()) | {"k": torch.randn(5, 2, 16, device=DEVICE)[..., ::2]}
         call, name = lambda: varlen_attention(**args, backend="triton", check=False), "k"
-    elif op == "paged":
-        args = on_device(paged_args()) | {"k_cache": strided, "v_cache": strided.clone()}
-        call, name = lambda: paged_attention(**args, backend="triton", check=False), "k_cache"
+    elif op == "plan":
+        call, name = lambda: plan(strided, strided.clone()), "k_cache"
+    elif op == "paged varlen":
+        p = plan(meta["k_cache"], meta["v_cache"])
+        q = torch.randn(3, 4, 16, device=DEVICE)[..., ::2]
+        call, name = lambda: paged_varlen_attention(**meta | {"q": q}, plan=p), "q"
     else:
-        args = on_device(store_args()) | {"k_cache": strided, "v_cache": strided.clone()}
-        call, name = lambda: store_kv(**args, backend="triton", check=False), "k_cache"
+        p = plan(meta["k_cache"], meta["v_cache"])
+        k = torch.randn(3, 2, 16, device=DEVICE)[..., ::2]
+        kv = {"k": k, "v": k.clone(), "k_cache": meta["k_cache"], "v_cache": meta["v_cache"]}
+        call, name = lambda: store_kv(**kv, slot_mapping=slots, plan=p), "k"
     with pytest.raises(ValueError, match=rf"{name}.stride\(-1\) is 2 but must be 1 for Triton"):
         call()
 

@@ -31,7 +31,6 @@ from hypothesis import strategies as st
 from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
 
 from kernels.ops import paged_varlen_attention
-from kernels.paged_varlen_attention_torch import paged_varlen_index
 from kernels.reference import paged_varlen_attention_ref
 from tests.conftest import DEVICE, TRITON_OK, requires_cuda
 
@@ -194,44 +193,6 @@ def test_half_precision(backend, dtype):
     """Half-precision q and cache (the interpreter upcasts before tl.dot; compiled GPU code does not)."""
     args, ks, vs = make_case(MIX, 8, 2, 16, 4, window=6, dtype=dtype)
     check_both(args, ks, vs, backend)
-
-
-def test_check_false_dispatches_the_same():
-    args, _, _ = make_case(MIX, 8, 2, 16, 4, window=6)
-    torch.testing.assert_close(
-        paged_varlen_attention(**args, backend="torch", check=False), paged_varlen_attention(**args, backend="torch")
-    )
-
-
-@pytest.mark.parametrize("window", [None, 4])
-@pytest.mark.parametrize("fp8", [False, True])
-@pytest.mark.parametrize("mix", [MIX, [(7, 1), (30, 1), (5, 1)]])
-def test_step_index_reused_by_layers(window, fp8, mix):
-    """A step's index (built once, as the engine does for its layers) gives exactly the unindexed result, also
-    when it was built for the other decode path (kv_fp8 not matching the cache)."""
-    args, _, _ = make_case(mix, 8, 2, 16, 4, window=window)
-    scales = {}
-    if fp8:
-        scales = {"k_scale": torch.tensor(0.02, device=DEVICE), "v_scale": torch.tensor(0.03, device=DEVICE)}
-        args |= {"k_cache": (args["k_cache"] / 0.02).to(torch.float8_e4m3fn)}
-        args |= {"v_cache": (args["v_cache"] / 0.03).to(torch.float8_e4m3fn)}
-    expected = paged_varlen_attention(**args, **scales, backend="torch")
-    meta = (args["cu_seqlens_q"], args["seq_lens"], args["block_tables"], 4)
-    for kv_fp8 in (fp8, not fp8):
-        index = paged_varlen_index(*meta, heads=(8, 2), sliding_window=window, kv_fp8=kv_fp8)
-        for check in (True, False):
-            out = paged_varlen_attention(**args, **scales, backend="torch", index=index, check=check)
-            torch.testing.assert_close(out, expected, atol=0, rtol=0)
-
-
-def test_index_of_another_step_is_refused():
-    args, _, _ = make_case(MIX, 8, 2, 16, 4)
-    other = paged_varlen_index(args["cu_seqlens_q"], args["seq_lens"] - 1, args["block_tables"], 4)
-    with pytest.raises(ValueError, match="index was built for another step"):
-        paged_varlen_attention(**args, backend="torch", index=other)
-    windowed = paged_varlen_index(args["cu_seqlens_q"], args["seq_lens"], args["block_tables"], 4, sliding_window=3)
-    with pytest.raises(ValueError, match="index was built for another step"):
-        paged_varlen_attention(**args, backend="torch", index=windowed)
 
 
 @settings(max_examples=30, deadline=None)

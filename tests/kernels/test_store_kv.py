@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.ops import paged_attention, store_kv
+from kernels.ops import paged_attention, plan_attention, store_kv
 from kernels.reference import store_kv_ref
 from tests.conftest import DEVICE, TRITON_OK
 
@@ -87,16 +87,20 @@ def test_round_trip_prefill_then_decode(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_check_false_matches_check_true(backend):
-    """check=False (a model layer whose slot mapping was validated once) writes exactly what check=True writes."""
+def test_planned_store_matches_the_validated_store(backend):
+    """With a step plan (its slot mapping validated once) store_kv writes exactly what a validating call writes."""
     k, v = torch.randn(5, 3, 24, device=DEVICE), torch.randn(5, 3, 24, device=DEVICE)
     slots = torch.tensor([3, -1, 17, 47, 0], device=DEVICE)
     checked = _cache(6, 8, 3, 24)
-    unchecked = tuple(c.clone() for c in checked)
+    planned = tuple(c.clone() for c in checked)
+    cu = torch.arange(6, dtype=torch.int32, device=DEVICE)  # five sequences decoding one token each
+    tables = torch.arange(6, dtype=torch.int32, device=DEVICE).repeat(5, 1)
+    lens = torch.tensor([4, 1, 18, 48, 1], dtype=torch.int32, device=DEVICE)
+    plan = plan_attention(cu, lens, tables, 1, slots, *planned, num_heads=3, q_dtype=torch.float32, backend=backend)
     store_kv(k, v, *checked, slots, backend=backend)
-    store_kv(k, v, *unchecked, slots, backend=backend, check=False)
-    assert torch.equal(unchecked[0], checked[0]) and torch.equal(unchecked[1], checked[1])
-    assert torch.equal(unchecked[0][17 // 8, 17 % 8], k[2]) and torch.equal(unchecked[1][47 // 8, 47 % 8], v[3])
+    store_kv(k, v, *planned, plan.slot_mapping, plan=plan)
+    assert torch.equal(planned[0], checked[0]) and torch.equal(planned[1], checked[1])
+    assert torch.equal(planned[0][17 // 8, 17 % 8], k[2]) and torch.equal(planned[1][47 // 8, 47 % 8], v[3])
 
 
 @pytest.mark.parametrize(
