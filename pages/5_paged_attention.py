@@ -5,6 +5,7 @@ from typing import Any
 import streamlit as st
 
 from lessons.labs import paged as lab
+from lessons.labs import paged_kernel
 from ui import charts_memory
 from ui.page import lesson_check, linked_view, page_header, prose, run_or_stop, show_chart, show_table, sources
 
@@ -12,15 +13,15 @@ PAGE = "paged"
 
 
 @st.cache_data(show_spinner=False)
-def _kernel() -> list[dict[str, float | str]]:
+def _kernel() -> lab.KernelFit:
     """The paged kernel timed once per block size on this machine (shared by every learner of this server)."""
-    return lab.kernel_costs()
+    return lab.measure_kernel()
 
 
 @st.cache_data(show_spinner=False)
-def _sweep(max_context: int) -> list[dict[str, float | str]]:
-    factors = lab.fitted_costs(_kernel())  # a + b / block size fitted to the timings: one noisy point cannot move it
-    return lab.sweep(max_context, kernel=factors)
+def _sweep(max_context: int) -> lab.BlockSizeSweep:
+    # a + b / block size fitted to the timings: one noisy point cannot move it
+    return lab.sweep(max_context, kernel=_kernel().fitted)
 
 
 @st.cache_data(show_spinner=False)
@@ -37,12 +38,12 @@ def _sharing(block_size: int) -> list[lab.SharingStage]:
 # mutates them after this point). Building a plotly figure costs more than the page's cached calculations.
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _sweep_fig(max_context: int, block_size: int) -> Any:
-    return charts_memory.block_size_sweep(_sweep(max_context), block_size)
+    return charts_memory.block_size_sweep(_sweep(max_context).rows(), block_size)
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _throughput_fig(max_context: int, block_size: int) -> Any:
-    return charts_memory.block_size_throughput(_sweep(max_context), block_size)
+    return charts_memory.block_size_throughput(_sweep(max_context).rows(), block_size)
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
@@ -74,7 +75,7 @@ view = linked_view(PAGE)  # block_size and max_context come from the URL; the wi
 c1, c2 = st.columns(2)
 block_size = c1.select_slider(
     "Block size (tokens per KV block)",
-    options=lab.BLOCK_SIZES,
+    options=paged_kernel.BLOCK_SIZES,
     key=view.keys["block_size"],
     help="vLLM's default is 16; its --block-size takes 1, 8, 16, 32, 64, 128 (and 256 in recent releases), and "
     "its FlashAttention backend needs a multiple of 16. Use the arrow keys to move the slider.",
@@ -88,67 +89,66 @@ max_context = c2.select_slider(
 view.publish()
 
 with st.spinner("Timing the paged kernel per block size, then replaying the trace once per block size …"):
-    rows = run_or_stop(_sweep, max_context, hint="pick a max context from the slider")
-row = run_or_stop(lab.sweep_row, rows, block_size, hint="pick a block size from the slider")
-best = lab.peak_row(rows)
+    swept = run_or_stop(_sweep, max_context, hint="pick a max context from the slider")
+row = run_or_stop(swept.row, block_size, hint="pick a block size from the slider")
+best = swept.peak()
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("Internal waste", f"{row['internal waste %']:.2f}%", help="allocated slots holding no token, step-averaged")
-m2.metric("Block-table entries", f"{row['entries per sequence']:.1f}", help="per sequence at its end, mean")
-m3.metric("Table width (max entries)", f"{int(row['table width (max entries)']):,}")
-m4.metric("KV utilization", f"{row['utilization %']:.1f}%")
+m1.metric("Internal waste", f"{row.internal_waste_pct:.2f}%", help="allocated slots holding no token, step-averaged")
+m2.metric("Block-table entries", f"{row.entries_per_sequence:.1f}", help="per sequence at its end, mean")
+m3.metric("Table width (max entries)", f"{row.table_width:,}")
+m4.metric("KV utilization", f"{row.utilization_pct:.1f}%")
 m5, m6, m7, m8 = st.columns(4)
 m5.metric(
     "Kernel cost vs best block size (fitted)",
-    f"{float(row['kernel cost vs best']):.2f}×",
+    f"{row.kernel_cost:.2f}×",
     help="the paged decode kernel timed on this machine at this block size / at its fastest one",
 )
-m6.metric("Tokens/s (kernel cost charged)", f"{float(row['tokens/s']):,.0f}")
-m7.metric("Best block size here", f"{best['block size']}")
-m8.metric("vLLM accepts this block size", str(row["vLLM accepts"]))
-if row["vLLM accepts"] != "yes":
+m6.metric("Tokens/s (kernel cost charged)", f"{row.tokens_per_s:,.0f}")
+m7.metric("Best block size here", f"{best.block_size}")
+m8.metric("vLLM accepts this block size", row.vllm_accepts)
+if row.vllm_accepts != "yes":
     st.warning(
         f"vLLM would not run {block_size}-token blocks on a GPU: "
         + (
             "its `--block-size` takes only 1, 8, 16, 32, 64, 128 (256 in recent releases)."
-            if row["vLLM accepts"] == "no"
+            if row.vllm_accepts == "no"
             else "its FlashAttention backend needs a multiple of 16."
         )
     )
 st.markdown(
     f"With **{block_size}-token blocks**, only the last block of a sequence can be partly empty: at most "
-    f"{block_size - 1} idle slots per sequence, {row['internal waste %']:.2f}% of the allocated KV on this trace. "
-    f"A {max_context:,}-token sequence needs up to {int(row['table width (max entries)']):,} table entries "
-    f"({int(row['table bytes per sequence']):,} bytes of int32 per sequence); the average request here ends with "
-    f"{row['entries per sequence']:.1f}."
+    f"{block_size - 1} idle slots per sequence, {row.internal_waste_pct:.2f}% of the allocated KV on this trace. "
+    f"A {max_context:,}-token sequence needs up to {row.table_width:,} table entries "
+    f"({row.table_bytes:,} bytes of int32 per sequence); the average request here ends with "
+    f"{row.entries_per_sequence:.1f}."
 )
 show_chart(
     _sweep_fig(max_context, block_size),
     f"The same ShareGPT-like trace (150 requests, Llama-2-13B shape on an A100 40GB, {max_context:,}-token max) "
     "paged with each block size and the same KV bytes: internal waste (solid, left axis) falls as blocks shrink "
     "while block-table entries (dashed, right axis, log scale) grow. The dotted line is the chosen block size.",
-    rows,
+    swept.rows(),
     f"paged-block-size-sweep-{max_context}",
     "paged_sweep",
 )
 prose(PAGE, "Block size")
-fit = lab.fitted_costs(_kernel())
-kernel = [{**r, "kernel cost, fitted": fit[int(r["block size"])]} for r in _kernel()]
+kernel = _kernel()
 show_chart(
     _throughput_fig(max_context, block_size),
     f"Tokens/s of the same trace when each step's KV reads cost what the project's paged attention costs at "
     "that block size on this machine: a per-token plus a per-block cost fitted to its timings (right axis: "
-    f"the fitted time over the cheapest block size; the raw timings are in the table below; {lab.KERNEL_SEQS} "
-    f"sequences × {lab.KERNEL_CONTEXT:,} cached tokens, the demo model's heads, blocks scattered over the pool; "
+    f"the fitted time over the cheapest block size; the raw timings are in the table below; {kernel.seqs} "
+    f"sequences × {kernel.context:,} cached tokens, the demo model's heads, blocks scattered over the pool; "
     "on a CPU one thread, charged its CPU time). "
-    f"Peak here: {best['block size']}-token blocks. Grey hatched bars: block sizes vLLM refuses; dotted: "
+    f"Peak here: {best.block_size}-token blocks. Grey hatched bars: block sizes vLLM refuses; dotted: "
     "accepted by its config but not by its FlashAttention backend. The left axis starts near the lowest bar, "
     "not at zero.",
-    rows,
+    swept.rows(),
     f"paged-block-size-throughput-{max_context}",
     "paged_throughput",
 )
 with st.expander("The paged kernel, timed per block size on this machine", expanded=False):
-    show_table(kernel, "paged-kernel-per-block-size", "paged_kernel", "kernel timings")
+    show_table(kernel.rows(), "paged-kernel-per-block-size", "paged_kernel", "kernel timings")
 
 st.subheader("Logical → physical: block tables from the real allocator")
 prose(PAGE, "Block tables")
@@ -164,21 +164,21 @@ show_chart(
     f"block-tables-{block_size}",
     "paged_tables",
 )
-_pool(picture, None, f"The physical pool ({len(picture.blocks)} blocks)", f"block-pool-{block_size}", "paged_pool")
+_pool(picture, None, f"The physical pool ({picture.num_blocks} blocks)", f"block-pool-{block_size}", "paged_pool")
 st.caption(
     f"Allocated slots {picture.allocated_slots:,}, holding tokens {picture.used_slots:,}: "
-    f"{picture.allocated_slots - picture.used_slots:,} idle slots, all in the sequences' last blocks. "
+    f"{picture.idle_slots:,} idle slots, all in the sequences' last blocks. "
     "Drawn from engine.core.block_manager.BlockManager.snapshot()."
 )
 
 st.subheader("Sliding windows: blocks behind the window go back to the pool")
 prose(PAGE, "Sliding windows")
-rows = lab.window_rows(block_size)
-show_table(rows, f"window-blocks-{block_size}", "paged_window", "blocks per sequence")
+window = lab.window_blocks(block_size)
+show_table(window.rows(), f"window-blocks-{block_size}", "paged_window", "blocks per sequence")
 st.caption(
-    f"Mistral-7B, block size {block_size}, during decode: full attention keeps every block; with the 4,096-token "
-    "window the engine frees the blocks behind it, so one sequence holds the same few blocks at any length "
-    "(engine/core/sliding_window.py; the count is engine/memory/window.py's, the same as vLLM V1's)."
+    f"{window.model_name}, block size {block_size}, during decode: full attention keeps every block; with the "
+    f"{window.window:,}-token window the engine frees the blocks behind it, so one sequence holds the same few "
+    "blocks at any length (engine/core/sliding_window.py, which counts them the same way as vLLM V1)."
 )
 
 st.subheader("Sharing: fork, copy-on-write and the prefix cache")
@@ -189,7 +189,7 @@ stage = st.select_slider(
     "Show the pool after step",
     options=list(range(len(stages))),
     value=2,
-    format_func=lambda i: stages[i].title.split(":")[0],
+    format_func=lambda i: stages[i].label,
     key="paged_stage",
 )
 chosen = stages[stage]
@@ -204,7 +204,7 @@ if chosen.copies:
 _pool(
     chosen.picture,
     stage,
-    f"Pool after: {chosen.title.split(':')[0]}",
+    f"Pool after: {chosen.label}",
     f"sharing-pool-{block_size}-{stage}",
     "paged_spool",
 )

@@ -6,15 +6,17 @@ can be partly empty. Smaller blocks waste less but make longer tables and read t
 contiguous pieces (§7.2). The sweep carries both sides: `kernel_costs` (lessons/labs/paged_kernel.py) times
 the project's own paged attention in decode per block size on this machine and fits a per-token plus
 per-block cost to it, and `sweep` replays one trace through `engine.sim.simulate` (the engine's block
-manager) per block size with each step's KV reads charged at that cost. Everything else drawn here comes
-from `engine.core.block_manager.BlockManager` / `engine.core.block_allocator.BlockAllocator`, the allocator
-the engine schedules with. No Streamlit.
+manager) per block size with each step's KV reads charged at that cost (`BlockSizeSweep`, one `BlockSizeRow`
+per block size; `KernelFit` holds the timings and the fit). Everything else drawn here comes from
+`engine.core.block_manager.BlockManager` / `engine.core.block_allocator.BlockAllocator`, the allocator the
+engine schedules with (`PoolPicture`, `SharingStage`, `WindowBlocks`). No Streamlit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, check_block_size
@@ -23,22 +25,70 @@ from engine.memory.catalog import MODELS
 from engine.memory.measure import default_device
 from engine.sim.simulate import simulate_model
 from engine.sim.traces import generate_trace
-from lessons.labs.paged_kernel import (
-    BLOCK_SIZES,
-    KERNEL_CONTEXT,
-    KERNEL_SEQS,
-    VLLM_BLOCK_SIZES,
-    fitted_costs,
-    kernel_costs,
-    kernel_inputs,
-    vllm_accepts,
-)
+from lessons.labs.paged_kernel import BLOCK_SIZES, KERNEL_CONTEXT, KERNEL_SEQS, fitted_costs, kernel_costs, vllm_accepts
 
 MAX_CONTEXTS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CONTEXT = 16, 2048  # the page's defaults (ui/links.py reads them)
 MODEL, GPU = "llama-2-13b", "a100-40gb"  # the vLLM paper's OPT-13B / A100 40GB setting, with a Llama shape
 TABLE_ENTRY_BYTES = 4  # block tables are int32 on the GPU
 NAMES = "ABCDEFGH"
+
+
+@dataclass(frozen=True)
+class BlockSizeRow:
+    """One block size of the sweep: waste, block-table size, and throughput with and without the kernel's cost."""
+
+    block_size: int
+    vllm_accepts: str  # "yes", "no" or "not on FlashAttention" (paged_kernel.vllm_accepts)
+    internal_waste_pct: float  # % of allocated slots holding no token, step-averaged
+    utilization_pct: float  # % of held KV slots storing a token, step-averaged
+    entries_per_sequence: float  # block-table entries per request at its end, mean over the trace
+    table_width: int  # the most entries a sequence can need: ceil(max_model_len / block size)
+    table_bytes: int  # int32 bytes of a full-width table
+    peak_running: int  # requests running at once at the busiest step (kernel cost charged)
+    kernel_cost: float  # the paged kernel's cost at this block size vs its best one (1.0: not charged)
+    tokens_per_s_free: float  # throughput if the kernel cost nothing extra per block
+    tokens_per_s: float  # throughput with the kernel's cost charged to each step's KV reads
+
+    def row(self) -> dict[str, Any]:
+        """The sweep table's row (also what the block-size charts read)."""
+        return {
+            "block size": self.block_size,
+            "vLLM accepts": self.vllm_accepts,
+            "internal waste %": self.internal_waste_pct,
+            "utilization %": self.utilization_pct,
+            "entries per sequence": self.entries_per_sequence,
+            "table width (max entries)": self.table_width,
+            "table bytes per sequence": self.table_bytes,
+            "peak running": self.peak_running,
+            "kernel cost vs best": self.kernel_cost,
+            "tokens/s, free kernel": self.tokens_per_s_free,
+            "tokens/s": self.tokens_per_s,
+        }
+
+
+@dataclass(frozen=True)
+class BlockSizeSweep:
+    """The same trace paged at every block size (BLOCK_SIZES, ascending) with the same KV bytes."""
+
+    max_model_len: int
+    points: tuple[BlockSizeRow, ...]
+
+    def row(self, block_size: int) -> BlockSizeRow:
+        """The sweep's row for one block size; ValueError for a block size it did not run."""
+        for r in self.points:
+            if r.block_size == block_size:
+                return r
+        sizes = [r.block_size for r in self.points]
+        raise ValueError(f"block size {block_size} is not in the sweep; use one of {sizes}")
+
+    def peak(self, charged: bool = True) -> BlockSizeRow:
+        """The row with the most tokens/s (kernel cost charged, or not), the smaller block size on a tie."""
+        return max(self.points, key=lambda r: ((r.tokens_per_s if charged else r.tokens_per_s_free), -r.block_size))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The sweep table: one row per block size (`BlockSizeRow.row`)."""
+        return [r.row() for r in self.points]
 
 
 def sweep(
@@ -48,7 +98,7 @@ def sweep(
     rate: float = 8.0,
     seed: int = 0,
     kernel: Mapping[int, float] | None = None,
-) -> list[dict[str, float | str]]:
+) -> BlockSizeSweep:
     """One paged simulation per block size over the same trace and KV bytes: waste, table length, throughput.
 
     kernel: block size -> the paged kernel's cost vs its best block size (`kernel_costs`' column); each step's
@@ -61,68 +111,86 @@ def sweep(
     run = lambda bs, f: (
         simulate_model(trace, MODEL, GPU, "paged", block_size=bs, max_model_len=max_model_len, kv_read_factor=f).summary
     )
-    rows = []
+    points = []
     for bs in BLOCK_SIZES:
         factor = 1.0 if kernel is None else float(kernel[bs])
         s = run(bs, 1.0)
         charged = s if factor == 1.0 else run(bs, factor)
         width = -(-max_model_len // bs)
-        rows.append(
-            {
-                "block size": bs,
-                "vLLM accepts": vllm_accepts(bs),
-                "internal waste %": 100 * s.avg_internal,
-                "utilization %": 100 * (1 - s.avg_waste),
-                "entries per sequence": sum(-(-n // bs) for n in finals) / len(finals),
-                "table width (max entries)": width,
-                "table bytes per sequence": width * TABLE_ENTRY_BYTES,
-                "peak running": charged.peak_concurrency,
-                "kernel cost vs best": factor,
-                "tokens/s, free kernel": s.tokens_per_s,
-                "tokens/s": charged.tokens_per_s,
-            }
+        points.append(
+            BlockSizeRow(
+                block_size=bs,
+                vllm_accepts=vllm_accepts(bs),
+                internal_waste_pct=100 * s.avg_internal,
+                utilization_pct=100 * (1 - s.avg_waste),
+                entries_per_sequence=sum(-(-n // bs) for n in finals) / len(finals),
+                table_width=width,
+                table_bytes=width * TABLE_ENTRY_BYTES,
+                peak_running=charged.peak_concurrency,
+                kernel_cost=factor,
+                tokens_per_s_free=s.tokens_per_s,
+                tokens_per_s=charged.tokens_per_s,
+            )
         )
-    return rows
+    return BlockSizeSweep(max_model_len, tuple(points))
 
 
-def sweep_row(rows: list[dict[str, float | str]], block_size: int) -> dict[str, float | str]:
-    """The sweep's row for one block size."""
-    for r in rows:
-        if r["block size"] == block_size:
-            return r
-    raise ValueError(f"block size {block_size} is not in the sweep; use one of {[r['block size'] for r in rows]}")
+@dataclass(frozen=True)
+class KernelFit:
+    """The paged kernel timed per block size on this machine and the smooth cost fitted to those timings."""
+
+    timings: tuple[dict[str, float | str], ...]  # paged_kernel.kernel_costs rows, as measured
+    fitted: dict[int, float]  # block size -> fitted cost a + b / block size over the cheapest (fitted_costs)
+
+    @property
+    def seqs(self) -> int:
+        """Sequences in the timed decode batch."""
+        return KERNEL_SEQS
+
+    @property
+    def context(self) -> int:
+        """Cached tokens per sequence of the timed decode batch."""
+        return KERNEL_CONTEXT
+
+    def rows(self) -> list[dict[str, float | str]]:
+        """The timings table: each block size's measured row and its fitted cost."""
+        return [{**r, "kernel cost, fitted": self.fitted[int(r["block size"])]} for r in self.timings]
 
 
-def peak_row(rows: list[dict[str, float | str]], column: str = "tokens/s") -> dict[str, float | str]:
-    """The sweep's row with the most tokens/s (the smaller block size on a tie)."""
-    return max(rows, key=lambda r: (float(r[column]), -int(r["block size"])))
+def fit_kernel(timings: list[dict[str, float | str]]) -> KernelFit:
+    """The timings (`paged_kernel.kernel_costs` rows) with their fitted cost per block size."""
+    return KernelFit(tuple(timings), fitted_costs(timings))
+
+
+def measure_kernel() -> KernelFit:
+    """Time the paged kernel at every block size on this machine (seconds) and fit its cost."""
+    return fit_kernel(kernel_costs())
 
 
 def claims() -> dict[str, dict]:
     """Page 5 at its defaults: does tokens/s, with this machine's measured kernel cost, peak at a block size >= 8?"""
-    costs = kernel_costs()
-    factors = fitted_costs(costs)
-    rows = sweep(DEFAULT_MAX_CONTEXT, kernel=factors)
-    best, free = peak_row(rows), peak_row(rows, "tokens/s, free kernel")
+    kernel = measure_kernel()
+    found = sweep(DEFAULT_MAX_CONTEXT, kernel=kernel.fitted)
+    best, free = found.peak(), found.peak(charged=False)
     return {
         "paged": {
             "claim": (
                 "tokens/s peaks at a block size >= 8 once the paged kernel's measured cost per block size is charged"
             ),
-            "holds": int(best["block size"]) >= 8,
-            "peak_block_size": best["block size"],
-            "peak_without_kernel_cost": free["block size"],
-            "tokens_per_s": {r["block size"]: round(float(r["tokens/s"]), 1) for r in rows},
-            "kernel_cost_vs_best": {r["block size"]: round(float(r["kernel cost vs best"]), 3) for r in costs},
-            "kernel_cost_fitted": {bs: round(f, 3) for bs, f in factors.items()},
-            "kernel_ns_per_token": {r["block size"]: round(float(r["ns per cached token"]), 3) for r in costs},
+            "holds": best.block_size >= 8,
+            "peak_block_size": best.block_size,
+            "peak_without_kernel_cost": free.block_size,
+            "tokens_per_s": {r.block_size: round(r.tokens_per_s, 1) for r in found.points},
+            "kernel_cost_vs_best": {r["block size"]: round(float(r["kernel cost vs best"]), 3) for r in kernel.timings},
+            "kernel_cost_fitted": {bs: round(f, 3) for bs, f in kernel.fitted.items()},
+            "kernel_ns_per_token": {r["block size"]: round(float(r["ns per cached token"]), 3) for r in kernel.timings},
             "kernel_shape": f"{KERNEL_SEQS} seqs x {KERNEL_CONTEXT} tokens, demo heads, {default_device()}"
             + (", 1 thread, CPU time" if default_device() == "cpu" else ""),
         }
     }
 
 
-@dataclass
+@dataclass(frozen=True)
 class PoolPicture:
     """Block tables and the physical pool of a BlockManager at one moment (plain values)."""
 
@@ -133,6 +201,16 @@ class PoolPicture:
     allocated_slots: int = 0
     used_slots: int = 0
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_blocks(self) -> int:
+        """Physical blocks in the pool."""
+        return len(self.blocks)
+
+    @property
+    def idle_slots(self) -> int:
+        """Allocated slots holding no token (all in the sequences' last blocks)."""
+        return self.allocated_slots - self.used_slots
 
     def table_rows(self) -> list[dict[str, object]]:
         """One row per (sequence, logical block): the mapping the attention kernel follows."""
@@ -203,13 +281,18 @@ def allocator_picture(block_size: int, decode_rounds: int | None = None) -> Pool
     return _picture(bm, {k: seqs[k] for k in "ACD"}, notes)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SharingStage:
     """One moment of the fork / copy-on-write / prefix-cache story."""
 
-    title: str
+    title: str  # "3. A writes a token: <what happened>"
     picture: PoolPicture
-    copies: list[tuple[int, int]]
+    copies: list[tuple[int, int]]  # copy-on-write copies this step made: (source block, new block)
+
+    @property
+    def label(self) -> str:
+        """The title's step, before its colon ("3. A writes a token")."""
+        return self.title.split(":")[0]
 
     def row(self) -> dict[str, object]:
         """A table row: each sequence's block table, the copies made and the blocks with ref count > 1."""
@@ -256,42 +339,61 @@ def sharing_demo(block_size: int) -> list[SharingStage]:
     return stages
 
 
-def window_rows(block_size: int, model: str = "mistral-7b", contexts: tuple[int, ...] = (2048, 8192, 32768)) -> list:
+@dataclass(frozen=True)
+class WindowBlocks:
+    """Blocks one sequence holds during decode at a few context lengths, full attention vs a sliding window."""
+
+    model: str
+    window: int  # tokens a query sees back
+    block_size: int
+    contexts: tuple[int, ...]  # tokens in the sequence
+    full: tuple[int, ...]  # blocks with full attention: every block
+    windowed: tuple[int, ...]  # blocks with the window: the ones behind it are freed
+
+    @property
+    def model_name(self) -> str:
+        """The model's display name."""
+        return MODELS[self.model].name
+
+    def rows(self) -> list[dict[str, int]]:
+        """The table: one row per context length."""
+        return [
+            {"context (tokens)": n, "blocks, full attention": f, f"blocks, window {self.window:,}": w}
+            for n, f, w in zip(self.contexts, self.full, self.windowed, strict=True)
+        ]
+
+
+def window_blocks(
+    block_size: int, model: str = "mistral-7b", contexts: tuple[int, ...] = (2048, 8192, 32768)
+) -> WindowBlocks:
     """Blocks one sequence of a sliding-window model holds during decode, against full attention's count.
 
-    The engine frees the blocks wholly behind the window (engine/core/sliding_window.py); the count is the
-    memory model's (engine/memory/window.py, vLLM V1's), one new token per step.
+    The engine frees the blocks wholly behind the window (engine/core/sliding_window.py, which also counts
+    them as vLLM V1 does), one new token per step.
     """
     window = MODELS[model].sliding_window
     if window is None:
         raise ValueError(f"model {model!r} has no sliding window; use one whose config.json sets sliding_window")
-    return [
-        {
-            "context (tokens)": n,
-            "blocks, full attention": kv_blocks_per_seq(n, block_size),
-            f"blocks, window {window:,}": kv_blocks_per_seq(n, block_size, window, 1),
-        }
-        for n in contexts
-    ]
+    full = tuple(kv_blocks_per_seq(n, block_size) for n in contexts)
+    windowed = tuple(kv_blocks_per_seq(n, block_size, window, 1) for n in contexts)
+    return WindowBlocks(model, window, block_size, tuple(contexts), full, windowed)
 
 
 __all__ = [
-    "BLOCK_SIZES",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_MAX_CONTEXT",
     "MAX_CONTEXTS",
-    "VLLM_BLOCK_SIZES",
+    "BlockSizeRow",
+    "BlockSizeSweep",
+    "KernelFit",
     "PoolPicture",
     "SharingStage",
+    "WindowBlocks",
     "allocator_picture",
     "claims",
-    "kernel_costs",
-    "kernel_inputs",
-    "peak_row",
+    "fit_kernel",
+    "measure_kernel",
     "sharing_demo",
     "sweep",
-    "sweep_row",
-    "vllm_accepts",
-    "window_rows",
-    "fitted_costs",
+    "window_blocks",
 ]

@@ -1,6 +1,8 @@
 """Lesson 5 page (AppTest): block size and max context at their extremes; waste falls and tables grow as blocks
 shrink; the sharing steps show a copy-on-write."""
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -67,6 +69,15 @@ def test_throughput_carries_the_kernel_cost_and_vllm_refusals_are_marked(at):
     kernel = [t.value for t in at.dataframe if "ns per cached token" in t.value.columns]
     assert kernel and list(kernel[0]["block size"]) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     assert min(kernel[0]["kernel cost vs best"]) == 1.0  # relative to the fastest block size
+    assert min(kernel[0]["kernel cost, fitted"]) == pytest.approx(1.0)
+    sweep = next(t.value for t in at.dataframe if "tokens/s, free kernel" in t.value.columns)
+    peak = max(zip(sweep["tokens/s"], -sweep["block size"], strict=True))  # most tokens/s, smaller on a tie
+    assert int(shown["Best block size here"]) == -peak[1]
+    assert list(sweep["kernel cost vs best"]) == pytest.approx(list(kernel[0]["kernel cost, fitted"]))
+    text = " ".join(m.value for m in at.markdown)
+    # 2,048 tokens in 16-token blocks: 128 int32 entries, 512 bytes
+    assert "A 2,048-token sequence needs up to 128 table entries (512 bytes of int32 per sequence)" in text
+    assert "at most 15 idle slots per sequence" in text
     for bs, words in ((2, "takes only 1, 8, 16"), (4, "takes only 1, 8, 16"), (8, "multiple of 16")):
         at.select_slider(key="paged_block").set_value(bs).run()
         assert not at.exception and len(refusals()) == 1 and words in refusals()[0]
@@ -80,3 +91,9 @@ def test_the_sliding_window_table_follows_the_block_size(app_test):
     table = next(d for d in at.dataframe if "blocks, window 4,096" in d.value.columns)
     full, windowed = table.value["blocks, full attention"].tolist(), table.value["blocks, window 4,096"].tolist()
     assert windowed[-1] < full[-1] and windowed[-1] == windowed[-2]  # capped at the window, whatever the length
+    assert full == [2048 // 16, 8192 // 16, 32768 // 16]  # the default 16-token blocks
+    assert any(c.value.startswith("Mistral-7B, block size 16, during decode") for c in at.caption)
+    idle = next(c.value for c in at.caption if c.value.startswith("Allocated slots"))
+    found = re.match(r"Allocated slots ([\d,]+), holding tokens ([\d,]+): ([\d,]+) idle slots", idle)
+    allocated, used, unused = (int(n.replace(",", "")) for n in found.groups())
+    assert allocated - used == unused

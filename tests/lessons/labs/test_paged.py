@@ -8,38 +8,61 @@ from hypothesis import strategies as st
 from engine.memory.catalog import MODELS
 from engine.sim.traces import generate_trace
 from lessons.labs import paged as lab
+from lessons.labs import paged_kernel
+from lessons.labs.paged_kernel import BLOCK_SIZES
 
 
 @pytest.fixture(scope="module")
-def rows():
+def swept():
     return lab.sweep(1024, num_requests=60)
 
 
-def test_sweep_waste_falls_and_tables_grow_as_blocks_shrink(rows):
-    assert [r["block size"] for r in rows] == list(lab.BLOCK_SIZES)
-    waste = [r["internal waste %"] for r in rows]
-    entries = [r["entries per sequence"] for r in rows]
+def test_sweep_waste_falls_and_tables_grow_as_blocks_shrink(swept):
+    rows = swept.points
+    assert [r.block_size for r in rows] == list(BLOCK_SIZES) and swept.max_model_len == 1024
+    waste = [r.internal_waste_pct for r in rows]
+    entries = [r.entries_per_sequence for r in rows]
     assert waste[0] == 0.0  # one-token blocks are never partly empty
     assert all(a <= b for a, b in zip(waste, waste[1:], strict=False)) and waste[-1] > 5
     assert all(a > b for a, b in zip(entries, entries[1:], strict=False))
     trace = generate_trace("sharegpt", 60, 8.0, seed=0, max_len=1024)
     finals = [min(r.prompt_len + r.output_len, 1024) for r in trace]
     for r in rows:  # independent count: ceil(length / block size) per request, averaged
-        bs = r["block size"]
-        assert r["entries per sequence"] == pytest.approx(sum((n + bs - 1) // bs for n in finals) / len(finals))
-        assert r["table width (max entries)"] == -(-1024 // bs) and r["table bytes per sequence"] == 4 * (
-            -(-1024 // bs)
-        )
-        assert r["utilization %"] + r["internal waste %"] == pytest.approx(100.0)  # paged: no reserved / external
-    assert lab.sweep_row(rows, 16)["block size"] == 16
+        bs = r.block_size
+        assert r.entries_per_sequence == pytest.approx(sum((n + bs - 1) // bs for n in finals) / len(finals))
+        assert r.table_width == -(-1024 // bs) and r.table_bytes == 4 * (-(-1024 // bs))
+        assert r.utilization_pct + r.internal_waste_pct == pytest.approx(100.0)  # paged: no reserved / external
+        assert r.vllm_accepts == paged_kernel.vllm_accepts(bs)
+    assert swept.row(16).block_size == 16
     with pytest.raises(ValueError, match="block size 3"):
-        lab.sweep_row(rows, 3)
+        swept.row(3)
     with pytest.raises(ValueError, match="max context 1000"):
         lab.sweep(1000)
 
 
+def test_sweep_rows_keep_the_table_columns(swept):
+    rows = swept.rows()
+    assert list(rows[0]) == [
+        "block size",
+        "vLLM accepts",
+        "internal waste %",
+        "utilization %",
+        "entries per sequence",
+        "table width (max entries)",
+        "table bytes per sequence",
+        "peak running",
+        "kernel cost vs best",
+        "tokens/s, free kernel",
+        "tokens/s",
+    ]
+    for row, r in zip(rows, swept.points, strict=True):
+        assert row["block size"] == r.block_size and row["internal waste %"] == r.internal_waste_pct
+        assert (row["table width (max entries)"], row["tokens/s"]) == (r.table_width, r.tokens_per_s)
+        assert row["vLLM accepts"] == r.vllm_accepts and row["kernel cost vs best"] == r.kernel_cost
+
+
 @settings(max_examples=9, deadline=None)
-@given(st.sampled_from(lab.BLOCK_SIZES))
+@given(st.sampled_from(BLOCK_SIZES))
 def test_allocator_picture_is_consistent_with_the_pool(bs):
     pic = lab.allocator_picture(bs, decode_rounds=min(bs, 8))
     assert set(pic.tables) == {"A", "C", "D"}
@@ -57,6 +80,10 @@ def test_allocator_picture_is_consistent_with_the_pool(bs):
     assert pic.allocated_slots - pic.used_slots <= 3 * (bs - 1)  # at most bs - 1 idle slots per sequence
     assert "freed" in pic.notes[1]
     assert [r["physical block"] for r in pic.table_rows() if r["sequence"] == "A"] == pic.tables["A"]
+    assert (
+        pic.idle_slots == pic.allocated_slots - pic.used_slots == sum(bs * len(f) - sum(f) for f in pic.fills.values())
+    )
+    assert pic.num_blocks == len(pic.blocks)
     with pytest.raises(ValueError, match="block_size=3 is not supported"):
         lab.allocator_picture(3)
 
@@ -87,6 +114,8 @@ def test_fork_then_copy_on_write_then_prefix_hit(bs):
     assert refs[a1[0]] == refs[a1[1]] == 3
     row = stages[2].row()
     assert row["copy-on-write copies (src→dst)"] == f"{src}→{dst}"
+    assert [s.label for s in stages] == [s.title.split(":")[0] for s in stages]
+    assert stages[2].label == "3. A writes a token" and stages[1].label.startswith("2. B is forked")
 
 
 def test_one_token_blocks_never_need_a_copy():
@@ -97,7 +126,7 @@ def test_one_token_blocks_never_need_a_copy():
 
 
 def test_vllm_verdicts_follow_its_block_size_literal():
-    verdicts = {bs: lab.vllm_accepts(bs) for bs in lab.BLOCK_SIZES}
+    verdicts = {bs: paged_kernel.vllm_accepts(bs) for bs in BLOCK_SIZES}
     assert [bs for bs, v in verdicts.items() if v == "no"] == [2, 4]
     assert [bs for bs, v in verdicts.items() if v == "not on FlashAttention"] == [1, 8]
     assert all(verdicts[bs] == "yes" for bs in (16, 32, 64, 128, 256))
@@ -105,7 +134,7 @@ def test_vllm_verdicts_follow_its_block_size_literal():
 
 @pytest.mark.parametrize("bs", [1, 16, 256])
 def test_kernel_inputs_scatter_every_block_of_the_pool_once(bs):
-    q, k, v, tables, lens = lab.kernel_inputs(bs, num_seqs=3, context=100)
+    q, k, v, tables, lens = paged_kernel.kernel_inputs(bs, num_seqs=3, context=100)
     per_seq = -(-100 // bs)
     assert tables.shape == (3, per_seq) and tables.dtype == torch.int32
     assert sorted(tables.flatten().tolist()) == list(range(3 * per_seq))  # a permutation of the pool
@@ -117,22 +146,31 @@ def test_kernel_inputs_scatter_every_block_of_the_pool_once(bs):
 
 def test_kernel_cost_slows_the_kv_reads_and_moves_the_peak():
     free = lab.sweep(1024, num_requests=40)
-    assert all(r["kernel cost vs best"] == 1.0 and r["tokens/s"] == r["tokens/s, free kernel"] for r in free)
-    slow_small = {bs: (3.0 if bs < 8 else 1.0) for bs in lab.BLOCK_SIZES}
+    assert all(r.kernel_cost == 1.0 and r.tokens_per_s == r.tokens_per_s_free for r in free.points)
+    slow_small = {bs: (3.0 if bs < 8 else 1.0) for bs in BLOCK_SIZES}
     charged = lab.sweep(1024, num_requests=40, kernel=slow_small)
-    for a, b in zip(free, charged, strict=True):
-        assert a["internal waste %"] == b["internal waste %"] and a["tokens/s"] == b["tokens/s, free kernel"]
-        assert b["kernel cost vs best"] == slow_small[b["block size"]]
-        if b["block size"] < 8:
-            assert b["tokens/s"] < b["tokens/s, free kernel"]  # each step reads its KV 3x slower
+    for a, b in zip(free.points, charged.points, strict=True):
+        assert a.internal_waste_pct == b.internal_waste_pct and a.tokens_per_s == b.tokens_per_s_free
+        assert b.kernel_cost == slow_small[b.block_size]
+        if b.block_size < 8:
+            assert b.tokens_per_s < b.tokens_per_s_free  # each step reads its KV 3x slower
         else:
-            assert b["tokens/s"] == b["tokens/s, free kernel"]
-    assert int(lab.peak_row(charged)["block size"]) >= 8
-    assert lab.peak_row([{"block size": 4, "tokens/s": 2.0}, {"block size": 8, "tokens/s": 2.0}])["block size"] == 4
+            assert b.tokens_per_s == b.tokens_per_s_free
+    assert charged.peak().block_size >= 8
+    assert charged.peak(charged=False) == max(charged.points, key=lambda r: (r.tokens_per_s_free, -r.block_size))
+
+
+def test_peak_is_the_most_tokens_per_s_and_the_smaller_block_on_a_tie():
+    def point(bs: int, tps: float, free: float) -> lab.BlockSizeRow:
+        return lab.BlockSizeRow(bs, "yes", 0.0, 100.0, 1.0, 1, 4, 1, 1.0, free, tps)
+
+    tie = lab.BlockSizeSweep(512, (point(4, 2.0, 1.0), point(8, 2.0, 5.0), point(16, 1.0, 5.0)))
+    assert tie.peak().block_size == 4  # 4 and 8 tie at 2.0 tokens/s: the smaller block size
+    assert tie.peak(charged=False).block_size == 8  # without the kernel's cost 8 and 16 tie at 5.0
 
 
 def test_claims_report_the_peak_of_the_charged_sweep(monkeypatch):
-    ns = {bs: 10 + 8 / bs for bs in lab.BLOCK_SIZES}  # a per-token and a per-block cost, as the fit assumes
+    ns = {bs: 10 + 8 / bs for bs in BLOCK_SIZES}  # a per-token and a per-block cost, as the fit assumes
     rows = [{"block size": bs, "kernel cost vs best": t / ns[256], "ns per cached token": t} for bs, t in ns.items()]
     monkeypatch.setattr(lab, "kernel_costs", lambda: rows)
     monkeypatch.setattr(lab, "DEFAULT_MAX_CONTEXT", 512)
@@ -144,35 +182,53 @@ def test_claims_report_the_peak_of_the_charged_sweep(monkeypatch):
 
 
 def test_window_rows_cap_a_windowed_model_near_its_window():
-    rows = lab.window_rows(16, "mistral-7b", (2048, 8192, 32768))
-    window = "blocks, window 4,096"
-    assert [r["blocks, full attention"] for r in rows] == [128, 512, 2048]  # ceil(n / 16)
-    assert rows[0][window] == 128  # shorter than the window: nothing to free
-    assert rows[1][window] == rows[2][window] == 4096 // 16 + 1  # capped: the window plus one partial block
+    blocks = lab.window_blocks(16, "mistral-7b", (2048, 8192, 32768))
+    assert (blocks.window, blocks.model_name, blocks.contexts) == (4096, "Mistral-7B", (2048, 8192, 32768))
+    assert blocks.full == (128, 512, 2048)  # ceil(n / 16)
+    assert blocks.windowed[0] == 128  # shorter than the window: nothing to free
+    assert blocks.windowed[1] == blocks.windowed[2] == 4096 // 16 + 1  # capped: the window plus one partial block
+    rows = blocks.rows()
+    assert rows[0] == {"context (tokens)": 2048, "blocks, full attention": 128, "blocks, window 4,096": 128}
+    assert [r["blocks, window 4,096"] for r in rows] == list(blocks.windowed)
 
 
 def test_window_rows_refuse_a_model_without_a_window():
     with pytest.raises(ValueError, match="no sliding window"):
-        lab.window_rows(16, "llama-3-8b")
+        lab.window_blocks(16, "llama-3-8b")
+
+
+def test_kernel_fit_keeps_the_timings_and_adds_the_fitted_cost(monkeypatch):
+    timings = [{"block size": bs, "ns per cached token": 10 + 4 / bs, "kernel cost vs best": 1.0} for bs in BLOCK_SIZES]
+    fit = lab.fit_kernel(timings)
+    assert fit.timings == tuple(timings) and fit.fitted == paged_kernel.fitted_costs(timings)
+    rows = fit.rows()
+    assert [r["block size"] for r in rows] == list(BLOCK_SIZES)
+    for r, t in zip(rows, timings, strict=True):
+        assert {k: r[k] for k in t} == t  # the measured columns, unchanged
+        bs = t["block size"]
+        assert r["kernel cost, fitted"] == pytest.approx((10 + 4 / bs) / (10 + 4 / 256))
+    assert (fit.seqs, fit.context) == (paged_kernel.KERNEL_SEQS, paged_kernel.KERNEL_CONTEXT)
+    monkeypatch.setattr(lab, "kernel_costs", lambda: timings)
+    assert lab.measure_kernel() == fit
 
 
 def test_fitted_costs_recover_a_per_block_cost_and_ignore_one_noisy_point():
     # t = 10 + 4 / bs ns per token, exactly: the fit returns it relative to the cheapest (largest) block size
-    rows = [{"block size": bs, "ns per cached token": 10 + 4 / bs} for bs in lab.BLOCK_SIZES]
-    fit = lab.fitted_costs(rows)
-    for bs in lab.BLOCK_SIZES:
+    rows = [{"block size": bs, "ns per cached token": 10 + 4 / bs} for bs in BLOCK_SIZES]
+    fit = paged_kernel.fitted_costs(rows)
+    for bs in BLOCK_SIZES:
         assert fit[bs] == pytest.approx((10 + 4 / bs) / (10 + 4 / 256))
-    assert all(fit[a] >= fit[b] for a, b in zip(lab.BLOCK_SIZES, lab.BLOCK_SIZES[1:], strict=False))  # monotone
+    assert all(fit[a] >= fit[b] for a, b in zip(BLOCK_SIZES, BLOCK_SIZES[1:], strict=False))  # monotone
     # one block size timed 15% fast by noise does not make it the cheapest
     noisy = [
         dict(r, **{"ns per cached token": r["ns per cached token"] * (0.85 if r["block size"] == 4 else 1)})
         for r in rows
     ]
-    assert lab.fitted_costs(noisy)[4] > lab.fitted_costs(noisy)[16]
+    assert paged_kernel.fitted_costs(noisy)[4] > paged_kernel.fitted_costs(noisy)[16]
 
 
 def test_fitted_costs_are_flat_when_no_per_block_cost_shows():
     rows = [{"block size": bs, "ns per cached token": 10 - 1 / bs} for bs in (1, 16, 256)]  # small blocks faster
-    assert set(lab.fitted_costs(rows).values()) == {1.0}
+    assert set(paged_kernel.fitted_costs(rows).values()) == {1.0}
     with pytest.raises(ValueError, match=">= 2 block sizes"):
-        lab.fitted_costs(rows[:1])
+        paged_kernel.fitted_costs(rows[:1])
