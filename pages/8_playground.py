@@ -5,9 +5,8 @@ from typing import Any
 
 import streamlit as st
 
-from engine.memory.measure import default_device
 from lessons.labs import playground as lab
-from lessons.labs.paged import BLOCK_SIZES
+from lessons.labs.paged_kernel import BLOCK_SIZES
 from ui import charts, charts_memory
 from ui.page import (
     lesson_check,
@@ -32,12 +31,12 @@ def _load_lock() -> threading.Lock:
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
-def _weights(model: str, device: str, policy: lab.ModelPolicy) -> tuple[Any, Any, Any]:
-    """Weights, config and tokenizer loaded once per process and shared read-only by every learner's engine.
-
-    At most 2 models stay cached, each within KVLAB_MAX_MODEL_BYTES; a failed load is not cached."""
+def _weights(model: str, policy: lab.ModelPolicy) -> tuple[Any, Any, Any]:
+    """Weights, config and tokenizer loaded once per process (on its default device) and shared read-only by
+    every learner's engine. At most 2 models stay cached, each within KVLAB_MAX_MODEL_BYTES; a failed load is
+    not cached."""
     with _load_lock():
-        return lab.load(model, device, policy)
+        return lab.load(model, None, policy)
 
 
 def _engine(model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy) -> Any:
@@ -46,7 +45,7 @@ def _engine(model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy) -
     if held is not None and held[0] == (model, settings):
         return held[1]
     st.session_state.pop(ENGINE_KEY, None)  # let the old engine (and a model no longer cached) go first
-    llm = lab.new_engine(_weights(model, default_device(), policy), model, settings)
+    llm = lab.new_engine(_weights(model, policy), model, settings)
     st.session_state[ENGINE_KEY] = ((model, settings), llm)
     return llm
 
@@ -58,7 +57,7 @@ policy = run_or_stop(lab.model_policy, hint="the operator fixes the server's env
 c1, c2 = st.columns([1, 2])
 source = c1.radio(
     "Model",
-    ["demo", "folder"] if policy.folders_allowed else ["demo"],
+    policy.sources,
     key="pg_source",
     horizontal=True,
     format_func=lambda s: "Demo model" if s == "demo" else "Local Hugging Face folder",
@@ -70,12 +69,12 @@ if policy.folders_allowed:
         key="pg_path",
         max_chars=lab.MAX_PATH_CHARS,
         disabled=source == "demo",
-        help=f"A model folder under {policy.allowed_text} on this server, at most "
-        f"{lab.format_bytes(policy.max_bytes)}; nothing is downloaded.",
+        help=f"A model folder under {policy.allowed_text} on this server, at most {policy.limit_text}; nothing is "
+        "downloaded.",
     )
 else:
     folder = ""
-    c2.info(lab.FOLDERS_DISABLED[:1].upper() + lab.FOLDERS_DISABLED[1:] + ".", icon=":material/block:")
+    c2.info(lab.FOLDERS_DISABLED_NOTICE, icon=":material/block:")
 text = st.text_area(
     "Prompts, one per line",
     lab.DEFAULT_PROMPTS,
@@ -108,7 +107,8 @@ prefix = e3.toggle(
     "Prefix caching", key=view.keys["prefix_caching"], help="Reuse full blocks of identical prompt prefixes."
 )
 view.publish()
-st.caption(f"The pool holds {block_size * num_blocks:,} tokens; that is also the longest sequence it accepts.")
+settings = lab.EngineSettings(block_size, int(num_blocks), bool(prefix))
+st.caption(f"The pool holds {settings.pool_tokens:,} tokens; that is also the longest sequence it accepts.")
 
 if st.button("Generate", key="pg_generate", type="primary"):
     try:
@@ -117,7 +117,7 @@ if st.button("Generate", key="pg_generate", type="primary"):
         params = lab.sampling_params(int(max_tokens), float(temperature), float(top_p), int(top_k), int(seed))
         with st.status("Generating with the real engine …", expanded=False) as status:
             status.write("Loading weights (once per process) …")
-            llm = _engine(model, lab.EngineSettings(block_size, int(num_blocks), bool(prefix)), policy)
+            llm = _engine(model, settings, policy)
             status.write(f"Running {len(prompts)} request(s) through the scheduler …")
             live = st.empty()  # tokens/s and KV usage while the engine runs
             st.session_state[RUN_KEY] = lab.generate(llm, prompts, params, on_progress=live.caption)
@@ -135,22 +135,19 @@ else:
     m2.metric("Generated tokens", f"{run.generated_tokens:,}")
     m3.metric("Scheduler steps", f"{len(run.traces):,}")
     m4.metric("Preemptions", f"{run.num_preemptions}")
-    m5.metric("Peak KV usage", f"{100 * run.peak_kv_usage:.0f}%")
+    m5.metric("Peak KV usage", f"{run.peak_kv_usage:.0%}")
     show_table(lab.output_rows(run), "playground-outputs", "pg_outputs", "outputs")
 
     st.subheader("Step through the scheduler")
     prose(PAGE, "Continuous batching")
-    rows = lab.step_rows(run)
     step = st.slider("Scheduler step", 1, len(run.traces), 1, key="pg_step") if len(run.traces) > 1 else 1
-    series = {name: [r[name] for r in rows] for name in ("running", "waiting", "KV blocks used")}
-    timeline = charts.lines(
-        [r["step"] for r in rows], series, "Batch and KV blocks per step", "scheduler step", "requests / blocks"
-    )
+    steps, series = lab.timeline(run)
+    timeline = charts.lines(steps, series, "Batch and KV blocks per step", "scheduler step", "requests / blocks")
     show_chart(
         charts_memory.with_marker(timeline, step, f"step {step}"),
         "Requests running (solid) and waiting (dashed) and KV blocks in use (dotted) after each step; the dotted "
         "vertical line marks the step shown below. Each row of the table is one step.",
-        rows,
+        lab.step_rows(run),
         "playground-steps",
         "pg_timeline",
     )
@@ -163,7 +160,7 @@ else:
                 view.tables, view.fills, run.block_size, f"Block tables after step {step}"
             ),
             "Each running request's block table: logical block → physical block, with filled slots.",
-            [{"request": k, "block table": str(v)} for k, v in view.tables.items()],
+            view.table_rows(),
             f"playground-tables-{step}",
             "pg_tables",
         )

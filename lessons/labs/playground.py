@@ -19,6 +19,9 @@ A typed folder is resolved (symlinks, `..`; a relative path is taken under the f
 path that is missing, unreadable, not a folder or outside them gets the same answer (`ModelPolicy.refusal`),
 so the box cannot be used to learn what exists on the server.
 
+The page gets dataclasses back: the server's `ModelPolicy`, the engine knobs (`EngineSettings`), one generate
+click (`PlaygroundRun`) and one recorded step drawn (`StepView`), with the rows of their tables.
+
 A run interrupted part-way (Generate pressed again: Streamlit raises its RerunException inside the running
 `generate`; an exception in the progress callback; a closed tab) leaves nothing in the learner's engine:
 `generate` aborts whatever is still queued or running, before the run and in a `finally`.
@@ -58,6 +61,7 @@ FOLDERS_DISABLED = (
     f"{MODEL_DIRS_ENV} to the folders learners may load from (separated by {os.pathsep!r}), or by unsetting it "
     "(then the project's models/ folder is allowed)"
 )
+FOLDERS_DISABLED_NOTICE = FOLDERS_DISABLED[:1].upper() + FOLDERS_DISABLED[1:] + "."  # the page's note, a sentence
 
 
 def parse_prompts(text: str) -> list[str]:
@@ -88,6 +92,16 @@ class ModelPolicy:
     def folders_allowed(self) -> bool:
         """False when the operator turned the folder option off (KVLAB_MODEL_DIRS set but empty)."""
         return bool(self.roots)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The model sources a learner may pick: "demo", and "folder" when folders are allowed."""
+        return ("demo", "folder") if self.folders_allowed else ("demo",)
+
+    @property
+    def limit_text(self) -> str:
+        """The largest model this server loads, in words ("2.00 GiB")."""
+        return format_bytes(self.max_bytes)
 
     @property
     def allowed_text(self) -> str:
@@ -215,6 +229,11 @@ class EngineSettings:
     num_blocks: int = 12
     enable_prefix_caching: bool = False
 
+    @property
+    def pool_tokens(self) -> int:
+        """Tokens the KV pool holds (blocks x block size): also the longest sequence it accepts."""
+        return self.block_size * self.num_blocks
+
 
 def new_engine(loaded: tuple[Any, Any, Any], model: str, settings: EngineSettings) -> LLM:
     """A learner's own engine around shared read-only weights: its own KV cache, allocator and scheduler."""
@@ -239,7 +258,7 @@ def sampling_params(max_tokens: int, temperature: float, top_p: float, top_k: in
     return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k or None, seed=seed)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlaygroundRun:
     """One generate click: outputs, every step's trace and the wall time."""
 
@@ -393,15 +412,28 @@ def step_rows(run: PlaygroundRun) -> list[dict[str, Any]]:
     return rows
 
 
-@dataclass
+TIMELINE: tuple[str, ...] = ("running", "waiting", "KV blocks used")  # step_rows' columns the timeline draws
+
+
+def timeline(run: PlaygroundRun) -> tuple[list[int], dict[str, list[Any]]]:
+    """(x = step number, {column: values}) of TIMELINE for the batch-and-blocks chart (the rows of step_rows)."""
+    rows = step_rows(run)
+    return [r["step"] for r in rows], {name: [r[name] for r in rows] for name in TIMELINE}
+
+
+@dataclass(frozen=True)
 class StepView:
     """One step drawn: who ran, the block tables with fills, and the pool (for ui.charts_memory)."""
 
-    scheduled: list[dict[str, Any]]
-    tables: dict[str, list[int]]
-    fills: dict[str, list[int]]
-    blocks: list[dict[str, Any]]
-    story: str
+    scheduled: list[dict[str, Any]]  # one table row per request that ran in the step
+    tables: dict[str, list[int]]  # request name -> physical block ids
+    fills: dict[str, list[int]]  # request name -> tokens in each of its blocks
+    blocks: list[dict[str, Any]]  # every physical block: block_id, state, ref_count, owners, filled
+    story: str  # what happened in the step, in sentences
+
+    def table_rows(self) -> list[dict[str, str]]:
+        """The block tables as a table: one row per request."""
+        return [{"request": name, "block table": str(table)} for name, table in self.tables.items()]
 
 
 def step_view(run: PlaygroundRun, index: int) -> StepView:
@@ -454,6 +486,7 @@ __all__ = [
     "DEFAULT_MAX_MODEL_BYTES",
     "DEFAULT_PROMPTS",
     "FOLDERS_DISABLED",
+    "FOLDERS_DISABLED_NOTICE",
     "MAX_BLOCKS",
     "MAX_BYTES_ENV",
     "MAX_NEW_TOKENS",
@@ -461,12 +494,12 @@ __all__ = [
     "MAX_PROMPTS",
     "MAX_PROMPTS_TEXT_CHARS",
     "MODEL_DIRS_ENV",
+    "TIMELINE",
     "EngineSettings",
     "ModelPolicy",
     "PlaygroundRun",
     "StepView",
     "abort_all",
-    "format_bytes",
     "generate",
     "live_line",
     "load",
@@ -479,4 +512,5 @@ __all__ = [
     "sampling_params",
     "step_rows",
     "step_view",
+    "timeline",
 ]

@@ -97,6 +97,10 @@ def test_folder_model_generates_and_steps(at, tiny):
     assert len(outputs) == 4 and outputs["generated tokens"].sum() == int(shown["Generated tokens"])
     assert outputs["generated text"].str.len().sum() > 0  # the engine produced text
     steps = int(shown["Scheduler steps"])
+    timeline = next(d.value for d in at.dataframe if "KV blocks used" in d.value.columns)
+    assert list(timeline["step"]) == list(range(1, steps + 1))
+    run = at.session_state["pg_run"]
+    assert shown["Peak KV usage"] == f"{round(100 * max(t.kv_usage for t in run.traces))}%"
     for step in (steps, max(1, steps // 2), 1):
         at.slider(key="pg_step").set_value(step).run()
         assert not at.exception and not at.error
@@ -118,6 +122,7 @@ def test_knobs_at_extremes(at, tiny):
     at.toggle(key="pg_prefix").set_value(True)
     generate(at)
     assert not at.error and {m.label: m.value for m in at.metric}["Generated tokens"] == "2"
+    assert any(c.value.startswith("The pool holds 65,536 tokens") for c in at.caption)  # 256 blocks x 256 tokens
     at.select_slider(key="pg_block").set_value(1)
     at.slider(key="pg_blocks").set_value(1)  # one 1-token block: no prompt fits
     generate(at)

@@ -1,4 +1,4 @@
-"""lessons/playground_lab.py: prompt and folder validation, runs on shared weights, step traces as rows."""
+"""lessons/labs/playground.py: prompt and folder validation, runs on shared weights, step traces as rows."""
 
 import gc
 import itertools
@@ -85,8 +85,11 @@ def test_policy_from_the_environment(tmp_path):
     unset = lab.model_policy({})
     assert unset.roots == ((lab.PROJECT_DIR / "models").resolve(),) and unset.labels == ("models/",)
     assert unset.max_bytes == lab.DEFAULT_MAX_MODEL_BYTES == 2 * 2**30 and unset.folders_allowed
+    assert unset.sources == ("demo", "folder") and unset.limit_text == "2.00 GiB"
     for off in ("", "  ", os.pathsep):
         assert not lab.model_policy({lab.MODEL_DIRS_ENV: off}).folders_allowed
+        assert lab.model_policy({lab.MODEL_DIRS_ENV: off}).sources == ("demo",)
+    assert lab.FOLDERS_DISABLED_NOTICE == "T" + lab.FOLDERS_DISABLED[1:] + "."
     (tmp_path / "a").mkdir()
     (tmp_path / "b").symlink_to(tmp_path / "a")
     env = {lab.MODEL_DIRS_ENV: os.pathsep.join([str(tmp_path / "a"), "", str(tmp_path / "b"), "models"])}
@@ -208,6 +211,12 @@ def test_corrupt_weights_are_a_value_error_that_frees_the_model(tmp_path, tiny):
     assert causal_lms() == before
 
 
+def test_engine_settings_pool_holds_blocks_times_block_size():
+    assert lab.EngineSettings(block_size=16, num_blocks=12).pool_tokens == 192
+    assert lab.EngineSettings().pool_tokens == 8 * 12  # the page's defaults
+    assert lab.EngineSettings(block_size=1, num_blocks=1).pool_tokens == 1
+
+
 def test_sampling_params_limits():
     assert lab.sampling_params(4, 0.0, 1.0, 0, 3) == SamplingParams(max_tokens=4, temperature=0.0, seed=3)
     with pytest.raises(ValueError, match="max tokens 65"):
@@ -235,12 +244,18 @@ def test_small_pool_run_matches_solo_runs_and_rows_add_up(tiny):
     assert rows[-1]["running"] == 0 and rows[-1]["KV blocks used"] == 0
     assert all(0 <= r["KV blocks used"] <= 9 for r in rows)
     assert {r["request"] for r in lab.output_rows(run)} == {"r0", "r1", "r2", "r3"}
+    steps, series = lab.timeline(run)
+    assert steps == list(range(1, len(run.traces) + 1)) and list(series) == ["running", "waiting", "KV blocks used"]
+    for i, t in enumerate(run.traces):  # read off the traces themselves
+        assert series["running"][i] == len(t.running) and series["waiting"][i] == len(t.waiting)
+        assert series["KV blocks used"][i] == t.num_blocks - t.num_free_blocks
     assert run.generated_tokens == 40 and run.tokens_per_s > 0
     for i, t in enumerate(run.traces):
         view = lab.step_view(run, i)
         assert sum(len(tbl) for tbl in view.tables.values()) <= t.num_blocks - t.num_free_blocks
         for name, table in view.tables.items():
             assert len(view.fills[name]) == len(table) and all(1 <= f <= 4 for f in view.fills[name])
+        assert view.table_rows() == [{"request": n, "block table": str(tbl)} for n, tbl in view.tables.items()]
         assert f"{t.num_blocks - t.num_free_blocks} of 9 blocks" in view.story
     assert any("Preempted" in lab.step_view(run, i).story for i in range(len(run.traces)))
     with pytest.raises(ValueError, match="does not exist"):
