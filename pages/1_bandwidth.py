@@ -38,7 +38,7 @@ def _fit(model: str, gpu: str, context: int, dtype: str) -> lab.BatchFit:
 
 
 page_header(PAGE)
-view = linked_view(PAGE)  # the settings below come from the URL (defaults in ui/links.py) and are written back
+view = linked_view(PAGE)  # the settings below come from the URL (defaults in lessons/links.py) and are written back
 
 c1, c2, c3 = st.columns(3)
 model = c1.selectbox("Model", choices.MODEL_KEYS, key=view.keys["model"])

@@ -32,7 +32,7 @@ def _decode(num_heads: int, groups: int, head_dim: int) -> lab.GqaRun:
 
 
 page_header(PAGE)
-view = linked_view(PAGE)  # the settings come from the URL (defaults in ui/links.py) and are written back
+view = linked_view(PAGE)  # the settings come from the URL (defaults in lessons/links.py) and are written back
 
 c1, c2 = st.columns([2, 1])
 model = c1.selectbox("Model shape", choices.MODEL_KEYS, key=view.keys["model"])

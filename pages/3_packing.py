@@ -35,7 +35,7 @@ def _sweep(causal: bool) -> lab.PaddingSweep:
 
 
 page_header(PAGE)
-view = linked_view(PAGE)  # lengths and causal come from the URL (defaults in ui/links.py) and are written back
+view = linked_view(PAGE)  # lengths and causal come from the URL (defaults in lessons/links.py) and are written back
 
 text = st.text_input(
     "Request lengths in tokens (comma-separated)",

@@ -31,7 +31,7 @@ def _area_fig(model: str, gpu: str, max_len: int, dataset: str, num_requests: in
 
 
 page_header(PAGE)
-view = linked_view(PAGE)  # the settings come from the URL (defaults in ui/links.py) and are written back
+view = linked_view(PAGE)  # the settings come from the URL (defaults in lessons/links.py) and are written back
 
 c1, c2, c3 = st.columns(3)
 model = c1.selectbox("Model", lab.MODEL_CHOICES, key=view.keys["model"], format_func=choices.model_name)

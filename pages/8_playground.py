@@ -51,7 +51,7 @@ def _engine(model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy) -
 
 
 page_header(PAGE)
-view = linked_view(PAGE)  # sampling and cache settings come from the URL (defaults in ui/links.py)
+view = linked_view(PAGE)  # sampling and cache settings come from the URL (defaults in lessons/links.py)
 policy = run_or_stop(lab.model_policy, hint="the operator fixes the server's environment and restarts it.")
 
 c1, c2 = st.columns([1, 2])

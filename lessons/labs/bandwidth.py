@@ -35,7 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "dtype": WEIGHT_DTYPES[0],
     "batch": 1,
     "context": 4096,
-}  # the page's (ui/links.py reads them)
+}  # the page's (lessons/links.py reads them)
 
 
 @dataclass(frozen=True)

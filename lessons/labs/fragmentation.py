@@ -42,7 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "dataset": "sharegpt",
     "rate": 8.0,
     "requests": 200,
-}  # the page's (ui/links.py)
+}  # the page's (lessons/links.py)
 # Static reservation policies of engine.sim.policies, by the vLLM paper's names (Fig. 2), and what each reserves.
 STATIC_POLICIES: dict[str, tuple[str, str]] = {
     "Max": ("max_model_len", "max_model_len"),

@@ -26,7 +26,7 @@ from engine.memory.specs import ModelSpec
 from engine.memory.units import GiB, KiB, MiB, dtype_bytes
 
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp32")
-DEFAULT_MODEL = "llama-3-8b"  # the page's defaults (ui/links.py reads them from here)
+DEFAULT_MODEL = "llama-3-8b"  # the page's defaults (lessons/links.py reads them from here)
 DEFAULT_SEQ_LEN = 64  # tokens of the prefill-shaped run
 SEQ_LENS = (16, 256, 16)  # the prefill slider: low, high, step
 DECODE_BATCH = 8  # sequences in the decode run, one new query each

@@ -28,7 +28,7 @@ from engine.sim.traces import generate_trace
 from lessons.labs.paged_kernel import BLOCK_SIZES, KERNEL_CONTEXT, KERNEL_SEQS, fitted_costs, kernel_costs, vllm_accepts
 
 MAX_CONTEXTS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
-DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CONTEXT = 16, 2048  # the page's defaults (ui/links.py reads them)
+DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CONTEXT = 16, 2048  # the page's defaults (lessons/links.py reads them)
 MODEL, GPU = "llama-2-13b", "a100-40gb"  # the vLLM paper's OPT-13B / A100 40GB setting, with a Llama shape
 TABLE_ENTRY_BYTES = 4  # block tables are int32 on the GPU
 NAMES = "ABCDEFGH"
