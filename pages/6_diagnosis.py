@@ -197,7 +197,7 @@ def _own_server() -> None:
     changes = own_log.suggestions(log, length, model or None)
     if changes:
         st.markdown("**Flag changes and what vLLM's start-up arithmetic gives with each**")
-        show_table(changes, "your-server-fixes", "diag_paste_fixes", "flag changes")
+        show_table([c.row() for c in changes], "your-server-fixes", "diag_paste_fixes", "flag changes")
     else:
         st.caption(
             "For flag suggestions the page needs the KV cache size ('Available KV cache memory' or "

@@ -3,7 +3,8 @@
 `memory_rows` turns a `VllmLog` (lessons/diagnosis/readlog.py) into the GPU memory bar's parts; `kv_pool` finds how
 many KV tokens the server holds and what one token costs; `room_for` says how many requests of a given length fit
 at once (whole 16-token blocks each, vLLM's default block size); `suggestions` recomputes vLLM V1's start-up
-arithmetic (engine/memory/startup.py) for each flag change that applies to this log and reports the new pool.
+arithmetic (engine/memory/startup.py) for each flag change that applies to this log: a `FlagChange` each, with
+the new pool and its table row.
 No Streamlit here.
 """
 
@@ -27,6 +28,7 @@ _ERROR_TOKENS = re.compile(r"stored in KV cache \((\d{1,12})\)|estimated maximum
 __all__ = [
     "BLOCK",
     "DEFAULT_REQUEST_LEN",
+    "FlagChange",
     "MAX_OOM_CHARS",
     "MAX_REQUEST_LEN",
     "KvPool",
@@ -185,20 +187,35 @@ def room_for(tokens: int, request_len: int) -> int:
     return (max(tokens, 0) // BLOCK) // -(-request_len // BLOCK)
 
 
+@dataclass(frozen=True, slots=True)
+class FlagChange:
+    """One flag change for the learner's server and the KV pool vLLM's start-up arithmetic gives after it."""
+
+    flag: str  # the `vllm serve` flag, or "(as logged)" for the server as it is
+    kv_gib: float  # the KV cache after the change (GiB, two decimals)
+    kv_tokens: int  # the tokens it holds (whole blocks of BLOCK)
+    requests: int  # requests of the asked length that fit at once
+    why: str  # what the change does, and its price
+
+    def row(self) -> dict[str, str | int | float]:
+        """The page's table row (also its download)."""
+        return {
+            "change": self.flag,
+            "KV cache (GiB)": self.kv_gib,
+            "KV tokens": self.kv_tokens,
+            "requests at once": self.requests,
+            "why": self.why,
+        }
+
+
 def _row(
     flag: str, why: str, kv_gib: float, per_token: float, request_len: int, tokens: int | None = None
-) -> dict[str, str | int | float]:
+) -> FlagChange:
     tokens = int(max(kv_gib, 0) * GiB // per_token) // BLOCK * BLOCK if tokens is None else tokens
-    return {
-        "change": flag,
-        "KV cache (GiB)": round(kv_gib, 2),
-        "KV tokens": tokens,
-        "requests at once": room_for(tokens, request_len),
-        "why": why,
-    }
+    return FlagChange(flag, round(kv_gib, 2), tokens, room_for(tokens, request_len), why)
 
 
-def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> list[dict[str, str | int | float]]:
+def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> list[FlagChange]:
     """Flag changes that apply to this log, each with the KV pool vLLM's start-up arithmetic gives after it."""
     pool = kv_pool(log, model)
     if pool is None or pool.bytes_per_token is None or pool.gib is None:

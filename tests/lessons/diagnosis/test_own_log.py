@@ -57,19 +57,30 @@ def test_pool_from_other_lines():
 
 def test_suggestions_recompute_the_pool_for_each_flag():
     parsed = log("vllm-10517-29k-v0-maxlen-error.log")
-    rows = {r["change"]: r for r in own_log.suggestions(parsed, 29000)}
-    assert rows["(as logged)"]["KV tokens"] == 23648 and rows["(as logged)"]["requests at once"] == 0
-    assert rows["--gpu-memory-utilization 0.95"]["KV cache (GiB)"] == pytest.approx(2.89 + 0.05 * 23.58, abs=0.01)
-    assert rows["--kv-cache-dtype fp8"]["KV tokens"] == pytest.approx(2 * 23648, rel=0.01)
-    assert rows["--kv-cache-dtype fp8"]["requests at once"] == 1  # fp8 makes one 29,000-token request fit
-    assert rows["--quantization fp8"]["KV cache (GiB)"] == pytest.approx(2.89 + 14.9888 / 2, abs=0.01)
-    assert rows["--max-model-len 23552"]["KV tokens"] == 23648
+    rows = {c.flag: c for c in own_log.suggestions(parsed, 29000)}
+    assert rows["(as logged)"].kv_tokens == 23648 and rows["(as logged)"].requests == 0
+    assert rows["--gpu-memory-utilization 0.95"].kv_gib == pytest.approx(2.89 + 0.05 * 23.58, abs=0.01)
+    assert rows["--kv-cache-dtype fp8"].kv_tokens == pytest.approx(2 * 23648, rel=0.01)
+    assert rows["--kv-cache-dtype fp8"].requests == 1  # fp8 makes one 29,000-token request fit
+    assert rows["--quantization fp8"].kv_gib == pytest.approx(2.89 + 14.9888 / 2, abs=0.01)
+    assert rows["--max-model-len 23552"].kv_tokens == 23648
     assert "--enforce-eager" not in rows  # the log shows no CUDA graphs
-    graphs = {
-        r["change"]: r for r in own_log.suggestions(log("gpustack-runner-251-v1-cuda-graph.log"), 4096, "llama-3-8b")
+    for c in rows.values():  # each change's room is its own pool's: whole 16-token blocks, 1,813 per request
+        assert c.requests == c.kv_tokens // 16 // 1813, c
+    graphs = {c.flag: c for c in own_log.suggestions(log("gpustack-runner-251-v1-cuda-graph.log"), 4096, "llama-3-8b")}
+    assert graphs["--enforce-eager"].kv_gib == pytest.approx(6.87 + 0.36, abs=0.01)
+    assert 6.87 < graphs["--max-num-seqs 64"].kv_gib < 6.87 + 0.36
+
+
+def test_a_flag_change_row_is_the_pages_table_row():
+    change = own_log.FlagChange("--enforce-eager", 7.23, 59_216, 14, "no CUDA graphs")
+    assert change.row() == {
+        "change": "--enforce-eager",
+        "KV cache (GiB)": 7.23,
+        "KV tokens": 59_216,
+        "requests at once": 14,
+        "why": "no CUDA graphs",
     }
-    assert graphs["--enforce-eager"]["KV cache (GiB)"] == pytest.approx(6.87 + 0.36, abs=0.01)
-    assert 6.87 < graphs["--max-num-seqs 64"]["KV cache (GiB)"] < 6.87 + 0.36
     assert own_log.suggestions(log("vllm-53013-v1-cuda-graph-no-blocks.log"), 4096) == []  # no pool: nothing to say
 
 
@@ -161,7 +172,7 @@ def test_any_log_of_real_lines_with_any_numbers_never_raises(text, length, model
         assert 0 <= pool.tokens <= MAX_TOKENS
         assert own_log.room_for(pool.tokens, length) >= 0
         assert own_log.room_sentence(pool, length)
-    table_safe(own_log.suggestions(parsed, length, model))
+    table_safe([c.row() for c in own_log.suggestions(parsed, length, model)])
     assert 1 <= own_log.request_len_default(parsed) <= own_log.MAX_REQUEST_LEN  # a value the length box accepts
     for name in parsed.found:
         value = getattr(parsed, name)
@@ -203,7 +214,7 @@ def test_a_figure_beyond_any_gpu_is_left_out_with_a_note(text, words):
 def test_impossible_combinations_are_flagged(text, words):
     parsed = own_log.read_paste(text)
     assert any(words in d for d in parsed.doubts), parsed.doubts
-    table_safe(own_log.suggestions(parsed, 4096))
+    table_safe([c.row() for c in own_log.suggestions(parsed, 4096)])
 
 
 def test_a_kv_pool_with_impossible_bytes_per_token_has_no_size():
