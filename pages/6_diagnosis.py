@@ -59,7 +59,7 @@ variant = c2.number_input(
     help="Each variant changes the traffic and sizes a little, so classmates do not share one answer.",
 )
 view.publish()
-scenario = run_or_stop(lab.scenario_for, sid, int(variant), hint="pick a whole number from 0 to 999")
+scenario = run_or_stop(lab.scenario_for, sid, int(variant), hint=f"pick a whole number from 0 to {lab.MAX_VARIANT}")
 st.markdown(f"### {scenario.title}\n\n{scenario.story}")
 
 st.subheader("Symptoms")
