@@ -8,12 +8,14 @@
 # Steps (each with its own time limit; a failing step is recorded and the next one still runs):
 #   1. half precision compiled: the Triton kernels in bf16/fp16 at head dim 128 against the fp32 references
 #      (tests/kernels/test_compiled_half.py) and the bf16 engine against the fp32 CPU engine
-#   2. kernel tests with compiled Triton (varlen, fmha, paged, store, kv_cache, ops errors)
+#   2. kernel tests with compiled Triton (varlen, paged varlen and decode through it, the step plan, store,
+#      fmha, kv_cache, ops errors)
 #   3. varlen Triton vs SDPA flash on the same packed bf16 head-dim-128 workload (bench.packing --flash)
 #   4. padded vs packed attention (bench.packing)
-#   5. paged decode: overhead vs contiguous and achieved HBM bandwidth (bench.paged_decode, contexts <= 2048)
-#   6. paged varlen (one kernel for every step kind) vs gather + varlen and vs varlen on contiguous K/V
-#      (bench.paged_varlen, contexts up to 2048 tokens)
+#   5. paged decode (paged varlen, one query per sequence): overhead vs contiguous and achieved HBM bandwidth
+#      (bench.paged_decode, contexts <= 2048)
+#   6. paged varlen (one kernel for every step kind, planned per call and once per step) vs gather + varlen and
+#      vs varlen on contiguous K/V (bench.paged_varlen, contexts up to 2048 tokens)
 # Writes one JSON per step plus a summary, gpu_check-cuda.json, under OUT_DIR.
 set -u
 cd "$(dirname "$0")/.."
@@ -49,9 +51,10 @@ HALF_TESTS=(tests/kernels/test_compiled_half.py tests/engine/test_llm.py::test_c
 step half_precision 70 "$PY" -m pytest "${HALF_TESTS[@]}" -p no:cacheprovider --junitxml="$OUT_DIR/half_precision-cuda.xml"
 # The kernel tests: tests/kernels, plus the xformers-style front door and the paged KV cache that call them.
 # 2026-12: limits rebalanced without a GPU run to keep the sum at 295 s: the kernel tests now also compile about
-# 30 variants of the paged varlen kernel; the benchmarks after them reuse kernels from Triton's on-disk cache.
+# 30 variants of the paged varlen kernel (the decode-only kernel and its split-K variants are gone; decode is
+# paged varlen with len_q = 1); the benchmarks after them reuse kernels from Triton's on-disk cache.
 # After a run, gpu_check-steps.txt has each step's seconds: rebalance from those.
-KERNEL_TESTS=(tests/kernels tests/engine/attention/test_fmha.py tests/engine/core/test_kv_cache.py)
+KERNEL_TESTS=(tests/kernels tests/engine/attention/test_fmha.py tests/engine/worker/test_kv_cache.py)
 step kernel_tests 150 "$PY" -m pytest "${KERNEL_TESTS[@]}" -p no:cacheprovider -m "not browser" --junitxml="$OUT_DIR/kernel_tests-cuda.xml"
 step varlen_vs_flash 35 "$PY" -m bench.packing --flash --json --repeats 5 --warmup 1
 step packing 12 "$PY" -m bench.packing --json --repeats 5 --warmup 1

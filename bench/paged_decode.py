@@ -8,8 +8,10 @@ K/V values stored two ways, same backend on both sides, interleaved repeats.
   batch with a key-padding mask, the GQA group's query heads acting as query rows (no repeated K/V). On
   CUDA it is the same Triton kernel as the paged side, reading the contiguous store as one block per
   sequence (block_size = Lmax, identity table), so the ratio isolates the cost of scattered blocks.
-- paged: kernels.ops.paged_attention over blocks of `--block-size` tokens under a shuffled block table, its
-  index built in the call (on CPU in fp32 the torch backend reads the blocks in place with sparse ops).
+- paged: kernels.ops.paged_varlen_attention with one query per sequence (cu_seqlens_q = arange(S + 1), the
+  engine's decode step) over blocks of `--block-size` tokens under a shuffled block table. The call validates
+  and plans the step itself (its torch index included), as an engine step does once for all its layers; on
+  CPU in fp32 the torch backend then reads the blocks in place with sparse ops.
 
 `overhead` = paged_s / contiguous_s with both sides at one torch thread (the headline: at two threads the
 sides split their work differently, so a busy neighbour core moved the ratio from 1.2 to 2.5);
@@ -30,7 +32,7 @@ import torch.nn.functional as F
 from bench.harness import emit, env_info, log, parser, save, time_interleaved
 from engine.memory.catalog import GPUS
 from kernels.backend import resolve_backend
-from kernels.ops import paged_attention
+from kernels.ops import paged_varlen_attention
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Device-name pattern -> engine.memory.catalog key, for the HBM peak. Unknown devices report null.
@@ -134,15 +136,17 @@ def main() -> None:
     w = make_workload(args, device)
     log(f"paged_decode: {args.seqs} seqs up to {args.max_len} tokens, device {device}, backend {backend}")
 
+    cu = torch.arange(args.seqs + 1, dtype=torch.int32, device=device)  # one query per sequence: decode
+
     def paged() -> torch.Tensor:
-        return paged_attention(w["q"], w["k_cache"], w["v_cache"], w["block_tables"], w["seq_lens"])
+        return paged_varlen_attention(w["q"], w["k_cache"], w["v_cache"], cu, w["seq_lens"], w["block_tables"], 1)
 
     identity = torch.arange(args.seqs, dtype=torch.int32, device=device)[:, None]  # [S, 1]: one block each
 
     def contiguous() -> torch.Tensor:
         if backend == "torch":
             return sdpa_contiguous(w)
-        return paged_attention(w["q"], w["k_contig"], w["v_contig"], identity, w["seq_lens"])
+        return paged_varlen_attention(w["q"], w["k_contig"], w["v_contig"], cu, w["seq_lens"], identity, 1)
 
     out_c, out_p = contiguous(), paged()
     err = (out_c.float() - out_p.float()).abs().max().item()

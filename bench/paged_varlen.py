@@ -10,11 +10,10 @@ Sides:
 - `paged_varlen`: kernels.ops.paged_varlen_attention (auto backend) reading K/V through shuffled block tables,
   validating the step and planning it inside the call;
 - `paged_varlen_planned`: the same call with the step's `plan_attention(...)` built before timing (the engine
-  builds it once per step for all layers), the like-for-like match of the gather side's slots.
+  builds it once per step for all layers), the like-for-like match of the gather side's slots;
 - `gather_varlen`: the old path: copy each sequence's K/V out of the blocks (one index_select per cache over
   slot indices built before timing, as a model builds them once per step) and call kernels.ops.varlen_attention
   on the packed copy. The copy is part of its time: it is what the paged call saves.
-- `paged_decode` (decode only): kernels.ops.paged_attention, the dedicated decode kernel.
 - on CUDA `varlen_contiguous`: the Triton varlen kernel on K/V that already sit contiguously (no gather): the
   floor a paged kernel is measured against (`vs_contiguous` = paged_varlen / varlen_contiguous).
 `vs_gather` = paged_varlen_s / gather_varlen_s (< 1: the one paged call is faster); `planned_vs_gather` the same
@@ -31,7 +30,7 @@ import torch
 
 from bench.harness import assert_same_rows, emit, env_info, log, parser, save, time_interleaved
 from kernels.backend import resolve_backend
-from kernels.ops import paged_attention, paged_varlen_attention, plan_attention, varlen_attention
+from kernels.ops import paged_varlen_attention, plan_attention, varlen_attention
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -130,10 +129,6 @@ def sides(w: dict, cuda: bool) -> dict:
         )
 
     fns = {"paged_varlen": paged, "gather_varlen": gather, "paged_varlen_planned": planned}
-    if w["max_q"] == 1:
-        fns["paged_decode"] = lambda: paged_attention(
-            w["q"], w["k_cache"], w["v_cache"], w["block_tables"], w["seq_lens"]
-        )
     if cuda:
         fns["varlen_contiguous"] = lambda: varlen_attention(
             w["q"], w["k_contig"], w["v_contig"], w["cu_q"], w["cu_k"], w["max_q"], w["max_k"], causal=True
@@ -152,8 +147,6 @@ def run_kind(kind: str, args, device: str, seed: int) -> dict:
     entry = {f"{name}_s": t for name, t in times.items()}
     entry["vs_gather"] = times["paged_varlen"] / times["gather_varlen"]
     entry["planned_vs_gather"] = times["paged_varlen_planned"] / times["gather_varlen"]
-    if "paged_decode" in times:
-        entry["vs_paged_decode"] = times["paged_varlen"] / times["paged_decode"]
     if "varlen_contiguous" in times:
         entry["vs_contiguous"] = times["paged_varlen"] / times["varlen_contiguous"]
     kv_bytes = 2 * sum(n for n, _ in w["shapes"]) * args.kv_heads * args.head_dim * w["k_cache"].element_size()

@@ -54,7 +54,8 @@ def check_last_stride(**tensors: torch.Tensor) -> None:
     """The Triton kernels address rows with per-dim strides but need unit stride along the head dim.
 
     The one stride check: kernels.ops runs it before a Triton launch and the launchers assert it again,
-    so a caller that skips validation (check=False) still cannot send a strided head dim to a kernel.
+    so a caller that skips validation (varlen_attention's check=False, a step plan) still cannot send a strided
+    head dim to a kernel.
     """
     for name, t in tensors.items():
         if t.numel() > 0 and t.stride(-1) != 1:

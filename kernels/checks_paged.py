@@ -22,7 +22,6 @@ from kernels.checks import (
     check_max_seqlen,
     check_offsets,
     check_same,
-    check_scale,
     check_tensor,
 )
 from kernels.fp8 import FP8_DTYPE
@@ -48,61 +47,6 @@ def check_int_tensor(name: str, t: object, ndim: int, layout: str, device: torch
     if t.shape[0] != rows:
         raise ValueError(f"{name} has {t.shape[0]} rows but there are {rows} sequences; give one row per sequence")
     return t
-
-
-def check_block_tables(block_tables: torch.Tensor, seq_lens: torch.Tensor, num_blocks: int, block_size: int) -> None:
-    """Lengths fit their table rows and every table entry a sequence uses names a cache block (one sync)."""
-    device = block_tables.device
-    capacity = block_tables.shape[1] * block_size
-    # Only the blocks a sequence actually uses must be valid; padding entries past them are never read.
-    blocks_used = (seq_lens.long() + block_size - 1) // block_size  # [num_seqs]
-    used = torch.arange(block_tables.shape[1], device=device)[None, :] < blocks_used[:, None]
-    bad = used & ((block_tables < 0) | (block_tables >= num_blocks))  # [num_seqs, max_blocks_per_seq]
-    first_bad = torch.where(bad.flatten(), torch.arange(bad.numel(), device=device), bad.numel()).min()
-    lo, hi, first = torch.stack([seq_lens.min().long(), seq_lens.max().long(), first_bad]).tolist()  # one sync
-    if lo < 0:
-        raise ValueError(f"seq_lens has a negative entry ({lo}); lengths must be >= 0")
-    if hi > capacity:
-        raise ValueError(
-            f"seq_lens has {hi} tokens but a block table row holds {block_tables.shape[1]} blocks x "
-            f"{block_size} = {capacity} slots; widen block_tables or shorten the sequence"
-        )
-    if first < bad.numel():
-        seq, col = divmod(first, block_tables.shape[1])
-        raise ValueError(
-            f"block_tables[{seq}, {col}] = {int(block_tables[seq, col])} is outside the cache's "
-            f"{num_blocks} blocks; table entries for used blocks must be in [0, {num_blocks})"
-        )
-
-
-def check_paged(
-    q: object, k_cache: object, v_cache: object, block_tables: object, seq_lens: object, scale: object, backend: str
-) -> tuple[float, str]:
-    """Validate paged_attention's inputs (one device sync for the data-dependent checks); returns scale, backend."""
-    q = check_tensor("q", q, 3, "[num_seqs, num_heads, head_dim]")
-    k_cache, v_cache = check_cache(k_cache, v_cache)
-    check_same("q, k_cache, v_cache", [q, k_cache, v_cache])
-    num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
-    if q.shape[2] != head_dim:
-        raise ValueError(f"q has head_dim {q.shape[2]} but k_cache has {head_dim}; they must match")
-    check_heads(q.shape[1], num_kv_heads, head_dim, kv_name="k_cache")
-    scale = check_scale(scale, head_dim)
-    num_seqs = q.shape[0]
-    block_tables = check_tensor("block_tables", block_tables, 2, "int32 [num_seqs, max_blocks_per_seq]")
-    seq_lens = check_tensor("seq_lens", seq_lens, 1, "int32 [num_seqs]")
-    for name, t in (("block_tables", block_tables), ("seq_lens", seq_lens)):
-        if t.dtype != torch.int32:
-            raise ValueError(f"{name} has dtype {t.dtype}; pass {name}.to(torch.int32)")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; move {name} to {q.device}")
-        if t.shape[0] != num_seqs:
-            raise ValueError(f"{name} has {t.shape[0]} rows but q has {num_seqs} sequences; give one row per sequence")
-    if num_seqs:
-        check_block_tables(block_tables, seq_lens, num_blocks, block_size)
-    backend = resolve_backend(backend, q.device)
-    if backend == "triton":
-        check_last_stride(q=q, k_cache=k_cache, v_cache=v_cache)
-    return scale, backend
 
 
 # ------------------------------------------------------------------------------------------- fp8 scales

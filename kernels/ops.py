@@ -6,7 +6,8 @@ can cause is a ValueError that names the bad value and the fix, raised here, bef
 neither backend ever sees malformed metadata (which on a GPU would mean silent out-of-bounds reads).
 
 Each kernel X has a Triton launcher `X_triton` in kernels/X.py and a plain-torch twin `X_torch` in
-kernels/X_torch.py (the CPU production path): varlen_attention, paged_varlen_attention, store_kv. The checks
+kernels/X_torch.py (the CPU production path): varlen_attention, paged_varlen_attention, store_kv;
+paged_attention, the decode-only API, is paged_varlen_attention with one query per sequence. The checks
 live in kernels/checks.py and kernels/checks_paged.py. Triton modules are imported lazily so this file works
 without triton installed.
 
@@ -16,6 +17,8 @@ those calls then only check, without reading the device, that they match the pla
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -31,9 +34,9 @@ from kernels.checks import (
     check_tensor,
     default_scale,
 )
-from kernels.checks_paged import StepCheck, check_paged, check_queries, check_step, check_store
+from kernels.checks_paged import StepCheck, check_int_tensor, check_queries, check_step, check_store
 from kernels.fp8 import FP8_DTYPE, calibrate_scale
-from kernels.paged_attention_torch import TokenSlots, paged_attention_torch, sparse_decode_applies
+from kernels.paged_decode_torch import sparse_decode_applies
 from kernels.paged_varlen_attention_torch import paged_varlen_attention_torch, paged_varlen_index
 from kernels.plan import AttentionPlan, TensorLayout, check_plan_attention, check_plan_store
 from kernels.store_kv_torch import store_kv_torch
@@ -137,29 +140,23 @@ def paged_attention(
     seq_lens: torch.Tensor,
     scale: float | None = None,
     backend: str = "auto",
-    index: TokenSlots | None = None,
-    *,
-    check: bool = True,
 ) -> torch.Tensor:
-    """Decode attention through block tables: q [num_seqs, Hq, D] -> [num_seqs, Hq, D].
+    """Decode attention through block tables, q [num_seqs, Hq, D] -> [num_seqs, Hq, D]: paged_varlen_attention
+    with one query per sequence (kept for callers of the decode-only API; there is no separate kernel).
 
-    Sequence i's token t lives in k_cache[block_tables[i, t // block_size], t % block_size]; only the first
-    seq_lens[i] tokens are read. A sequence with seq_lens 0 outputs zeros.
-
-    index: optional `token_slots(block_tables, seq_lens, block_size)` of this batch for the torch backend (a
-    model builds it once per step and shares it between its layers); the Triton kernel reads the tables itself.
-    check=False skips every input check and dispatches straight to the backend: only for a batch whose block
-    tables, lengths and cache layout an earlier call already validated; malformed inputs are then undefined.
+    Sequence i's one query is its last token and sees all of its seq_lens[i] keys; token t lives in
+    k_cache[block_tables[i, t // block_size], t % block_size]. A sequence with seq_lens 0 has no query and
+    outputs zeros. Reads seq_lens once to pack the queries, then validates like paged_varlen_attention.
     """
-    if check:
-        scale, backend = check_paged(q, k_cache, v_cache, block_tables, seq_lens, scale, backend)
-    else:
-        scale, backend = default_scale(scale, q.shape[2]), resolve_backend(backend, q.device)
-    if backend == "triton":
-        from kernels.paged_attention import paged_attention_triton
-
-        return paged_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, scale)
-    return paged_attention_torch(q, k_cache, v_cache, block_tables, seq_lens, scale, index=index)
+    q = check_tensor("q", q, 3, "[num_seqs, num_heads, head_dim]")
+    seq_lens = check_int_tensor("seq_lens", seq_lens, 1, "int32 [num_seqs]", q.device, q.shape[0])
+    lens = seq_lens.tolist()
+    live = [i for i, n in enumerate(lens) if n > 0]  # the others get no query (negative: refused below)
+    cu = torch.tensor([0, *itertools.accumulate(int(n > 0) for n in lens)], dtype=torch.int32, device=q.device)
+    rows = None if len(live) == len(lens) else torch.tensor(live, dtype=torch.long, device=q.device)
+    q_live = q if rows is None else q.index_select(0, rows)
+    out = paged_varlen_attention(q_live, k_cache, v_cache, cu, seq_lens, block_tables, 1, True, scale, None, backend)
+    return out if rows is None else out.new_zeros(q.shape[0], *out.shape[1:]).index_copy_(0, rows, out)
 
 
 # ------------------------------------------------------------------------------------------------ plan

@@ -8,7 +8,7 @@ lets the query at position p see keys p - W + 1 .. p. Inputs as validated by ker
 Torch has no attention op that reads through a block table, so each sequence's keys are gathered, but only the
 token range its queries can see (from its first query's window start to its last token: no unused slot, no
 block outside the window), then SDPA runs on the gathered rows:
-- decode rows (len_q = 1) without a window in the cache's own dtype go to kernels/paged_attention_torch.py's
+- decode rows (len_q = 1) without a window in the cache's own dtype go to kernels/paged_decode_torch.py's
   batched decode path (sparse ops that read the cache in place, in fp32 on CPU) in one call;
 - other decode rows are gathered into one padded [S, Lmax] batch under a key-padding mask, one SDPA;
 - sequences with several queries are grouped by (len_q, keys): each group is one gather and one SDPA under
@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from kernels.paged_attention_torch import TokenSlots, paged_attention_torch, token_slots
+from kernels.paged_decode_torch import TokenSlots, decode_attention, token_slots
 
 
 def key_start(seq_len: int, len_q: int, window: int | None) -> int:
@@ -107,24 +107,21 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, is_causal: bo
 
 
 class VarlenIndex(NamedTuple):
-    """One step's plan for paged_varlen_attention_torch. It depends only on the step's lengths and block tables,
-    not on the cache, so a model builds it once per step (`paged_varlen_index`) and every layer reuses it.
+    """One step's index for paged_varlen_attention_torch. It depends only on the step's lengths and block tables
+    and on which decode path the cache takes, so the step's plan builds it once (`paged_varlen_index`, inside
+    kernels.ops.plan_attention) and every layer reuses it.
 
-    starts_q / lens: cu_seqlens_q / seq_lens as Python lists; decode: the len_q = 1 sequences; groups:
-    (len_q, keys) -> [(sequence, first key)] of the others; decode_rows: their q rows (None when every
-    sequence decodes); decode_tables / decode_lens: their block-table rows and lengths; decode_slots: the
-    paged decode path's TokenSlots (full-precision cache, no window) or None; decode_tok / decode_mask: the
-    padded decode path's token positions [S, Lmax] and key-padding mask (None when built for the other path).
+    starts_q: cu_seqlens_q as a Python list; decode: the len_q = 1 sequences; groups: (len_q, keys) ->
+    [(sequence, first key)] of the others; decode_rows: the decode sequences' q rows (None when every sequence
+    decodes); decode_lens: their seq_lens; decode_slots: the paged decode path's TokenSlots (a full-precision
+    cache without a window) or None; decode_tok / decode_mask: the padded decode path's token positions
+    [S, Lmax] and key-padding mask (with a window or an fp8 cache; None otherwise).
     """
 
     starts_q: list[int]
-    lens: list[int]
-    block_size: int
-    window: int | None
     decode: list[int]
     groups: dict[tuple[int, int], list[tuple[int, int]]]
     decode_rows: torch.Tensor | None
-    decode_tables: torch.Tensor
     decode_lens: torch.Tensor
     decode_slots: TokenSlots | None
     decode_tok: torch.Tensor | None
@@ -145,7 +142,7 @@ def paged_varlen_index(
 
     Decode rows take the paged decode path (TokenSlots) without a window and with a full-precision cache, the
     padded gather (positions and mask) otherwise; heads (Hq, Hkv): build the decode path's sparse index for
-    those heads (kernels.ops.plan_attention passes them when the sparse path applies), None: its gather path."""
+    those heads (kernels.ops.plan_attention passes them where the sparse path applies), None: its gather path."""
     if host is None:
         values = torch.cat([cu_seqlens_q, seq_lens]).tolist()
         host = values[: cu_seqlens_q.numel()], values[cu_seqlens_q.numel() :]
@@ -168,7 +165,7 @@ def paged_varlen_index(
         tok, mask = _decode_positions(decode, lens, sliding_window, device)
     elif decode:
         slots = token_slots(tables, dlens, block_size, heads, [lens[i] for i in decode])
-    return VarlenIndex(starts, lens, block_size, sliding_window, decode, groups, rows, tables, dlens, slots, tok, mask)
+    return VarlenIndex(starts, decode, groups, rows, dlens, slots, tok, mask)
 
 
 def _decode_positions(decode: list[int], lens: list[int], window: int | None, device: torch.device):
@@ -215,9 +212,7 @@ def _attend_decode(q, k_cache, v_cache, block_tables, index: VarlenIndex, scale,
     """Every len_q = 1 sequence in one batched call; its one query sees its window (or all) of its keys."""
     qd = q if index.decode_rows is None else q.index_select(0, index.decode_rows)  # [S, Hq, D]
     if index.decode_slots is not None:  # no window, full-precision cache: the paged decode path
-        return paged_attention_torch(
-            qd, k_cache, v_cache, index.decode_tables, index.decode_lens, scale, index=index.decode_slots
-        )  # [S, Hq, D]
+        return decode_attention(qd, k_cache, v_cache, index.decode_slots, index.decode_lens, scale)  # [S, Hq, D]
     seqs = torch.tensor(index.decode, device=q.device)
     dtype = torch.float32 if k_scale is not None else q.dtype
     k = _dequant(_gather(k_cache, block_tables, seqs, index.decode_tok), k_scale, dtype)  # [S, max_k, Hkv, D]

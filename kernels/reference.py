@@ -127,42 +127,7 @@ def masked_attention_ref(
     return attention_ref(q, k, v, causal=False, scale=scale, mask=mask)
 
 
-# Paged references (block tables, slot mappings) follow below.
-
-
-def paged_slots(block_table: torch.Tensor, seq_len: int, block_size: int) -> list[int]:
-    """Physical slot of each of a sequence's `seq_len` tokens: token t lives in slot table[t // bs] * bs + t % bs."""
-    table = block_table.tolist()
-    return [table[t // block_size] * block_size + t % block_size for t in range(seq_len)]
-
-
-def paged_attention_ref(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """Decode attention over a paged cache (vLLM, Kwon et al., 2023), one sequence at a time.
-
-    q [num_seqs, Hq, D]; k_cache/v_cache [num_blocks, block_size, Hkv, D]; block_tables [num_seqs,
-    max_blocks_per_seq]; seq_lens [num_seqs]. Each sequence's keys are gathered token by token through its
-    block table into a contiguous [seq_len, Hkv, D] tensor, then `attention_ref` does the rest. Slots past
-    seq_len are never touched, and a sequence of length 0 outputs zeros.
-    """
-    num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
-    flat_k = k_cache.reshape(num_blocks * block_size, num_kv_heads, head_dim)  # [slots, Hkv, D]
-    flat_v = v_cache.reshape(num_blocks * block_size, num_kv_heads, v_cache.shape[-1])  # [slots, Hkv, Dv]
-    out = torch.zeros(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=q.dtype, device=q.device)
-    for i, seq_len in enumerate(seq_lens.tolist()):
-        if seq_len == 0:
-            continue
-        slots = torch.tensor(paged_slots(block_tables[i], seq_len, block_size), device=k_cache.device)
-        k = flat_k[slots]  # [seq_len, Hkv, D]
-        v = flat_v[slots]  # [seq_len, Hkv, Dv]
-        out[i] = attention_ref(q[i : i + 1], k, v, causal=False, scale=scale)[0]
-    return out
+# Paged references (slot mappings, fp8 scales, block tables) follow below.
 
 
 def store_kv_ref(

@@ -61,7 +61,8 @@ def kernel_costs(
 ) -> list[dict[str, float | str]]:
     """Time the engine's decode attention (ops.paged_varlen_attention, one query per sequence) per block size.
 
-    Each call also builds its gather index from the block table, as a decode step does once for its layers.
+    Each call also validates and plans the step (kernels.ops.plan_attention: its gather index from the block
+    table included), as a decode step does once for its layers.
     On a CPU the kernel runs on one thread and is charged its CPU time: a machine shared with other programs
     cannot give two cores' wall time steadily enough to tell block sizes apart. On a GPU: wall time, synced.
     Rows: block size, ms per call, ns per cached token, cost vs the fastest block size, vLLM's verdict.

@@ -1,10 +1,10 @@
 """The Triton kernels compiled, in bf16 and fp16 at serving shapes, against the fp32 references (CUDA only).
 
 Under TRITON_INTERPRET (CPU) the kernels upcast half-precision operands to fp32 first, because Triton 3.7's
-interpreter returns garbage from tl.dot on bf16, so the bf16/fp16 dots, the 128 x 64 tiles and the split-K
-decode never run on CPU. This file runs them compiled: head dim 128, GQA 32:8, sequences spanning several
-query and key tiles with len_k - len_q on and around tile edges, a paged decode over scattered blocks long
-enough to be split, and store_kv. bench/gpu_check.sh runs it as its own step; on CPU every test is skipped.
+interpreter returns garbage from tl.dot on bf16, so the bf16/fp16 dots and the 128 x 64 tiles never run on
+CPU. This file runs them compiled: head dim 128, GQA 32:8, sequences spanning several query and key tiles with
+len_k - len_q on and around tile edges, decode (paged varlen with one query per sequence) over scattered
+blocks up to 4099 tokens long, and store_kv. bench/gpu_check.sh runs it as its own step; on CPU every test is skipped.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from kernels.ops import paged_attention, store_kv, varlen_attention
-from kernels.reference import paged_attention_ref, store_kv_ref, varlen_attention_ref
+from kernels.reference import store_kv_ref, varlen_attention_ref
 from tests.conftest import DEVICE, requires_cuda
-from tests.kernels.test_paged_attention import make_paged
+from tests.kernels.test_paged_decode import decode_reference, decode_varlen, make_paged
 from tests.kernels.test_varlen_attention import make, tile_edge_cases
 
 pytestmark = requires_cuda
@@ -49,11 +49,13 @@ def test_varlen_compiled_half(dtype, causal):
 
 @pytest.mark.parametrize("dtype", HALF)
 def test_paged_decode_compiled_half(dtype):
-    lens = [1, 15, 16, 17, 63, 64, 65, 1000, 4099]  # block edges, tile edges (64) and split-K lengths
+    lens = [1, 15, 16, 17, 63, 64, 65, 1000, 4099, 0]  # block edges, tile edges (64), long contexts, empty
     q, kc, vc, bt, sl, _, _ = make_paged(lens, HEADS, KV_HEADS, HEAD_DIM, 16, dtype=dtype)
     out = paged_attention(q, kc, vc, bt, sl, backend="triton")
-    expected = paged_attention_ref(q.float(), kc.float(), vc.float(), bt, sl)
+    expected = decode_reference(q.float(), kc.float(), vc.float(), bt, sl).to(DEVICE)
     assert_half_close(out, expected, dtype)
+    varlen, live = decode_varlen(q, kc, vc, bt, sl, backend="triton")
+    assert torch.equal(varlen, out[live]) and not out[-1].any()
 
 
 @pytest.mark.parametrize("dtype", HALF)

@@ -2,9 +2,10 @@
 
 Hypothesis draws softmax scales from 1e-30 to 1e30, query / key / value magnitudes from tiny to near the
 dtype's limit (independently, so q . k can be modest while q alone is huge), fp32 / fp16 / bf16, GQA and MQA
-head layouts, causal and not, and the three attention entry points (varlen, paged decode, paged varlen, with
-and without a sliding window; the paged decode split-K path too). Wherever kernels/reference.py's output is
-finite, the torch backend's must be finite, inside the range of the values it averages, and, where the
+head layouts, causal and not, and the attention entry points (varlen, paged varlen with and without a sliding
+window, and decode through it: the decode-only wrapper and the torch decode helper's split-K path too).
+Wherever kernels/reference.py's output is finite, the torch backend's must be finite, inside the range of the
+values it averages, and, where the
 softmax is not chaotic (scale x |q| x |k| x head_dim small enough that one ulp of a score cannot flip which
 key wins), close to the reference. The NaN sources this guards: a score that overflows when q is scaled
 before the matmul (or after, where the reference scales after), `-inf - -inf` in a fully masked row, a
@@ -22,10 +23,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import kernels.paged_attention_torch as paged_torch
+import kernels.paged_decode_torch as decode_torch
 from kernels.ops import paged_attention, paged_varlen_attention, varlen_attention
-from kernels.reference import paged_attention_ref, paged_varlen_attention_ref, varlen_attention_ref
+from kernels.reference import paged_varlen_attention_ref, varlen_attention_ref
 from tests.conftest import DEVICE, TRITON_OK
+from tests.kernels.test_paged_decode import decode_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 TOLERANCES = {torch.float32: 2e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
@@ -156,7 +158,7 @@ def paged_inputs(c: dict, block_size: int, lens_q: list[int] | None = None, wind
 @given(case(max_len=20), st.sampled_from([1, 4, 8]))
 def test_paged_decode_torch_is_finite_where_the_reference_is(c, block_size):
     q, k_cache, v_cache, tables, lens, v_max = paged_inputs(c, block_size)
-    ref = paged_attention_ref(q, k_cache, v_cache, tables, lens, scale=c["scale"])
+    ref = decode_reference(q, k_cache, v_cache, tables, lens, scale=c["scale"])
     dev = [x.to(DEVICE) for x in (q, k_cache, v_cache, tables, lens)]
     out = paged_attention(*dev, scale=c["scale"], backend="torch").cpu()
     check_against(out, ref, v_max, c)
@@ -179,7 +181,7 @@ def test_paged_varlen_torch_is_finite_where_the_reference_is(c, block_size, wind
 
 @pytest.mark.parametrize("scale", [1e-30, 1e30])
 def test_split_k_merge_stays_finite_at_extreme_scales(scale):
-    """Long sequences through the split-K decode path (several 64-token chunks merged by log-sum-exp)."""
+    """Long bf16 decode rows through the split-K gather path (several 64-token chunks merged by log-sum-exp)."""
     c = {
         "dtype": torch.bfloat16,
         "heads": (4, 2),
@@ -192,8 +194,8 @@ def test_split_k_merge_stays_finite_at_extreme_scales(scale):
         "ties": False,
     }
     q, k_cache, v_cache, tables, lens, v_max = paged_inputs(c, 16)
-    ref = paged_attention_ref(q, k_cache, v_cache, tables, lens, scale=scale)
-    with mock.patch.object(paged_torch, "TORCH_CHUNK_BYTES", 1):
+    ref = decode_reference(q, k_cache, v_cache, tables, lens, scale=scale)
+    with mock.patch.object(decode_torch, "TORCH_CHUNK_BYTES", 1):
         out = paged_attention(q, k_cache, v_cache, tables, lens, scale=scale, backend="torch")
     check_against(out, ref, v_max, c)
 
@@ -242,7 +244,7 @@ TRITON_CASES = [
 def test_triton_is_finite_where_the_reference_is(c):
     run_varlen(c, "triton")
     q, k_cache, v_cache, tables, lens, v_max = paged_inputs(c, 4)
-    ref = paged_attention_ref(q, k_cache, v_cache, tables, lens, scale=c["scale"])
+    ref = decode_reference(q, k_cache, v_cache, tables, lens, scale=c["scale"])
     dev = [x.to(DEVICE) for x in (q, k_cache, v_cache, tables, lens)]
     check_against(paged_attention(*dev, scale=c["scale"], backend="triton").cpu(), ref, v_max, c)
     lens_q = [min(2, n) for n in c["lens"]]

@@ -103,7 +103,7 @@ PAGED_ERRORS = [
     ({"k_cache": torch.randn(6, 4, 16)}, "k_cache has shape .* must be 4-D"),
     ({"v_cache": torch.randn(6, 4, 1, 8)}, "k_cache has shape .* but v_cache"),
     ({"q": torch.randn(2, 4, 8, dtype=torch.float16)}, "dtypes"),
-    ({"q": torch.randn(2, 4, 8, device="meta")}, "devices"),
+    ({"q": torch.randn(2, 4, 8, device="meta")}, "seq_lens is on cpu but q is on meta"),
     ({"q": torch.randn(2, 4, 16)}, "q has head_dim 16 but k_cache has 8"),
     ({"q": torch.randn(2, 3, 8)}, "q has 3 heads but k_cache has 2"),
     ({"scale": float("inf")}, "scale=inf"),
@@ -114,11 +114,11 @@ PAGED_ERRORS = [
     ),
     ({"seq_lens": torch.tensor([9, 4])}, "seq_lens has dtype torch.int64"),
     ({"seq_lens": torch.tensor([9, 4], dtype=torch.int32, device="meta")}, "seq_lens is on meta but q is on cpu"),
-    ({"seq_lens": torch.tensor([9], dtype=torch.int32)}, "seq_lens has 1 rows but q has 2 sequences"),
-    ({"seq_lens": torch.tensor([9, -1], dtype=torch.int32)}, r"negative entry \(-1\)"),
+    ({"seq_lens": torch.tensor([9], dtype=torch.int32)}, "seq_lens has 1 rows but there are 2 sequences"),
+    ({"seq_lens": torch.tensor([9, -1], dtype=torch.int32)}, r"seq_lens\[1\] = -1 is negative"),
     (
         {"seq_lens": torch.tensor([13, 4], dtype=torch.int32)},
-        "seq_lens has 13 tokens but a block table row holds 3 blocks x 4 = 12 slots",
+        r"seq_lens\[0\] = 13 but a block table row holds 12 slots",
     ),
     (
         {"block_tables": torch.tensor([[5, 0, 6], [1, 3, 4]], dtype=torch.int32)},

@@ -383,5 +383,5 @@ def test_benchmark_smoke():
     record = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(record["kinds"]) == {"prefill_chunks", "decode", "mixed"}
     for entry in record["kinds"].values():
-        assert entry["max_abs_diff"] < 1e-4 and entry["vs_gather"] > 0
-    assert record["kinds"]["decode"]["len_q"] == [1, 1, 1] and "paged_decode_s" in record["kinds"]["decode"]
+        assert entry["max_abs_diff"] < 1e-4 and entry["vs_gather"] > 0 and entry["planned_vs_gather"] > 0
+    assert record["kinds"]["decode"]["len_q"] == [1, 1, 1] and "paged_varlen_planned_s" in record["kinds"]["decode"]

@@ -1,13 +1,15 @@
-"""Paged decode attention in plain torch: the CPU production path (and a fallback on any device).
+"""Decode rows of the paged varlen torch twin: one query per sequence over all of its paged keys, in plain torch.
 
-Same contract as kernels/paged_attention.py (PagedAttention, Kwon et al., SOSP 2023). Torch has no attention op
-that reads through a block table. In fp32 on CPU two sparse ops read the cache rows in place instead, nothing
-gathered: the scores are `torch.sparse.sampled_addmm` (one dot product per query row and token, at the
+A helper of kernels/paged_varlen_attention_torch.py (its decode rows: len_q = 1, no sliding window, a cache in
+q's dtype), not a kernel of its own. Torch has no attention op that reads through a block table
+(PagedAttention, Kwon et al., SOSP 2023). In fp32 on CPU two sparse ops read the cache rows in place instead,
+nothing gathered: the scores are `torch.sparse.sampled_addmm` (one dot product per query row and token, at the
 token's cache row) and the values' weighted sum is `F.embedding_bag` (mode "sum", the softmax weights as
 per-sample weights). K/V are never repeated for grouped-query attention (Ainslie et al., 2023): query head
 j of a KV group reads that group's rows. Other dtypes and devices gather K/V first, chunk by chunk when the
 batch is large, each chunk attended while still in cache and merged by its log-sum-exp (the split-K of
-flash-decoding, Dao et al., 2023).
+flash-decoding, Dao et al., 2023). What depends only on the step is a TokenSlots index (`token_slots`), built
+once per step inside the step's VarlenIndex.
 """
 
 from __future__ import annotations
@@ -62,22 +64,18 @@ class SparseIndex(NamedTuple):
 
 
 class TokenSlots(NamedTuple):
-    """Per-step gather index for paged decode: the same for every layer, so a caller can build it once.
+    """Per-step gather index of the decode rows: the same for every layer, so the step's plan builds it once.
 
-    slots  int64 [num_seqs, max_len]  cache slot of every token position (padding re-reads a real slot)
-    valid  bool  [num_seqs, max_len]  which positions hold a real token
+    slots  int64 [num_seqs, max_len]  cache slot of every token position (padding re-reads the first token)
     bias   float32 [num_seqs, 1, 1, max_len]  0 at real tokens, -inf at padding (SDPA's additive mask)
     max_len int                       max(seq_lens), the padded context length
-    any_empty bool                    some sequence has seq_len 0 (its output must be zeroed)
     block_size int                    the cache's block size the slots were computed for
-    sparse    SparseIndex | None      the sparse path's index, when built for a head layout (`heads`)
+    sparse    SparseIndex | None      the sparse path's index (built for a head layout: `heads`), else None
     """
 
     slots: torch.Tensor
-    valid: torch.Tensor
     bias: torch.Tensor
     max_len: int
-    any_empty: bool
     block_size: int
     sparse: SparseIndex | None = None
 
@@ -89,32 +87,27 @@ def token_slots(
     heads: tuple[int, int] | None = None,
     lens: list[int] | None = None,
 ) -> TokenSlots:
-    """The gather index of a decode batch (one device read of seq_lens unless `lens` holds them); reusable by
-    every layer. heads: the (Hq, Hkv) of the layers that will use it, to build the sparse path's index as well."""
+    """The gather index of a decode batch whose sequences all hold at least one token (one device read of
+    seq_lens unless `lens` holds them); reusable by every layer. heads: the (Hq, Hkv) of the layers that will
+    use it to build the sparse path's index too (kernels.ops.plan_attention passes them where
+    `sparse_decode_applies`); None: the gather path."""
     lens = seq_lens.tolist() if lens is None else lens
-    max_len, device = max(max(lens, default=0), 0), block_tables.device
+    max_len, device = max(lens), block_tables.device
     blocks = block_tables[:, : -(-max_len // block_size)].long() * block_size  # [S, blocks] first slot of each
     slots = (blocks[:, :, None] + torch.arange(block_size, device=device)).flatten(1)[:, :max_len]  # [S, max_len]
     valid = torch.arange(max_len, device=device) < seq_lens.long()[:, None]  # [num_seqs, max_len]
-    if min(lens, default=0) < max_len:
+    if min(lens) < max_len:
         # Positions past seq_len re-read the sequence's first token: a finite value that the mask then hides
-        # (a NaN under a -inf mask would still poison the softmax). Empty sequences read slot 0; the caller
-        # zeroes their output.
-        first = slots[:, :1] if min(lens) > 0 else torch.where(seq_lens[:, None] > 0, slots[:, :1], 0)  # [S, 1]
-        slots = torch.where(valid, slots, first)
+        # (a NaN under a -inf mask would still poison the softmax).
+        slots = torch.where(valid, slots, slots[:, :1])
     # The additive mask SDPA would otherwise build from `valid` in every call (i.e. in every layer).
     bias = torch.where(valid, 0.0, float("-inf"))[:, None, None, :]  # [S, 1, 1, max_len] float32
-    sparse = _sparse_index(slots, valid, bias, seq_lens, lens, heads) if heads is not None and max_len else None
-    return TokenSlots(slots, valid, bias, max_len, min(lens, default=0) <= 0, block_size, sparse)
+    sparse = _sparse_index(slots, bias, seq_lens, lens, heads) if heads is not None else None
+    return TokenSlots(slots, bias, max_len, block_size, sparse)
 
 
 def _sparse_index(
-    slots: torch.Tensor,
-    valid: torch.Tensor,
-    bias: torch.Tensor,
-    seq_lens: torch.Tensor,
-    lens: list[int],
-    heads: tuple[int, int],
+    slots: torch.Tensor, bias: torch.Tensor, seq_lens: torch.Tensor, lens: list[int], heads: tuple[int, int]
 ) -> SparseIndex:
     """The SparseIndex of token_slots' padded slots [S, max_len] for (Hq, Hkv) heads."""
     num_heads, num_kv_heads = heads
@@ -135,59 +128,36 @@ def _sparse_index(
         base = num_heads * (seq_lens.cumsum(0) - seq_lens)  # [S]: the first score of each sequence's rows
         row_start = base[:, None] + torch.arange(num_heads, device=device) * seq_lens[:, None]  # [S, Hq]
         crow = torch.cat([row_start.view(-1), torch.tensor([len(cols)], device=device)])
-        # Padded position (s, j, l) -> score row_start[s, j] + min(l, len_s - 1); an empty sequence's -> 0.
-        last = torch.minimum(torch.arange(max_len, device=device), seq_lens[:, None] - 1).clamp_(min=0)
-        first = torch.where(seq_lens[:, None] > 0, row_start, 0)  # [S, Hq]
-        pad = (first[:, :, None] + last[:, None, :]).view(-1)  # [R * max_len]
+        # Padded position (s, j, l) -> score row_start[s, j] + min(l, len_s - 1).
+        last = torch.minimum(torch.arange(max_len, device=device), seq_lens[:, None] - 1)  # [S, max_len]
+        pad = (row_start[:, :, None] + last[:, None, :]).view(-1)  # [R * max_len]
         row_bias = bias.view(num_seqs, 1, max_len)
     zeros = torch.zeros(cols.numel(), device=device)
     return SparseIndex(num_heads, num_kv_heads, crow, cols, zeros, rows.view(-1), offsets, pad, row_bias)
 
 
-def paged_attention_torch(
+def decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
+    index: TokenSlots,
     seq_lens: torch.Tensor,
     scale: float,
-    index: TokenSlots | None = None,
 ) -> torch.Tensor:
-    """Plain-torch paged decode attention (any device); inputs as validated by kernels.ops.paged_attention.
+    """One query per sequence, q [S, Hq, D], over all seq_lens[s] >= 1 of its paged keys -> [S, Hq, Dv].
 
-    `index`: optional `token_slots(block_tables, seq_lens, block_size)` of this very batch, built once per
-    step and shared by the layers (it only depends on the block tables and lengths, not on the cache).
+    index: `token_slots(block_tables, seq_lens, block_size, heads)` of these sequences; its sparse index (fp32
+    on CPU, see sparse_decode_applies) reads the cache in place, otherwise K/V are gathered (in chunks merged by
+    log-sum-exp when large).
     """
-    num_seqs, num_q_heads, head_dim = q.shape
-    _, block_size, num_kv_heads, _ = k_cache.shape
-    head_dim_v = v_cache.shape[-1]
-    sparse = use_sparse(q, k_cache, v_cache)
-    heads = (num_q_heads, num_kv_heads) if sparse else None
-    if index is None:
-        index = token_slots(block_tables, seq_lens, block_size, heads)
-    elif (
-        index.block_size != block_size
-        or index.slots.shape != (num_seqs, index.max_len)
-        or index.bias.shape != (num_seqs, 1, 1, index.max_len)
-    ):
-        raise ValueError(
-            f"index holds slots {tuple(index.slots.shape)} (block size {index.block_size}) for {num_seqs} "
-            f"sequences in blocks of {block_size}; build it with token_slots(block_tables, seq_lens, block_size) "
-            "of this batch"
-        )
-    elif sparse and index.max_len and (index.sparse is None or index.sparse[:2] != heads):
-        index = token_slots(block_tables, seq_lens, block_size, heads)  # built without (these) heads
-    max_len = index.max_len
-    if num_seqs == 0 or max_len == 0:
-        return torch.zeros(num_seqs, num_q_heads, head_dim_v, dtype=q.dtype, device=q.device)
-    if sparse:
-        out = _attend_sparse(q, k_cache, v_cache, index.sparse, scale)  # [S, Hq, Dv]
-    else:
-        out = _attend_by_gather(q, k_cache, v_cache, index, seq_lens, scale)
-    if not index.any_empty:
-        return out
-    # Empty sequences attended to nothing (and may have read a NaN slot): their output is zeros.
-    return torch.where(seq_lens[:, None, None] > 0, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    if index.sparse is not None:
+        if index.sparse.num_heads != q.shape[1]:
+            raise ValueError(
+                f"the decode index's sparse path was built for {index.sparse.num_heads} query heads but q has "
+                f"{q.shape[1]}; build it with token_slots(..., heads=(q.shape[1], num_kv_heads))"
+            )
+        return _attend_sparse(q, k_cache, v_cache, index.sparse, scale)  # [S, Hq, Dv]
+    return _attend_by_gather(q, k_cache, v_cache, index, seq_lens, scale)
 
 
 def _attend_by_gather(
@@ -211,7 +181,7 @@ def _attend_by_gather(
 
 
 def sparse_decode_applies(q_dtype: torch.dtype, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether decode takes the sparse path: fp32 on CPU (the dtype sampled_addmm and the embedding_bag fast
+    """Whether the decode rows take the sparse path: fp32 on CPU (the dtype sampled_addmm and the embedding_bag fast
     path cover) over caches with a flat [num_slots * Hkv, D] view."""
     return (
         k_cache.device.type == "cpu"
@@ -219,11 +189,6 @@ def sparse_decode_applies(q_dtype: torch.dtype, k_cache: torch.Tensor, v_cache: 
         and k_cache.is_contiguous()
         and v_cache.is_contiguous()
     )
-
-
-def use_sparse(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """sparse_decode_applies for q's dtype."""
-    return sparse_decode_applies(q.dtype, k_cache, v_cache)
 
 
 def _attend_sparse(
