@@ -116,7 +116,7 @@ show_chart(
         stats.padding_pct,
     ),
     (
-        f"Measured on this machine: one request of {lab.SWEEP_LONGEST} tokens and {lab.SWEEP_BATCH - 1} shorter ones. "
+        f"Measured on this machine: one request of {lab.SWEEP_LONGEST} tokens and {lab.SWEEP_SHORTER} shorter ones. "
         + (
             "Packed was not faster at any measured point. "
             if cross is None

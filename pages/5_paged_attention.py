@@ -117,8 +117,8 @@ if row.vllm_accepts != "yes":
     )
 st.markdown(
     f"With **{block_size}-token blocks**, only the last block of a sequence can be partly empty: at most "
-    f"{block_size - 1} idle slots per sequence, {row.internal_waste_pct:.2f}% of the allocated KV on this trace. "
-    f"A {max_context:,}-token sequence needs up to {row.table_width:,} table entries "
+    f"{row.max_idle_per_sequence} idle slots per sequence, {row.internal_waste_pct:.2f}% of the allocated KV on this "
+    f"trace. A {max_context:,}-token sequence needs up to {row.table_width:,} table entries "
     f"({row.table_bytes:,} bytes of int32 per sequence); the average request here ends with "
     f"{row.entries_per_sequence:.1f}."
 )

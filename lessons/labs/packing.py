@@ -33,6 +33,7 @@ MAX_HEATMAP = 256  # tokens per side of the drawn mask; larger masks are summari
 DEFAULT_LENGTHS = "50, 400, 30, 1000, 120, 7"  # the page's default batch: mixed traffic, 73% padding
 BASELINES = {True: "SDPA is_causal (no mask)", False: "SDPA + key-padding mask"}  # the fair padded side
 SWEEP_BATCH, SWEEP_LONGEST = 8, 256  # the sweep: one request of SWEEP_LONGEST tokens, the others shorter
+SWEEP_SHORTER = SWEEP_BATCH - 1  # the sweep's requests shorter than the longest, all of one length
 SWEEP_FRACTIONS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # padding fractions aimed at
 
 

@@ -50,6 +50,11 @@ class BlockSizeRow:
     tokens_per_s_free: float  # throughput if the kernel cost nothing extra per block
     tokens_per_s: float  # throughput with the kernel's cost charged to each step's KV reads
 
+    @property
+    def max_idle_per_sequence(self) -> int:
+        """The most slots a sequence can leave empty: all but one of its last block's."""
+        return self.block_size - 1
+
     def row(self) -> dict[str, Any]:
         """The sweep table's row (also what the block-size charts read)."""
         return {

@@ -62,6 +62,7 @@ def test_is_causal_on_right_padding_is_exact_on_real_rows():
 def test_sweep_lengths_hit_the_padding_fraction(fraction):
     lengths = lab.sweep_lengths(fraction)
     assert len(lengths) == lab.SWEEP_BATCH and max(lengths) == lengths[0] == lab.SWEEP_LONGEST
+    assert lengths[1:] == [lengths[1]] * lab.SWEEP_SHORTER  # the others: one shorter length
     assert lab.padding_stats(lengths).padding_fraction == pytest.approx(fraction, abs=0.005)
     with pytest.raises(ValueError, match="fraction"):
         lab.sweep_lengths(1.0)

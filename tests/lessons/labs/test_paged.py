@@ -33,6 +33,7 @@ def test_sweep_waste_falls_and_tables_grow_as_blocks_shrink(swept):
         assert r.table_width == -(-1024 // bs) and r.table_bytes == 4 * (-(-1024 // bs))
         assert r.utilization_pct + r.internal_waste_pct == pytest.approx(100.0)  # paged: no reserved / external
         assert r.vllm_accepts == paged_kernel.vllm_accepts(bs)
+        assert r.max_idle_per_sequence == bs - 1  # a last block holds at least one token
     assert swept.row(16).block_size == 16
     with pytest.raises(ValueError, match="block size 3"):
         swept.row(3)
