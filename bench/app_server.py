@@ -25,6 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
+APP_SCRIPT = ROOT / "app.py"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",  # CI containers run as root, where the sandbox cannot start
@@ -66,8 +67,9 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _spawn_app(port: int, data_dir: Path, log: Any, extra_env: dict[str, str] | None) -> subprocess.Popen:
-    """``streamlit run app.py`` on 127.0.0.1:``port``, output into the open file ``log``."""
+def _spawn_app(port: int, data_dir: Path, log: Any, extra_env: dict[str, str] | None, script: Path) -> subprocess.Popen:
+    """``streamlit run SCRIPT`` on 127.0.0.1:``port`` from the repository root (its .streamlit/config.toml),
+    output into the open file ``log``."""
     env = {**os.environ, "KVLAB_DATA_DIR": str(data_dir), **(extra_env or {})}
     env.pop("TRITON_INTERPRET", None)  # the app picks its backend like a normal run, not like pytest
     cmd = [
@@ -75,7 +77,7 @@ def _spawn_app(port: int, data_dir: Path, log: Any, extra_env: dict[str, str] | 
         "-m",
         "streamlit",
         "run",
-        "app.py",
+        str(script),
         "--server.headless",
         "true",
         "--server.port",
@@ -122,12 +124,14 @@ def running_app(
     timeout_s: float = 90.0,
     extra_env: dict[str, str] | None = None,
     info: dict[str, Any] | None = None,
+    script: Path = APP_SCRIPT,
 ):
-    """Start ``streamlit run app.py`` on a free loopback port; yield its base URL; stop it afterwards.
-
-    ``info``, when given, receives the server's ``pid`` (for CPU accounting).
+    """Start ``streamlit run app.py`` (or another ``script``) on a free loopback port; yield its base URL;
+    stop it afterwards. ``info``, when given, receives the server's ``pid`` (for CPU accounting).
     """
-    with running_apps(1, data_dir, log_path.parent, timeout_s, extra_env, log_names=[log_path.name]) as apps:
+    with running_apps(
+        1, data_dir, log_path.parent, timeout_s, extra_env, log_names=[log_path.name], script=script
+    ) as apps:
         if info is not None:
             info["pid"] = apps[0]["pid"]
         yield apps[0]["url"]
@@ -141,9 +145,11 @@ def running_apps(
     timeout_s: float = 120.0,
     extra_env: dict[str, str] | None = None,
     log_names: list[str] | None = None,
+    script: Path = APP_SCRIPT,
 ) -> Iterator[list[dict[str, Any]]]:
-    """Start ``count`` app servers at once, each on its own free loopback port; yield one dict per server
-    (``url``, ``port``, ``pid``, ``proc``, ``log``); stop them all afterwards (a killed one is just reaped)."""
+    """Start ``count`` servers of app.py (or another ``script``) at once, each on its own free loopback port;
+    yield one dict per server (``url``, ``port``, ``pid``, ``proc``, ``log``); stop them all afterwards (a
+    killed one is just reaped)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     names = log_names or [f"streamlit-{i}.log" for i in range(count)]
     procs: list[subprocess.Popen] = []
@@ -152,7 +158,7 @@ def running_apps(
             apps = []
             for i in range(count):
                 port, log_path = free_port(), log_dir / names[i]
-                proc = _spawn_app(port, data_dir, files.enter_context(open(log_path, "w")), extra_env)
+                proc = _spawn_app(port, data_dir, files.enter_context(open(log_path, "w")), extra_env, script)
                 procs.append(proc)
                 apps.append(
                     {"url": f"http://{HOST}:{port}", "port": port, "pid": proc.pid, "proc": proc, "log": log_path}
