@@ -1,12 +1,10 @@
-"""Run the real app for end-to-end checks: `streamlit run app.py` on free loopback ports, system Chromium,
-a throwaway PostgreSQL cluster and nginx in front of several replicas.
+"""Run the real app and its services on loopback for end-to-end checks: `streamlit run app.py` on free
+ports, a throwaway PostgreSQL cluster, and nginx with the project's config in front of several replicas.
 
-Shared by the browser tests (tests/browser/), the progress-store tests (tests/pg.py), the classroom load
-check (bench/classroom.py) and the replica check (bench/classroom_scale.py). The browser is Debian's
-``chromium`` driven by Playwright's Python package through ``executable_path``; Playwright never downloads
-a browser here. PostgreSQL and nginx are Debian's packages too (scripts/install_postgres.sh,
-scripts/install_nginx.sh). Everything binds to 127.0.0.1 only, and every context manager here stops what
-it started, also on an exception or Ctrl-C.
+Shared by the web load benchmarks (bench/app/), the browser and deployment tests (tests/browser/,
+tests/deploy/) and the progress-store tests (tests/pg.py). PostgreSQL and nginx are Debian's packages
+(scripts/install_postgres.sh, scripts/install_nginx.sh). Everything binds to 127.0.0.1 only, and every
+context manager here stops what it started, also on an exception or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -26,30 +24,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 APP_SCRIPT = ROOT / "app.py"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",  # CI containers run as root, where the sandbox cannot start
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",  # small /dev/shm in containers
-    # Many contexts in one browser: pages not in front must keep their timers (Streamlit debounces widget
-    # values with setTimeout; a throttled background page sends a slider move a minute late).
-    "--disable-background-timer-throttling",
-    "--disable-renderer-backgrounding",
-    "--disable-backgrounding-occluded-windows",
-]
-
-
-def find_chromium() -> str | None:
-    """Path of a system Chromium: $KVLAB_CHROMIUM, else chromium / chromium-browser on PATH."""
-    for name in (os.environ.get("KVLAB_CHROMIUM"), "chromium", "chromium-browser"):
-        if name and (path := shutil.which(name)):
-            return path
-    return None
 
 
 def free_port() -> int:
@@ -424,19 +398,6 @@ def _port_open(port: int) -> bool:
         return s.connect_ex((HOST, port)) == 0
 
 
-@contextlib.contextmanager
-def chromium_browser(executable: str) -> Iterator[Any]:
-    """A headless Chromium (Playwright sync API) from ``executable``; closed afterwards."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds used so far by process ``pid`` (all its threads); None off Linux."""
     try:
@@ -444,54 +405,3 @@ def process_cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime in clock ticks
-
-
-APP_IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"][data-test-connection-state="CONNECTED"]'
-
-
-def wait_for_app(page: Any, timeout_ms: float = 60_000) -> None:
-    """Wait until the app is connected and its script run has finished (Streamlit's own e2e signal)."""
-    page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
-    # A rerun triggered by the last widget event may start just after; settle for a moment.
-    page.wait_for_timeout(150)
-    page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
-
-
-# Counts finished script runs: the app element's script state flips to "notRunning" after every run.
-RUN_COUNTER_JS = """
-() => {
-  window.__kvRuns = 0;
-  const attr = 'data-test-script-state';
-  const watch = () => {
-    const app = document.querySelector('[data-testid="stApp"]');
-    if (!app) { setTimeout(watch, 20); return; }
-    // Records arrive batched: rebuild the sequence of states from their old values so a run that
-    // starts and ends within one batch is still counted.
-    new MutationObserver((records) => {
-      const states = records.map((r) => r.oldValue).concat([app.getAttribute(attr)]);
-      for (let i = 1; i < states.length; i++) {
-        if (states[i] === 'notRunning' && states[i - 1] !== 'notRunning') window.__kvRuns += 1;
-      }
-    }).observe(app, {attributes: true, attributeOldValue: true, attributeFilter: [attr]});
-  };
-  watch();
-}
-"""
-
-
-def slider_input(page: Any, label_prefix: str) -> Any:
-    """The keyboard-focusable range input of the slider whose label starts with ``label_prefix``."""
-    return page.locator(f'[data-testid="stSlider"]:has-text("{label_prefix}") input[type="range"]').first
-
-
-def metric_value(page: Any, label_prefix: str) -> str:
-    """Displayed value of the st.metric whose label contains ``label_prefix``."""
-    return page.locator(
-        f'[data-testid="stMetric"]:has-text("{label_prefix}") [data-testid="stMetricValue"]'
-    ).first.inner_text()
-
-
-def error_texts(page: Any) -> list[str]:
-    """Texts of exception and st.error elements on the page (empty when the page is healthy)."""
-    loc = page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]')
-    return [loc.nth(i).inner_text()[:300] for i in range(loc.count())]

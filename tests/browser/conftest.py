@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.app_server import ROOT, RUN_COUNTER_JS, chromium_browser, find_chromium, running_app, wait_for_app
-from bench.st_client import RUNS_FINISHED_JS
+from bench.app.browser import RUNS_FINISHED_JS, find_chromium
+from bench.app_server import ROOT, running_app
+from tests.browser.helpers import chromium_browser, wait_for_app
 
 ARTIFACTS = ROOT / "test-artifacts"
 SHOTS = ARTIFACTS / "screenshots"
@@ -79,7 +80,6 @@ def page(browser, app_url: str):
     """A new browser context (its own Streamlit session) already showing the app's home page."""
     context = browser.new_context(viewport=VIEWPORT, base_url=app_url)
     context.set_default_timeout(30_000)
-    context.add_init_script(f"({RUN_COUNTER_JS})()")  # window.__kvRuns: runs seen in stApp's script state
     context.add_init_script(f"({RUNS_FINISHED_JS})()")  # window.__kvFinished: runs seen on the websocket
     pg = context.new_page()
     pg.goto("/")

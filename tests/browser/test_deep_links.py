@@ -7,10 +7,10 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from bench.app_server import error_texts, metric_value, running_app, slider_input
-from bench.st_client import RUNS_FINISHED_JS
+from bench.app.browser import RUNS_FINISHED_JS
+from bench.app_server import running_app
 from tests.browser.conftest import ARTIFACTS, VIEWPORT
-from tests.browser.helpers import press_and_wait, wait_for_runs
+from tests.browser.helpers import error_texts, metric_value, press_and_wait, slider_input, wait_for_runs
 
 pytestmark = pytest.mark.browser
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.app_server import error_texts, wait_for_app
-from tests.browser.helpers import press_and_wait
+from tests.browser.helpers import error_texts, press_and_wait, wait_for_app
 
 pytestmark = pytest.mark.browser
 FIXTURES = Path(__file__).parents[1] / "lessons" / "diagnosis" / "fixtures"

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 
-from bench import st_learner
+from bench.app.client import StreamlitSession
 from ui.page import PAGE_FAILED
 
 pytestmark = pytest.mark.browser
@@ -27,13 +27,13 @@ def _forge(kind: str, widget_id: str) -> WidgetState:
     return state
 
 
-async def _forged_runs(port: int) -> list[tuple[str, list[str], list[str], list[str]]]:
+async def _forged_runs(url: str) -> list[tuple[str, list[str], list[str], list[str]]]:
     found = []
-    async with st_learner.LearnerSession(port, timeout_s=120) as session:
+    async with StreamlitSession(url, timeout_s=120) as session:
         await session.run("")
         for route, kind, key in (("gqa", "selectbox", "gqa_model"), ("paged_attention", "slider", "paged_block")):
             page = await session.run(route)
-            widget_id = next(w.id for k, w in page.raw_widgets if k == kind and w.id.endswith("-" + key))
+            widget_id = next(w.id for k, w in page.widgets if k == kind and w.id.endswith("-" + key))
             forged = await session.run(route, [_forge(kind, widget_id)])
             again = await session.run(route)  # the session goes on (a fresh page run, default widgets)
             bodies = [body for fmt, body in forged.alerts if fmt == "ERROR"]
@@ -41,29 +41,10 @@ async def _forged_runs(port: int) -> list[tuple[str, list[str], list[str], list[
     return found
 
 
-@pytest.fixture
-def raw_widgets(monkeypatch):
-    """Record every widget proto (the protocol client keeps only text inputs, buttons and radios)."""
-    original = st_learner.collect
-
-    def collect(element, in_sidebar, shown):
-        kind = element.WhichOneof("type")
-        if kind in ("selectbox", "slider"):
-            shown.__dict__.setdefault("raw_widgets", []).append((kind, getattr(element, kind)))
-        if kind == "exception":
-            shown.__dict__.setdefault("exceptions", []).append(element.exception.message)
-        original(element, in_sidebar, shown)
-
-    monkeypatch.setattr(st_learner, "collect", collect)
-    monkeypatch.setattr(st_learner.Shown, "raw_widgets", (), raising=False)
-    monkeypatch.setattr(st_learner.Shown, "exceptions", (), raising=False)
-
-
-def test_forged_widget_values_get_the_clear_message(app_url, raw_widgets):
-    port = int(app_url.rstrip("/").rsplit(":", 1)[1])
+def test_forged_widget_values_get_the_clear_message(app_url):
     # In a thread of its own: the other browser tests' sync Playwright may leave an event loop on this one.
     with ThreadPoolExecutor(1) as pool:
-        runs = pool.submit(asyncio.run, _forged_runs(port)).result()
+        runs = pool.submit(asyncio.run, _forged_runs(app_url)).result()
     for route, errors, exceptions, later in runs:
         assert not exceptions and not later, (route, exceptions, later)  # no stopped page
         assert PAGE_FAILED in errors, (route, errors)

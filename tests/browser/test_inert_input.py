@@ -9,8 +9,7 @@ from urllib.parse import urlencode, urlparse
 
 import pytest
 
-from bench.app_server import error_texts, wait_for_app
-from tests.browser.helpers import press_and_wait, wait_for_runs
+from tests.browser.helpers import error_texts, press_and_wait, wait_for_app, wait_for_runs
 from ui.links import SPECS
 
 pytestmark = pytest.mark.browser

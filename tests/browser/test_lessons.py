@@ -12,8 +12,7 @@ import re
 
 import pytest
 
-from bench.app_server import error_texts, metric_value, slider_input, wait_for_app
-from tests.browser.helpers import press_and_wait
+from tests.browser.helpers import error_texts, metric_value, press_and_wait, slider_input, wait_for_app
 
 pytestmark = pytest.mark.browser
 
@@ -112,19 +111,18 @@ def test_playground_generates_text(page, shoot):
 
 
 def test_protocol_client_moves_sliders_like_a_browser(app_url):
-    # bench.classroom's browserless client must drive the same app state as the keyboard does.
+    # bench.app.classroom's browserless client must drive the same app state as the keyboard does.
     import asyncio
     import concurrent.futures
 
-    from bench.st_client import StreamlitSession, slider_position
+    from bench.app.client import StreamlitSession, slider_position, slider_value
 
     async def scenario() -> tuple[str, str, list[str]]:
         async with StreamlitSession(app_url, timeout_s=120) as session:
             first = await session.run("gqa")
             slider = next(s for label, s in first.sliders.items() if label.startswith("KV groups G"))
             pos, low, _, step = slider_position(slider)
-            session.set_slider(slider, pos - step)  # 8 KV heads -> 4
-            second = await session.run("gqa")
+            second = await session.run("gqa", [slider_value(slider, pos - step)])  # 8 KV heads -> 4
             kv = [next(v for k, v in r.metrics.items() if k.startswith("KV per token")) for r in (first, second)]
             return kv[0], kv[1], first.errors + second.errors
 

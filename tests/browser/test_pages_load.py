@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from bench.app_server import error_texts, wait_for_app
+from tests.browser.helpers import error_texts, wait_for_app
 
 pytestmark = pytest.mark.browser
 

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from bench.app_server import error_texts, wait_for_app
+from tests.browser.helpers import error_texts, wait_for_app
 
 pytestmark = pytest.mark.browser
 

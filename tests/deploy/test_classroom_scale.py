@@ -1,4 +1,4 @@
-"""The classroom deployment on real components (bench/classroom_scale.py): PostgreSQL, app replicas and nginx
+"""The classroom deployment on real components (bench/app/classroom_scale.py): PostgreSQL, app replicas and nginx
 with deploy/nginx.conf on loopback; one replica is killed mid-run and no saved progress may be lost.
 
 Needs Debian's postgresql and nginx (scripts/install_postgres.sh, scripts/install_nginx.sh): without them
@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from bench.app.classroom_scale import Learner, lost_in_database, plan, run_scale
 from bench.app_server import NGINX_SITE, fill_nginx_template, find_nginx, loopback_nginx_conf
-from bench.classroom_scale import Learner, lost_in_database, plan, run_scale
 from progress.store import ProgressStore
 from tests.pg import require_nginx, require_postgres
 

@@ -1,12 +1,13 @@
 """Classroom at scale on real components: app replicas behind nginx on one PostgreSQL; one replica dies mid-run.
 
-`python -m bench.classroom_scale --json` starts, all on 127.0.0.1: a throwaway PostgreSQL cluster
+`python -m bench.app.classroom_scale --json` starts, all on 127.0.0.1: a throwaway PostgreSQL cluster
 (Debian's package), `--replicas` app servers (`streamlit run app.py`, each its own process and port,
 all pointed at that database with one cookie secret, as in compose.yaml) and nginx with the project's
 sticky-session config (deploy/nginx.conf, rendered for loopback by bench/app_server.py). Then
-`--learners` protocol clients (bench/st_learner.py: a browser's messages, cookie and Host/Origin)
-join over a few seconds; each signs in with a name, a class code and a passphrase (pairs of learners
-share a name in two classes; the first sign-in sets the passphrase, the one after a reconnect gives it),
+`--learners` protocol clients (bench/app/client.py: a browser's messages, the site's name as Host and
+Origin as a browser on the classroom's DNS name sends them, the balancer's cookie kept) join over a few
+seconds; each signs in with a name, a class code and a passphrase (pairs of learners share a name in
+two classes; the first sign-in sets the passphrase, the one after a reconnect gives it),
 opens three lessons and answers up to three check questions on each, reading the page for a moment
 (`--think`) between actions. An action counts as *saved* only when the page that answered showed it:
 the sidebar's lesson tick for a visit, the check's feedback for an answer, while signed in and with no
@@ -46,10 +47,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from bench.app.classroom import percentile
+from bench.app.client import PageRun, StreamlitSession, choose, click, radio_value, text_value
 from bench.app_server import nginx_balancer, postgres_cluster, process_cpu_seconds, running_apps
-from bench.classroom import percentile
 from bench.harness import emit, env_info, log, parser, save
-from bench.st_learner import LearnerSession, Shown, choose, click, radio_value, text_value
 from lessons import quizzes
 from progress.store import ProgressStore
 from ui.course import page
@@ -59,6 +60,7 @@ LESSON_ROTATION = ("gqa", "paged", "fragmentation", "golden_rules", "bandwidth")
 LESSONS_PER_LEARNER, MAX_ANSWERS_PER_PAGE = 3, 3
 NOT_SAVED_MARKS = ("session only", "not saved", "could not be saved")  # ui/signin.py's fallback wording
 DISCONNECT_NAMES = ("ConnectionClosed", "ConnectionClosedError", "ConnectionClosedOK", "InvalidStatus")  # websockets
+SITE_NAME = "kvlab.test"  # the name the learners' browsers use for the balancer; only its 127.0.0.1 port is dialled
 
 
 @dataclass
@@ -71,7 +73,7 @@ class Learner:
     steps: list[tuple[str, str, str]]  # ("visit", page id, "") or ("answer", page id, question id)
     rng: random.Random
     passphrase: str = "a learner's passphrase"  # the first sign-in sets it, later ones must give it
-    cookie: str | None = None
+    cookies: dict[str, str] = field(default_factory=dict)  # what the balancer set (its sticky-session cookie)
     upstreams: list[str] = field(default_factory=list)  # replica of each session, in order
     saved_visits: set[str] = field(default_factory=set)  # what the learner saw saved
     saved_answers: dict[str, str] = field(default_factory=dict)
@@ -87,7 +89,8 @@ class Classroom:
     """The run's shared state: the learners, the services and the kill."""
 
     learners: list[Learner]
-    balancer_port: int
+    balancer_url: str
+    site: str  # the Host (and Origin) the learners' browsers send: SITE_NAME and the balancer's port
     apps: list[dict[str, Any]]
     think_s: float
     step_timeout_s: float
@@ -110,7 +113,7 @@ def plan(idx: int) -> Learner:
     return Learner(idx, f"learner {idx // 2}", f"class-{'ab'[idx % 2]}", steps, random.Random(idx), f"passphrase {idx}")
 
 
-def not_saved_note(shown: Shown) -> str | None:
+def not_saved_note(shown: PageRun) -> str | None:
     """The page's 'progress is not saved' note, if it showed one."""
     for text in [*shown.texts, *(body for _, body in shown.alerts)]:
         if any(mark in text for mark in NOT_SAVED_MARKS):
@@ -118,7 +121,7 @@ def not_saved_note(shown: Shown) -> str | None:
     return None
 
 
-def lesson_row(shown: Shown, pid: str) -> dict[str, Any] | None:
+def lesson_row(shown: PageRun, pid: str) -> dict[str, Any] | None:
     """The sidebar progress table's row of lesson ``pid`` (ui/progress.py: progress_rows)."""
     from lessons import content
 
@@ -130,7 +133,7 @@ def lesson_row(shown: Shown, pid: str) -> dict[str, Any] | None:
     return None
 
 
-async def sign_in(session: LearnerSession, learner: Learner) -> Shown:
+async def sign_in(session: StreamlitSession, learner: Learner) -> PageRun:
     """Open the course and submit the sidebar's sign-in form; ValueError unless it says signed in and saving."""
     home = await session.run("")
     form = [
@@ -148,7 +151,7 @@ async def sign_in(session: LearnerSession, learner: Learner) -> Shown:
     return shown
 
 
-def route_of(session: LearnerSession, pid: str) -> str:
+def route_of(session: StreamlitSession, pid: str) -> str:
     """URL path of course page ``pid`` from the app's own navigation (title -> url_pathname)."""
     title = page(pid).title
     if title not in session.pages:
@@ -156,7 +159,7 @@ def route_of(session: LearnerSession, pid: str) -> str:
     return session.pages[title]
 
 
-async def do_step(session: LearnerSession, learner: Learner, step, on_page: dict[str, Any]) -> None:
+async def do_step(session: StreamlitSession, learner: Learner, step, on_page: dict[str, Any]) -> None:
     """Perform one planned action and record it as saved if the page showed it saved; ValueError otherwise."""
     kind, pid, qid = step
     route = route_of(session, pid)
@@ -188,7 +191,7 @@ async def do_step(session: LearnerSession, learner: Learner, step, on_page: dict
     on_page["shown"] = shown
 
 
-def check_page(shown: Shown, what: str) -> None:
+def check_page(shown: PageRun, what: str) -> None:
     """ValueError on an exception, st.error or a 'not saved' note on the page."""
     if shown.errors:
         raise ValueError(f"{what}: {shown.errors[0]}")
@@ -196,7 +199,7 @@ def check_page(shown: Shown, what: str) -> None:
         raise ValueError(f"{what}: {note}")
 
 
-async def verify_restored(session: LearnerSession, learner: Learner, signed_in: Shown) -> None:
+async def verify_restored(session: StreamlitSession, learner: Learner, signed_in: PageRun) -> None:
     """After a reconnect: every saved tick in the sidebar, every saved answer selected on its page."""
     missing = [
         f"tick {pid}"
@@ -228,9 +231,9 @@ async def learner_task(room: Classroom, learner: Learner, delay_s: float) -> Non
     for _attempt in range(2):
         replica = "?"
         try:
-            async with LearnerSession(room.balancer_port, learner.cookie, room.step_timeout_s) as session:
+            async with StreamlitSession(room.balancer_url, room.site, learner.cookies, room.step_timeout_s) as session:
                 replica = session.upstream or "?"
-                learner.cookie = session.cookie
+                learner.cookies = session.cookies
                 learner.upstreams.append(replica)
                 room.connected.setdefault(replica, set()).add(learner.idx)
                 try:
@@ -282,7 +285,7 @@ async def killer(room: Classroom) -> None:
 async def warm_up(apps: list[dict[str, Any]]) -> None:
     """Untimed: each replica imports the engine and fills its caches once (a teacher opened it), directly."""
     for app in apps:
-        async with LearnerSession(app["port"], timeout_s=240) as s:
+        async with StreamlitSession(app["url"], timeout_s=240) as s:
             await s.run("")
             for pid in LESSON_ROTATION:
                 await s.run(route_of(s, pid))
@@ -397,7 +400,8 @@ def run_scale(
             with nginx_balancer([a["port"] for a in apps]) as lb:
                 roster = [plan(i) for i in range(learners)]
                 total = sum(len(lr.steps) for lr in roster)
-                room = Classroom(roster, lb["port"], apps, think_s, step_timeout_s, max(1, int(kill_at * total)))
+                site = f"{SITE_NAME}:{lb['port']}"
+                room = Classroom(roster, lb["url"], site, apps, think_s, step_timeout_s, max(1, int(kill_at * total)))
                 log(f"classroom_scale: nginx on port {lb['port']}; {learners} learners, {total} actions")
                 timed_out = False
                 try:

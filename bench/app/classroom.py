@@ -1,10 +1,10 @@
 """Classroom load check: N learners at once against one KV Lab server on loopback.
 
-`python -m bench.classroom --json` starts `streamlit run app.py` on a free 127.0.0.1 port and runs
+`python -m bench.app.classroom --json` starts `streamlit run app.py` on a free 127.0.0.1 port and runs
 the same scripted lesson path in N sessions at once (joining over a few seconds, after one untimed
 warm-up visit): open a calculator page, then move its main slider several times, pausing --think
 seconds to read as a learner does, timing each move → re-run finished. By default the sessions are
-bench/st_client.py clients speaking the app's websocket protocol (the same protobuf messages a browser
+bench/app/client.py clients speaking the app's websocket protocol (the same protobuf messages a browser
 sends): the server's cost alone, as in a classroom where every learner has their own computer.
 `--client browser` uses N contexts of one headless system Chromium driven by the keyboard instead;
 their rendering shares the server's CPUs, so on 2 cores use a handful of sessions. `--think 0` is a
@@ -12,7 +12,7 @@ stress test (everyone moves again at once).
 Reports p50/p95/max page-update latency and every error (timeouts, exception or st.error elements).
 A move's commit is checked, not assumed: it counts as lost (`lost_commits`, also an error) when no script
 run finishes after the key press, or when the run that finishes shows another slider value. Browser
-sessions see a run finish by its `script_finished` frame on the websocket (bench/st_client.py's
+sessions see a run finish by its `script_finished` frame on the websocket (bench/app/browser.py's
 RUNS_FINISHED_JS); stApp's script-state attribute misses runs whose messages React renders in one batch.
 docs/BENCHMARKS.md target on the 2-core CPU: 0 errors, p95 <= 2,000 ms for 20 sessions (not asserted).
 
@@ -32,16 +32,10 @@ import threading
 import time
 from pathlib import Path
 
-from bench.app_server import (
-    APP_IDLE,
-    CHROMIUM_ARGS,
-    RUN_COUNTER_JS,
-    find_chromium,
-    process_cpu_seconds,
-    running_app,
-)
+from bench.app.browser import APP_IDLE, CHROMIUM_ARGS, RUNS_FINISHED_JS, find_chromium
+from bench.app.client import StreamlitSession, slider_position, slider_value
+from bench.app_server import process_cpu_seconds, running_app
 from bench.harness import emit, env_info, log, parser, save
-from bench.st_client import RUNS_FINISHED_JS, StreamlitSession, slider_position
 
 MAX_SESSIONS, MAX_MOVES = 100, 20
 # Lesson path: (URL path, label prefix of the slider to move). Calculator pages only.
@@ -52,6 +46,27 @@ CLIENT_NOTES = {
 }
 SLIDER_SEL = '[data-testid="stSlider"]:has-text("{label}") input[type="range"]'
 ERRORS_SEL = '[data-testid="stException"], [data-testid="stAlertContentError"]'
+# The earlier detector, kept to count the runs it misses (`runs_unseen_by_dom`): window.__kvRuns counts the
+# flips of stApp's script state to "notRunning" (see RUNS_FINISHED_JS for why that misses some runs).
+RUN_COUNTER_JS = """
+() => {
+  window.__kvRuns = 0;
+  const attr = 'data-test-script-state';
+  const watch = () => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    if (!app) { setTimeout(watch, 20); return; }
+    // Records arrive batched: rebuild the sequence of states from their old values so a run that
+    // starts and ends within one batch is still counted.
+    new MutationObserver((records) => {
+      const states = records.map((r) => r.oldValue).concat([app.getAttribute(attr)]);
+      for (let i = 1; i < states.length; i++) {
+        if (states[i] === 'notRunning' && states[i - 1] !== 'notRunning') window.__kvRuns += 1;
+      }
+    }).observe(app, {attributes: true, attributeOldValue: true, attributeFilter: [attr]});
+  };
+  watch();
+}
+"""
 
 
 async def value_changed(thumb, old: str, wait_s: float = 5.0) -> bool:
@@ -201,8 +216,7 @@ async def protocol_learner(url: str, idx: int, path, moves: int, timeout_ms: flo
                     await think(out, idx, move)
                     direction = -1 if pos >= high else 1 if pos <= low else direction
                     pos += direction * step
-                    session.set_slider(slider, pos)
-                    res = await session.run(route)
+                    res = await session.run(route, [slider_value(slider, pos)])
                     shown = next((s for text, s in res.sliders.items() if text.startswith(label)), None)
                     # The server sends a slider's value only when it overrides the client's (set_value);
                     # an override to another value, or no slider at all, loses the learner's move.

@@ -10,7 +10,7 @@ calculator / simulator pages <= 100 ms, engine-backed pages <= 1,000 ms on a 2-c
 The playground needs a model: the demo weights when installed, else a tiny random Llama folder written to a
 temporary directory (recorded in `setup`). Its main widget is the scheduler-step slider over a finished run.
 
-Run: python -m bench.app_latency --json [--save]
+Run: python -m bench.app.latency --json [--save] (results keep the name app_latency)
 """
 
 from __future__ import annotations
