@@ -7,7 +7,8 @@ calls (`plan=`), which then only check, without reading the device, that they we
 metadata tensors and a cache, q and scales of the layout the plan was validated for (`check_plan_store`,
 `check_plan_attention`). For the torch backend the plan also holds the step's `VarlenIndex` (the grouping of
 the sequences and the decode rows' gather index), so no layer rebuilds it; the Triton kernels read the
-metadata themselves. A plan holds no cache and no values, only tensors of the step it was built for.
+metadata themselves. A plan holds no cache: only the step's own tensors, what its validation read from them
+and the layouts it checked.
 """
 
 from __future__ import annotations
