@@ -9,8 +9,8 @@ from urllib.parse import urlencode, urlparse
 
 import pytest
 
+from lessons.links import SPECS
 from tests.browser.helpers import error_texts, press_and_wait, wait_for_app, wait_for_runs
-from ui.links import SPECS
 
 pytestmark = pytest.mark.browser
 
