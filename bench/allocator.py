@@ -98,7 +98,13 @@ def manager_sequences(manager: BlockManager, prompts: list[list[int]], block_siz
     seqs = [Sequence(i, p, block_size=block_size) for i, p in enumerate(prompts)]
     hits = 0
     for seq in seqs:
-        hits += manager.allocate_sequence(seq)
+        got = manager.allocate_slots(seq)
+        if got is None:
+            raise ValueError(
+                f"a pool of {manager.num_blocks} blocks cannot hold all {len(seqs)} prompts at once; raise "
+                f"--num-blocks or lower --num-seqs / --seq-len"
+            )
+        hits += got.num_cached_tokens
         seq.num_computed_tokens = seq.num_tokens
         manager.cache_computed_blocks(seq)
     for seq in seqs:

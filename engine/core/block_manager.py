@@ -1,29 +1,73 @@
 """Per-sequence block tables over a `BlockAllocator`: admission, growth, prefix hits, copy-on-write.
 
-Follows PagedAttention (Kwon et al., SOSP 2023) as nano-vllm's `BlockManager` and vLLM v1's `KVCacheManager`
+Follows PagedAttention (Kwon et al., SOSP 2023) as nano-vllm's `BlockManager` and vLLM V1's `KVCacheManager`
 implement it: a sequence's `block_table` maps logical block i (tokens i*block_size .. (i+1)*block_size - 1)
-to a physical block (`engine.core.kv_cache.slots_of` gives its cache slots). Query / mutate pairs:
-`can_allocate` / `allocate_sequence` (admit, reusing cached prefix blocks), `can_append` / `append_slots`
-(returns the copy-on-write (src, dst) block copies to make first); a mutation that cannot fit raises
-OutOfBlocksError and changes nothing. The caller advances seq.num_computed_tokens; the manager never does.
-With a sliding window (engine/core/sliding_window.py) admission and growth first free the blocks no query
-of the sequence can see any more; their table entries become `FREED`. Snapshots and usage numbers are
-engine/core/block_usage.py.
+to a physical block. One call gives a step what it needs: `allocate_slots(seq, num_new_tokens)` admits a
+sequence that holds no blocks (reusing its cached prefix blocks) or grows one that does (copy-on-write of
+the shared blocks it will write into, new blocks at the end), and returns a `SlotAllocation` saying what it
+did, or None, having changed nothing, when the pool cannot give all of it. Queries (`can_allocate`,
+`num_cached_prefix_tokens`, `snapshot`, `usage`) change nothing. The caller advances
+seq.num_computed_tokens after the step; the manager sets it only at admission, to the prefix hit.
+With a sliding window (engine/core/sliding_window.py) an allocation counts the blocks no query of the
+sequence can see any more as free, and frees them (their table entries become `FREED`) only if it goes
+ahead. Snapshots and usage numbers are engine/core/block_usage.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from engine.core.admission import fits
 from engine.core.block_allocator import BlockAllocator, OutOfBlocksError, compute_block_hash
 from engine.core.block_usage import BlockInfo, BlockUsage, pool_usage, snapshot_blocks
 from engine.core.sequence import Sequence
-from engine.core.sliding_window import FREED, free_outside_window
+from engine.core.sliding_window import FREED, first_needed_block, skipped_blocks
 
-__all__ = ["BlockInfo", "BlockManager", "BlockUsage", "FREED"]
+__all__ = ["BlockManager", "SlotAllocation"]
 
 FullBlock = tuple[int, int, tuple[int, ...]]  # (index in the block table, chained hash, token ids)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotAllocation:
+    """What one successful `BlockManager.allocate_slots` call did (vLLM V1 returns the new blocks alone)."""
+
+    new_blocks: tuple[int, ...] = ()  # blocks taken from the pool, in table order (copy-on-write targets too)
+    copies: tuple[tuple[int, int], ...] = ()  # (src, dst) blocks whose K/V must be copied before the step
+    num_cached_tokens: int = 0  # admission: the sequence's leading tokens found in the prefix cache
+    num_freed_blocks: int = 0  # blocks behind the sliding window given back to the pool
+
+
+NOTHING_NEW = SlotAllocation()  # a decode that stays inside its last block: most steps, one shared answer
+
+
+@dataclass(slots=True)
+class _Growth:
+    """How a held sequence's next tokens get their slots (a plan: nothing is allocated yet)."""
+
+    end: int  # positions covered once the step is written
+    shared: list[int]  # table indices of shared blocks the step writes into (copy-on-write)
+    grow: int  # blocks to append
+    skipped: list[int]  # table indices behind the window, freed if the allocation goes ahead
+    gained: int  # free blocks those give back (the ones nobody else holds)
+
+    @property
+    def cost(self) -> int:
+        return len(self.shared) + self.grow
+
+
+@dataclass(slots=True)
+class _Admission:
+    """How a sequence that holds no blocks gets its first slots (a plan: nothing is allocated yet)."""
+
+    num_new_tokens: int
+    hits: list[int]  # cached blocks holding the prompt's leading full blocks
+    hashes: list[int]  # their chained hashes
+    dropped: int  # leading hits already behind the window: their entries are FREED, never revived
+    fresh: int  # blocks to allocate after the hits
+    cost: int  # free blocks consumed: fresh ones plus revived cached-free hits
+    gained: int = 0
 
 
 class BlockManager:
@@ -60,6 +104,23 @@ class BlockManager:
                 f"create the Sequence with block_size={self.block_size}"
             )
 
+    def _is_held(self, seq: Sequence) -> bool:
+        """True if `seq` holds blocks here (allocate_slots grows it), False if it holds none (admits it)."""
+        held = self.sequences.get(seq.seq_id)
+        if held is None:
+            self._check_seq(seq)
+            if seq.block_table:
+                raise ValueError(
+                    f"sequence {seq.seq_id} has block_table {seq.block_table} that this manager did not give it; "
+                    f"admit a fresh Sequence (empty block_table)"
+                )
+            return False
+        if held is not seq:
+            raise ValueError(
+                f"another sequence with seq_id {seq.seq_id} holds blocks here; give every request its own seq_id"
+            )
+        return True
+
     def _prefix_hits(self, seq: Sequence) -> tuple[list[int], list[int]]:
         """Cached blocks matching the prompt's leading full blocks, and their hashes."""
         if not self.allocator.enable_prefix_caching:
@@ -84,18 +145,11 @@ class BlockManager:
             yield i, parent, chunk
 
     def num_cached_prefix_tokens(self, seq: Sequence) -> int:
-        """Tokens `allocate_sequence(seq)` would take from the prefix cache right now."""
+        """Tokens admitting `seq` would take from the prefix cache right now (a query: nothing changes)."""
         self._check_seq(seq)
         return len(self._prefix_hits(seq)[0]) * self.block_size
 
-    def _admission_cost(self, seq: Sequence, num_new_tokens: int | None) -> tuple[list[int], list[int], int, int, int]:
-        """(hit blocks, hit hashes, fresh blocks needed, free blocks consumed, new tokens) to admit `seq`."""
-        self._check_seq(seq)
-        if seq.seq_id in self.sequences or seq.block_table:
-            raise ValueError(
-                f"sequence {seq.seq_id} already holds blocks {seq.block_table}; call free_sequence() before "
-                f"allocating it again, or append_slots() to grow it"
-            )
+    def _plan_admission(self, seq: Sequence, num_new_tokens: int | None) -> _Admission:
         blocks, hashes = self._prefix_hits(seq)
         num_cached = len(blocks) * self.block_size
         remaining = seq.num_tokens - num_cached
@@ -106,89 +160,140 @@ class BlockManager:
                 f"({seq.num_tokens} tokens, {num_cached} cached)"
             )
         fresh = -(-(num_cached + n) // self.block_size) - len(blocks)
+        # Hits the first new token cannot see (sliding window) are left where they are, not revived.
+        dropped = first_needed_block(num_cached, self.sliding_window, self.block_size)
         refs = self.allocator.ref_counts
-        revived = sum(1 for b in blocks if refs[b] == 0)  # cached-free hits leave the free pool too
-        return blocks, hashes, fresh, fresh + revived, n
+        revived = sum(1 for b in blocks[dropped:] if refs[b] == 0)  # cached-free hits leave the free pool too
+        return _Admission(n, blocks, hashes, dropped, fresh, fresh + revived)
 
-    def can_allocate(self, seq: Sequence, num_new_tokens: int | None = None, watermark_blocks: int = 0) -> bool:
-        """Whether `allocate_sequence` would succeed and still leave `watermark_blocks` free."""
-        return fits(self._admission_cost(seq, num_new_tokens)[3], self.allocator.num_free_blocks, watermark_blocks)
-
-    def _append_plan(self, seq: Sequence, num_new_tokens: int) -> tuple[list[int], int]:
-        """(indices of shared blocks to copy-on-write, new blocks to append) to write the next tokens."""
-        if seq.seq_id not in self.sequences:
-            raise ValueError(f"sequence {seq.seq_id} holds no blocks; call allocate_sequence() first")
+    def _plan_growth(self, seq: Sequence, num_new_tokens: int | None) -> _Growth:
         start, num_tokens = seq.num_computed_tokens, len(seq.token_ids)
-        if type(num_new_tokens) is not int or num_new_tokens < 1 or start + num_new_tokens > num_tokens:
+        n = num_tokens - start if num_new_tokens is None else num_new_tokens
+        if type(n) is not int or n < 1 or start + n > num_tokens:
             raise ValueError(
                 f"num_new_tokens={num_new_tokens!r} for sequence {seq.seq_id} must be in "
                 f"1..{num_tokens - start} ({num_tokens} tokens, {start} computed)"
             )
-        end, bs, table = start + num_new_tokens, self.block_size, seq.block_table
+        end, bs, table = start + n, self.block_size, seq.block_table
         refs = self.allocator.ref_counts  # hot path (every decode step): index the live view directly
         last = -(-end // bs)  # blocks needed to cover positions 0..end-1
         # A block this step writes into must be exclusively ours: shared ones are copied first.
         shared = [i for i in range(start // bs, min(last, len(table))) if refs[table[i]] > 1]
-        return shared, last - len(table) if last > len(table) else 0
+        grow = last - len(table) if last > len(table) else 0
+        if self.sliding_window is None:
+            return _Growth(end, shared, grow, [], 0)
+        skipped = skipped_blocks(table, start, self.sliding_window, bs)
+        return _Growth(end, shared, grow, skipped, sum(1 for i in skipped if refs[table[i]] == 1))
 
-    def can_append(self, seq: Sequence, num_new_tokens: int = 1) -> bool:
-        """Whether `append_slots(seq, num_new_tokens)` would find enough free blocks.
+    def _plan(self, seq: Sequence, num_new_tokens: int | None, watermark_blocks: int) -> _Admission | _Growth:
+        if type(watermark_blocks) is not int or watermark_blocks < 0:
+            raise ValueError(f"watermark_blocks={watermark_blocks!r} must be an integer >= 0 (blocks left free)")
+        if self._is_held(seq):
+            return self._plan_growth(seq, num_new_tokens)
+        return self._plan_admission(seq, num_new_tokens)
 
-        With a sliding window it first frees the blocks no coming query of `seq` sees (as append_slots would):
-        they count as free, and dropping them changes nothing the sequence can read.
+    def can_allocate(self, seq: Sequence, num_new_tokens: int | None = None, watermark_blocks: int = 0) -> bool:
+        """Whether `allocate_slots` with these arguments would succeed right now (a query: nothing changes)."""
+        plan = self._plan(seq, num_new_tokens, watermark_blocks)
+        return fits(plan.cost, self.allocator.num_free_blocks + plan.gained, watermark_blocks)
+
+    def allocate_slots(
+        self, seq: Sequence, num_new_tokens: int | None = None, watermark_blocks: int = 0
+    ) -> SlotAllocation | None:
+        """Give `seq`'s next `num_new_tokens` positions cache slots, all of them or none.
+
+        vLLM V1's `KVCacheManager.allocate_slots(request, num_new_tokens, num_new_computed_tokens,
+        new_computed_blocks, ...) -> KVCacheBlocks | None` (vllm/v1/core/kv_cache_manager.py): one call that
+        either allocates everything the step needs for the sequence or returns None. A sequence that holds no
+        blocks is admitted: its prompt's leading full blocks found in the prefix cache are reused (their
+        tokens count as computed: num_cached_tokens = num_computed_tokens = the hit), and num_new_tokens
+        (None: the rest of its tokens) get fresh blocks. A sequence that holds blocks grows from its
+        num_computed_tokens: shared blocks it writes into are replaced by copies (the (src, dst) pairs to
+        copy before the step), and blocks are appended (None: up to its last token). The pool must keep
+        `watermark_blocks` free afterwards (the scheduler's admission headroom); blocks behind a sliding
+        window count as free and are given back only when the allocation goes ahead (vLLM frees them even
+        when it returns None). Full computed blocks are published to the prefix cache first.
+
+        Returns None, having changed nothing, when the pool cannot give it all; bad arguments are a ValueError.
         """
-        shared, grow = self._append_plan(seq, num_new_tokens)
-        self._free_outside_window(seq)
-        return len(shared) + grow <= self.allocator.num_free_blocks
+        plan = self._plan(seq, num_new_tokens, watermark_blocks)
+        if not fits(plan.cost, self.allocator.num_free_blocks + plan.gained, watermark_blocks):
+            return None
+        if isinstance(plan, _Growth):
+            return self._grow(seq, plan)
+        return self._admit(seq, plan)
 
-    def allocate_sequence(self, seq: Sequence, num_new_tokens: int | None = None) -> int:
-        """Admit `seq`: reuse its cached prefix, allocate the rest; returns num_cached_tokens."""
-        blocks, hashes, fresh, cost, n = self._admission_cost(seq, num_new_tokens)
-        alloc = self.allocator
-        if cost > alloc.num_free_blocks:
-            raise OutOfBlocksError(cost, alloc.num_free_blocks, alloc.num_blocks)
-        for block_id in blocks:  # revive hits before allocating, so eviction cannot take them
+    def _admit(self, seq: Sequence, plan: _Admission) -> SlotAllocation:
+        alloc, kept = self.allocator, plan.hits[plan.dropped :]
+        for block_id in kept:  # revive hits before allocating, so eviction cannot take them
             alloc.incref(block_id)
-        seq.block_table = blocks + alloc.allocate_blocks(fresh)
-        num_cached = len(blocks) * self.block_size
+        new = alloc.allocate_blocks(plan.fresh)
+        seq.block_table = [FREED] * plan.dropped + kept + new
+        num_cached = len(plan.hits) * self.block_size
         seq.num_cached_tokens = seq.num_computed_tokens = num_cached
         self.sequences[seq.seq_id] = seq
-        self._hashes[seq.seq_id] = hashes
-        self._num_slots[seq.seq_id] = num_cached + n
-        self._free_outside_window(seq)  # cached prefix blocks the first new token cannot see
-        return num_cached
+        self._hashes[seq.seq_id] = plan.hashes
+        self._num_slots[seq.seq_id] = num_cached + plan.num_new_tokens
+        return SlotAllocation(tuple(new), (), num_cached)
 
-    def _free_outside_window(self, seq: Sequence) -> int:
-        """Return the blocks wholly outside every coming query's window to the allocator (sliding window only).
+    def _grow(self, seq: Sequence, plan: _Growth) -> SlotAllocation:
+        self.cache_computed_blocks(seq)  # before the window drops them, so they stay findable as a prefix
+        alloc, table, num_computed = self.allocator, seq.block_table, seq.num_computed_tokens
+        for i in plan.skipped:
+            alloc.free(table[i])
+            table[i] = FREED
+        new: list[int] = []
+        copies: list[tuple[int, int]] = []
+        for i in plan.shared:
+            old, block_id = table[i], alloc.allocate()
+            table[i] = block_id
+            alloc.free(old)
+            new.append(block_id)
+            if i * self.block_size < num_computed:  # holds computed tokens: copy them over
+                copies.append((old, block_id))
+        for _ in range(plan.grow):
+            block_id = alloc.allocate()
+            table.append(block_id)
+            new.append(block_id)
+        slots = self._num_slots
+        if plan.end > slots[seq.seq_id]:
+            slots[seq.seq_id] = plan.end
+        if not new and not plan.skipped:
+            return NOTHING_NEW
+        return SlotAllocation(tuple(new), tuple(copies), 0, len(plan.skipped))
 
-        Full computed blocks are published first, so a block the window drops stays findable as a prefix."""
-        if self.sliding_window is None:
-            return 0
-        self.cache_computed_blocks(seq)
-        return free_outside_window(
-            seq.block_table, seq.num_computed_tokens, self.sliding_window, self.block_size, self.allocator.free
-        )
+    def _out_of_blocks(self, seq: Sequence, num_new_tokens: int | None) -> OutOfBlocksError:
+        plan = self._plan(seq, num_new_tokens, 0)
+        return OutOfBlocksError(plan.cost, self.allocator.num_free_blocks + plan.gained, self.num_blocks)
+
+    def allocate_sequence(self, seq: Sequence, num_new_tokens: int | None = None) -> int:
+        """Admit `seq` (`allocate_slots` on a sequence holding no blocks); returns num_cached_tokens.
+
+        For callers that draw a fixed scene and cannot wait (the lessons): OutOfBlocksError, with nothing
+        changed, when the pool is too small. The scheduler calls `allocate_slots`.
+        """
+        if seq.seq_id in self.sequences:
+            raise ValueError(
+                f"sequence {seq.seq_id} already holds blocks {seq.block_table}; call free_sequence() before "
+                f"allocating it again, or append_slots() to grow it"
+            )
+        got = self.allocate_slots(seq, num_new_tokens)
+        if got is None:
+            raise self._out_of_blocks(seq, num_new_tokens)
+        return got.num_cached_tokens
 
     def append_slots(self, seq: Sequence, num_new_tokens: int = 1) -> list[tuple[int, int]]:
-        """Give the next `num_new_tokens` positions cache slots; returns (src, dst) block copies to perform."""
-        self.cache_computed_blocks(seq)
-        shared, grow = self._append_plan(seq, num_new_tokens)
-        alloc, table = self.allocator, seq.block_table
-        self._free_outside_window(seq)
-        if len(shared) + grow > alloc.num_free_blocks:
-            raise OutOfBlocksError(len(shared) + grow, alloc.num_free_blocks, alloc.num_blocks)
-        copies: list[tuple[int, int]] = []
-        for i in shared:
-            old, new = table[i], alloc.allocate()
-            table[i] = new
-            alloc.free(old)
-            if i * self.block_size < seq.num_computed_tokens:  # holds computed tokens: copy them over
-                copies.append((old, new))
-        for _ in range(grow):
-            table.append(alloc.allocate())
-        end = seq.num_computed_tokens + num_new_tokens
-        self._num_slots[seq.seq_id] = max(self._num_slots[seq.seq_id], end)
-        return copies
+        """Grow `seq` (`allocate_slots` on a sequence holding blocks); returns the (src, dst) block copies.
+
+        For callers that cannot wait (the lessons): OutOfBlocksError, with nothing changed, when the pool
+        is too small. The scheduler calls `allocate_slots`.
+        """
+        if seq.seq_id not in self.sequences:
+            raise ValueError(f"sequence {seq.seq_id} holds no blocks; call allocate_sequence() first")
+        got = self.allocate_slots(seq, num_new_tokens)
+        if got is None:
+            raise self._out_of_blocks(seq, num_new_tokens)
+        return list(got.copies)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Make `child` share every block of `parent` (ref + 1 each); writes copy-on-write later."""

@@ -7,9 +7,10 @@ introduced this iteration-level scheduling; PagedAttention (Kwon et al., SOSP 20
 
 One step, in order:
 1. Running requests, oldest first, each get min(tokens left to compute, budget left): one token for a
-   decode, a chunk for a long prompt (chunked prefill). When the block manager cannot give a request the
-   slots it needs, the *newest* running request is preempted: its blocks are freed, its counter reset to 0
-   and it goes back to the front of the waiting queue, to be recomputed later (prompt + tokens so far).
+   decode, a chunk for a long prompt (chunked prefill), their slots from one `BlockManager.allocate_slots`
+   call. When it returns None, the *newest* running request is preempted: its blocks are freed, its counter
+   reset to 0 and it goes back to the front of the waiting queue, to be recomputed later (prompt + tokens
+   so far); then the allocation is tried again.
 2. Only if nobody was preempted, waiting requests are admitted in arrival order while the budget,
    `max_num_seqs` and the free blocks allow; a watermark of free blocks is kept for running requests'
    decodes so a new admission does not immediately force a preemption. Prefix-cache hits are counted as
@@ -161,7 +162,7 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
-            while not bm.can_append(seq, n):
+            while (got := bm.allocate_slots(seq, n)) is None:
                 victim = preemption_victim(self.running)  # newest: at an index >= i, so never already scheduled
                 self.running.pop()
                 self._preempt(victim)
@@ -169,7 +170,7 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                out.copies.extend(bm.append_slots(seq, n))
+                out.copies.extend(got.copies)
                 out.scheduled.append(ScheduledSequence(seq, n, seq.num_computed_tokens))
                 budget -= n
                 i += 1
@@ -178,13 +179,11 @@ class Scheduler:
         max_num_seqs = self.config.max_num_seqs
         while self.waiting and budget > 0 and may_admit(len(self.running), max_num_seqs, bool(out.preempted)):
             seq = self.waiting[0]
-            num_cached = bm.num_cached_prefix_tokens(seq)
-            n = min(seq.num_tokens - num_cached, budget)
+            n = min(seq.num_tokens - bm.num_cached_prefix_tokens(seq), budget)
             headroom = admission_headroom(len(self.running), self._watermark_blocks)
-            if not bm.can_allocate(seq, n, watermark_blocks=headroom):
+            if bm.allocate_slots(seq, n, watermark_blocks=headroom) is None:  # sets num_computed to the hit
                 break
             self.waiting.popleft()
-            bm.allocate_sequence(seq, n)  # sets num_computed_tokens to the prefix-cache hit
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             out.scheduled.append(ScheduledSequence(seq, n, seq.num_computed_tokens))

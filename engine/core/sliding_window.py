@@ -3,19 +3,20 @@
 With a window of W tokens (Mistral v0.1, Jiang et al., 2023, arXiv 2310.06825) the query at position p sees
 keys p - W + 1 .. p only. A step whose first new token sits at position `num_computed` therefore never reads
 a key before `num_computed - W + 1`, and neither does any later step: the blocks wholly before that position
-go back to the allocator (vLLM V1's `SlidingWindowManager.remove_skipped_blocks`) and their block-table
-entries become `FREED`. The kernels never read a table entry outside the window (the engine hands them 0).
-So a sequence holds at most the blocks of W - 1 + (new tokens of one step) positions, whatever its length:
-`kv_blocks_per_seq`, the count the scheduler, the runner and the memory model (engine/memory/footprint.py)
-size the cache with (vLLM V1's `SlidingWindowSpec.max_memory_usage_bytes`).
+can go back to the allocator, their block-table entries becoming `FREED`. `skipped_blocks` names them; the
+block manager frees them inside an allocation that goes ahead (vLLM V1's
+`SlidingWindowManager.remove_skipped_blocks`), never in a query. The kernels never read a table entry
+outside the window (the engine hands them 0). So a sequence holds at most the blocks of W - 1 + (new tokens
+of one step) positions, whatever its length: `kv_blocks_per_seq`, the count the scheduler, the runner and
+the memory model (engine/memory/footprint.py) size the cache with (vLLM V1's
+`SlidingWindowSpec.max_memory_usage_bytes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from numbers import Integral
 
-__all__ = ["FREED", "first_needed_block", "free_outside_window", "kv_blocks_per_seq"]
+__all__ = ["FREED", "first_needed_block", "kv_blocks_per_seq", "skipped_blocks"]
 
 FREED = -1  # block-table entry of a block dropped because it lies wholly outside the window
 
@@ -27,23 +28,20 @@ def first_needed_block(num_computed: int, sliding_window: int | None, block_size
     return max(0, num_computed - sliding_window + 1) // block_size
 
 
-def free_outside_window(
-    table: list[int], num_computed: int, sliding_window: int | None, block_size: int, free: Callable[[int], None]
-) -> int:
-    """Free (`free(block_id)`) and mark `FREED` the table's blocks no future query sees; returns how many.
+def skipped_blocks(table: list[int], num_computed: int, sliding_window: int | None, block_size: int) -> list[int]:
+    """Indices of the table entries no query at position >= num_computed sees and not yet `FREED`, newest first.
 
-    Freed entries are always a prefix of the table, so the scan walks back from the boundary to the first
-    entry already freed: each block is visited once over the sequence's life.
+    A pure query: the block manager counts these as free when it plans an allocation and frees them only when
+    the allocation goes ahead. Freed entries are always a prefix of the table, so the scan walks back from
+    the window's start to the first entry already freed: each block is visited once over the sequence's life.
     """
     stop = min(first_needed_block(num_computed, sliding_window, block_size), len(table))
-    freed = 0
+    found: list[int] = []
     for i in range(stop - 1, -1, -1):
         if table[i] == FREED:
             break
-        free(table[i])
-        table[i] = FREED
-        freed += 1
-    return freed
+        found.append(i)
+    return found
 
 
 def kv_blocks_per_seq(

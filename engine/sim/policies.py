@@ -175,13 +175,13 @@ RESERVATIONS: dict[str, type[StaticReservation]] = {
 class PagedBlocks:
     """The engine's BlockManager: blocks taken as tokens reach them, the scheduler's watermark at admission.
 
-    Admission and release make the scheduler's calls (`can_allocate` with the watermark headroom,
-    `allocate_sequence`, `free_sequence`) on one engine `Sequence` per request, whose token ids span its final
-    length (the trace knows them). Growth takes the next block from the manager's allocator and appends it to
-    the block table: for a sequence that shares no block (no prefix cache, no forks here) that is what
-    `append_slots` does, at a tenth of the cost (it plans copy-on-write on every call, and growth runs at every
-    block boundary); the manager's per-slot view (`snapshot()`) is not read here. `watermark` None admits
-    without the watermark (admission "unchecked").
+    Admission and release make the scheduler's calls (`allocate_slots` with the watermark headroom,
+    `free_sequence`) on one engine `Sequence` per request, whose token ids span its final length (the trace
+    knows them). Growth takes the next block from the manager's allocator and appends it to the block table:
+    for a sequence that shares no block (no prefix cache, no forks, no window here) that is what
+    `allocate_slots` does, at a tenth of the cost (it plans copy-on-write on every call, and growth runs at
+    every block boundary); the manager's per-slot view (`snapshot()`) is not read here. `watermark` None
+    admits without the watermark (admission "unchecked").
     """
 
     def __init__(self, capacity_tokens: int, block_size: int, watermark: float | None) -> None:
@@ -202,9 +202,9 @@ class PagedBlocks:
         seq = req.handle
         if seq is None:
             seq = req.handle = Sequence(req.index, [0] * req.final, self.block_size)
-        if not bm.can_allocate(seq, req.ctx, watermark_blocks=admission_headroom(num_running, self.watermark_blocks)):
+        headroom = admission_headroom(num_running, self.watermark_blocks)
+        if bm.allocate_slots(seq, req.ctx, watermark_blocks=headroom) is None:
             return NO_ROOM
-        bm.allocate_sequence(seq, req.ctx)
         seq.num_computed_tokens = req.ctx  # its prefill runs in the admission step
         return ADMITTED
 

@@ -2,7 +2,9 @@
 
 The BlockManager machine also simulates the K/V the model would write: every computed token's slot must hold
 (token id, position) — so a prefix hit that reused the wrong block, a copy-on-write that forgot a copy, or an
-eviction of a block still in use shows up as wrong cache content, not just as a wrong counter.
+eviction of a block still in use shows up as wrong cache content, not just as a wrong counter. It runs with
+and without a sliding window, checks that `allocate_slots` succeeds exactly when `can_allocate` says so,
+that a None changes nothing, that what it returns is what it did, and that queries change nothing.
 """
 
 from collections import OrderedDict, deque
@@ -12,8 +14,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from engine.core.block_allocator import BlockAllocator, OutOfBlocksError
-from engine.core.block_manager import BlockManager
+from engine.core.block_manager import BlockManager, SlotAllocation
 from engine.core.sequence import Sequence
+from engine.core.sliding_window import FREED, first_needed_block
 
 SETTINGS = settings(
     max_examples=120, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -104,10 +107,16 @@ class AllocatorMachine(RuleBasedStateMachine):
 class ManagerMachine(RuleBasedStateMachine):
     """BlockManager driven like a scheduler + model runner, with a simulated K/V cache."""
 
-    @initialize(num_blocks=st.integers(1, 24), block_size=st.sampled_from([1, 2, 4]), caching=st.booleans())
-    def setup(self, num_blocks, block_size, caching):
-        self.bm = BlockManager(num_blocks, block_size, enable_prefix_caching=caching)
+    @initialize(
+        num_blocks=st.integers(1, 24),
+        block_size=st.sampled_from([1, 2, 4]),
+        caching=st.booleans(),
+        window=st.sampled_from([None, None, 1, 3, 6]),
+    )
+    def setup(self, num_blocks, block_size, caching, window):
+        self.bm = BlockManager(num_blocks, block_size, enable_prefix_caching=caching, sliding_window=window)
         self.bs = block_size
+        self.window = window
         self.content = {}  # slot -> (token id, position) the "model" wrote there
         self.scheduled = {}  # seq_id -> positions that have slots (computed + scheduled this step)
         self.waiting: list[Sequence] = []
@@ -121,7 +130,42 @@ class ManagerMachine(RuleBasedStateMachine):
         return seq.block_table[p // self.bs] * self.bs + p % self.bs
 
     def _state(self):
-        return (self.bm.num_free_blocks, {i: list(s.block_table) for i, s in self.bm.sequences.items()})
+        """Everything an allocation that returns None, or a query, must leave as it was."""
+        alloc = self.bm.allocator
+        seqs = {
+            i: (list(s.block_table), s.num_computed_tokens, s.num_cached_tokens) for i, s in self.bm.sequences.items()
+        }
+        lru = [b for b in range(self.bm.num_blocks) if alloc.is_evictable(b)]
+        return self.bm.num_free_blocks, alloc.num_cached_blocks, lru, self.bm.snapshot(), self.bm.usage(), seqs
+
+    def _allocate(self, seq: Sequence, n: int) -> SlotAllocation | None:
+        """allocate_slots, checked against can_allocate and against what it changed."""
+        held = seq.seq_id in self.bm.sequences
+        table = list(seq.block_table)
+        before = self._state()
+        expected = self.bm.can_allocate(seq, n)
+        assert self._state() == before  # a query changes nothing
+        got = self.bm.allocate_slots(seq, n)
+        assert (got is not None) == expected  # the query and the allocation agree
+        if got is None:
+            assert self._state() == before and seq.block_table == table  # all or nothing
+            return None
+        refs = self.bm.allocator.ref_counts
+        assert all(refs[b] == 1 and b in seq.block_table for b in got.new_blocks)  # fresh, ours alone
+        assert len(set(got.new_blocks)) == len(got.new_blocks)
+        for src, dst in got.copies:
+            assert dst in got.new_blocks and src in table and src not in seq.block_table
+        if held:  # the window's entries: the ones freed before plus the ones this call freed
+            assert seq.block_table.count(FREED) == table.count(FREED) + got.num_freed_blocks
+        else:
+            assert got.num_freed_blocks == 0
+        if held:
+            assert got.num_cached_tokens == 0
+            kept = [b for b in seq.block_table if b not in got.new_blocks and b != FREED]
+            assert all(b in table for b in kept)  # growth never takes a block it was not given
+        else:
+            assert got.num_cached_tokens == seq.num_cached_tokens == seq.num_computed_tokens
+        return got
 
     @rule(data=st.data(), prefix=st.sampled_from(range(len(PREFIXES))), cut=st.integers(0, 8), extra=st.integers(0, 6))
     def admit(self, data, prefix, cut, extra):
@@ -133,20 +177,15 @@ class ManagerMachine(RuleBasedStateMachine):
             self.next_id += 1
         remaining = seq.num_tokens - self.bm.num_cached_prefix_tokens(seq)
         n = data.draw(st.integers(1, remaining))
-        before = self._state()
-        if self.bm.can_allocate(seq, n):
-            cached = self.bm.allocate_sequence(seq, n)
-            assert cached % self.bs == 0 and cached < seq.num_tokens
-            assert seq.num_computed_tokens == seq.num_cached_tokens == cached
-            self.scheduled[seq.seq_id] = cached + n
-        else:
-            try:
-                self.bm.allocate_sequence(seq, n)
-            except OutOfBlocksError:
-                assert self._state() == before and seq.block_table == []
-                self.waiting.append(seq)
-                return
-            raise AssertionError("allocate_sequence must raise when can_allocate is False")
+        got = self._allocate(seq, n)
+        if got is None:
+            assert seq.block_table == []
+            self.waiting.append(seq)
+            return
+        cached = got.num_cached_tokens
+        assert cached % self.bs == 0 and cached < seq.num_tokens
+        assert len(seq.block_table) == -(-(cached + n) // self.bs)
+        self.scheduled[seq.seq_id] = cached + n
 
     @rule(data=st.data())
     def step(self, data):
@@ -170,20 +209,32 @@ class ManagerMachine(RuleBasedStateMachine):
         if seq.num_computed_tokens == seq.num_tokens:
             seq.append_token(token)  # decode: the token sampled last step
         n = data.draw(st.integers(1, seq.num_tokens - seq.num_computed_tokens))
+        got = self._allocate(seq, n)
+        if got is None:
+            return
+        for src, dst in got.copies:
+            for off in range(self.bs):  # the runner's copy of block src into dst
+                if (src * self.bs + off) in self.content:
+                    self.content[dst * self.bs + off] = self.content[src * self.bs + off]
+        self.scheduled[seq.seq_id] = seq.num_computed_tokens + n
+
+    @rule(data=st.data())
+    def query(self, data):
+        """Ask about any sequence, held or waiting, and do nothing with the answer."""
+        seqs = self._running() + self.waiting
+        if not seqs:
+            return
+        seq = data.draw(st.sampled_from(seqs))
+        held = seq.seq_id in self.bm.sequences
+        left = seq.num_tokens - (seq.num_computed_tokens if held else self.bm.num_cached_prefix_tokens(seq))
+        if left < 1:
+            return
         before = self._state()
-        if self.bm.can_append(seq, n):
-            for src, dst in self.bm.append_slots(seq, n):
-                for off in range(self.bs):  # PagedKVCache.copy_blocks
-                    if (src * self.bs + off) in self.content:
-                        self.content[dst * self.bs + off] = self.content[src * self.bs + off]
-            self.scheduled[seq.seq_id] = seq.num_computed_tokens + n
-        else:
-            try:
-                self.bm.append_slots(seq, n)
-            except OutOfBlocksError:
-                assert self._state() == before
-                return
-            raise AssertionError("append_slots must raise when can_append is False")
+        n, watermark = data.draw(st.integers(1, left)), data.draw(st.integers(0, 3))
+        answer = self.bm.can_allocate(seq, n, watermark_blocks=watermark)
+        assert self.bm.can_allocate(seq, n, watermark_blocks=watermark) == answer
+        self.bm.num_cached_prefix_tokens(seq)
+        assert self._state() == before
 
     @rule(data=st.data())
     def fork(self, data):
@@ -218,13 +269,18 @@ class ManagerMachine(RuleBasedStateMachine):
         alloc, n = self.bm.allocator, self.bm.num_blocks
         owners = [0] * n
         for seq in self.bm.sequences.values():
-            assert len(set(seq.block_table)) == len(seq.block_table)  # no block twice in one table
+            held = [b for b in seq.block_table if b != FREED]
+            assert len(set(held)) == len(held)  # no block twice in one table
             assert len(seq.block_table) == -(-self.scheduled[seq.seq_id] // self.bs)
-            for b in seq.block_table:
+            # Entries behind the window are a prefix of the table; every block a coming query sees is held.
+            num_freed = len(seq.block_table) - len(held)
+            assert seq.block_table[:num_freed] == [FREED] * num_freed
+            assert num_freed <= first_needed_block(seq.num_computed_tokens, self.window, self.bs)
+            for b in held:
                 owners[b] += 1
         refs = [alloc.ref_count(b) for b in range(n)]
         assert refs == owners
-        assert alloc.num_free_blocks + sum(r > 0 for r in refs) == n
+        assert alloc.num_free_blocks + sum(r > 0 for r in refs) == n  # no block leaks
         snap = self.bm.snapshot()
         assert [len(i.owners) for i in snap] == owners
         usage = self.bm.usage()
@@ -232,7 +288,9 @@ class ManagerMachine(RuleBasedStateMachine):
         filled = {}  # block -> slots with a token, as the fullest of its owners sees it
         for seq in self.bm.sequences.values():
             for i, b in enumerate(seq.block_table):
-                filled[b] = max(filled.get(b, 0), min(self.bs, max(0, self.scheduled[seq.seq_id] - i * self.bs)))
+                if b != FREED:
+                    slots = min(self.bs, max(0, self.scheduled[seq.seq_id] - i * self.bs))
+                    filled[b] = max(filled.get(b, 0), slots)
         assert usage.used_slots == sum(filled.values()) <= usage.allocated_slots
         assert all(info.num_filled == filled[info.block_id] for info in snap if info.ref_count > 0)
 
@@ -242,7 +300,8 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         for seq in self.bm.sequences.values():
             for p in range(seq.num_computed_tokens):
-                assert self.content.get(self._slot(seq, p)) == (seq.token_ids[p], p)
+                if seq.block_table[p // self.bs] != FREED:
+                    assert self.content.get(self._slot(seq, p)) == (seq.token_ids[p], p)
         alloc = self.bm.allocator
         for b in range(self.bm.num_blocks):
             if alloc.block_hash(b) is not None:  # a cached block holds exactly the tokens it is found by

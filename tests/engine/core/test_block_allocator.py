@@ -3,7 +3,7 @@
 import pytest
 
 from engine.core.block_allocator import BlockAllocator, OutOfBlocksError, compute_block_hash
-from engine.core.block_manager import BlockManager
+from engine.core.block_manager import NOTHING_NEW, BlockManager, SlotAllocation
 from engine.core.sequence import Sequence
 
 BLOCK_SIZES = [1 << i for i in range(9)]
@@ -265,10 +265,11 @@ def test_chunked_prefill_and_decode_growth():
     bm.allocate_sequence(s, num_new_tokens=3)
     assert s.block_table == [0]
     compute(s, 3)
-    assert bm.can_append(s, 6)
-    assert bm.append_slots(s, 6) == [] and s.block_table == [0, 1, 2]
+    assert bm.can_allocate(s, 6)
+    assert bm.allocate_slots(s, 6) == SlotAllocation(new_blocks=(1, 2))
+    assert s.block_table == [0, 1, 2]
     compute(s, 9)
-    assert bm.append_slots(s, 1) == [] and s.block_table == [0, 1, 2]
+    assert bm.allocate_slots(s, 1) is NOTHING_NEW and s.block_table == [0, 1, 2]  # stays inside block 2
     compute(s)
     s.append_token(99)
     bm.append_slots(s)
@@ -336,8 +337,9 @@ def test_cow_out_of_blocks_changes_nothing():
     child = Sequence(1, toks(6), block_size=4)
     bm.fork(parent, child)
     parent.append_token(1)
-    assert not bm.can_append(parent)
-    with pytest.raises(OutOfBlocksError):
+    assert not bm.can_allocate(parent)
+    assert bm.allocate_slots(parent) is None
+    with pytest.raises(OutOfBlocksError, match="asked for 1 but only 0 of 2 are free"):
         bm.append_slots(parent)
     assert parent.block_table == [0, 1] and bm.allocator.ref_count(1) == 2
 
@@ -386,7 +388,15 @@ def test_block_manager_errors():
     with pytest.raises(ValueError, match=r"must be in 1\.\.5 \(5 tokens, 0 computed\)"):
         bm.append_slots(s, 6)
     with pytest.raises(ValueError, match=r"num_new_tokens=1\.5"):
-        bm.can_append(s, 1.5)
+        bm.can_allocate(s, 1.5)
+    with pytest.raises(ValueError, match="watermark_blocks=-1 must be an integer >= 0"):
+        bm.allocate_slots(s, 1, watermark_blocks=-1)
+    with pytest.raises(ValueError, match="another sequence with seq_id 0 holds blocks"):
+        bm.allocate_slots(Sequence(0, toks(5), block_size=4))
+    foreign = Sequence(3, toks(5), block_size=4)
+    foreign.block_table = [1]  # blocks it never got from this manager
+    with pytest.raises(ValueError, match="did not give it"):
+        bm.allocate_slots(foreign)
     with pytest.raises(ValueError, match=r"num_new_tokens='1'"):
         bm.append_slots(s, "1")
     compute(s)
@@ -407,3 +417,80 @@ def test_block_manager_errors():
     bm.free_sequence(s)
     with pytest.raises(ValueError, match="already freed"):
         bm.free_sequence(s)
+
+
+def state(bm: BlockManager) -> tuple:
+    """Everything a query must leave alone: pool, tables, counters, prefix-cache hashes and LRU order."""
+    seqs = {i: (list(s.block_table), s.num_computed_tokens, s.num_cached_tokens) for i, s in bm.sequences.items()}
+    alloc = bm.allocator
+    lru = [b for b in range(bm.num_blocks) if alloc.is_evictable(b)]
+    return bm.snapshot(), bm.num_free_blocks, alloc.num_cached_blocks, lru, bm.usage(), seqs
+
+
+def test_allocate_slots_admits_with_prefix_hits_and_says_what_it_did():
+    bm = BlockManager(10, 4, enable_prefix_caching=True)
+    a = Sequence(0, toks(10), block_size=4)
+    assert bm.allocate_slots(a) == SlotAllocation(new_blocks=(0, 1, 2))
+    compute(a)
+    bm.free_sequence(a)
+    b = Sequence(1, toks(10) + [50, 51], block_size=4)
+    got = bm.allocate_slots(b, 2)  # hit on 8 tokens, a 2-token chunk after them
+    assert got == SlotAllocation(new_blocks=(3,), num_cached_tokens=8)
+    assert b.block_table == [0, 1, 3] and (b.num_computed_tokens, b.num_cached_tokens) == (8, 8)
+    compute(b, 10)
+    assert bm.allocate_slots(b) is NOTHING_NEW  # None: up to its last token (10, 11 fit in block 3)
+
+
+def test_queries_change_nothing():
+    """can_allocate and num_cached_prefix_tokens, asked twice or asked and not followed, leave every table,
+    the free count, the prefix cache and the usage numbers as they were (a can_* that frees or publishes fails)."""
+    bm = BlockManager(6, 2, enable_prefix_caching=True, sliding_window=3)
+    a = Sequence(0, toks(7), block_size=2)
+    bm.allocate_sequence(a)
+    compute(a)  # 3 full blocks computed but not yet published; blocks 0 and 1 are behind the window
+    a.append_token(9)
+    child = Sequence(1, a.token_ids, block_size=2)
+    bm.fork(a, child)  # block 3 (partial) is shared: a's next write needs a copy
+    waiting = Sequence(2, toks(7) + [5], block_size=2)
+    before = state(bm)
+    for _ in range(2):
+        assert bm.can_allocate(a, 1)
+        assert bm.can_allocate(child, 1, watermark_blocks=1)
+        assert not bm.can_allocate(a, 1, watermark_blocks=3)
+        assert bm.can_allocate(waiting, 1) and not bm.can_allocate(waiting)
+        assert bm.num_cached_prefix_tokens(waiting) == 0
+    assert state(bm) == before
+    assert [b for b in a.block_table] == [0, 1, 2, 3] and bm.allocator.num_cached_blocks == 0
+
+
+def test_a_failed_growth_changes_nothing_even_when_part_of_it_fits():
+    # The parent's next 3 tokens need a copy of shared block 1 and one new block; one block is free.
+    bm = BlockManager(3, 4)
+    parent = Sequence(0, toks(6), block_size=4)
+    bm.allocate_sequence(parent)
+    compute(parent)
+    bm.fork(parent, Sequence(1, toks(6), block_size=4))
+    for t in (1, 2, 3):
+        parent.append_token(t)
+    before = state(bm)
+    assert not bm.can_allocate(parent, 3)
+    assert bm.allocate_slots(parent, 3) is None
+    assert state(bm) == before and parent.block_table == [0, 1] and bm.allocator.ref_count(1) == 2
+    got = bm.allocate_slots(parent, 2)  # positions 6, 7: the copy alone fits
+    assert got == SlotAllocation(new_blocks=(2,), copies=((1, 2),))
+    assert parent.block_table == [0, 2] and bm.allocator.ref_count(1) == 1
+
+
+def test_a_failed_admission_changes_nothing_even_when_its_hits_would_fit():
+    bm = BlockManager(3, 2, enable_prefix_caching=True)
+    a = Sequence(0, toks(4), block_size=2)
+    bm.allocate_sequence(a)
+    compute(a)
+    bm.free_sequence(a)  # blocks 0, 1 cached and free
+    b = Sequence(1, toks(4) + [7, 8, 9], block_size=2)  # 2 revived hits + 2 fresh > 3 free
+    before = state(bm)
+    assert bm.allocate_slots(b) is None
+    assert state(bm) == before and b.block_table == [] and b.num_computed_tokens == 0
+    assert bm.allocate_slots(b, 1, watermark_blocks=1) is None  # 3 blocks fit, but not with 1 left free
+    assert state(bm) == before
+    assert bm.allocate_slots(b, 1) == SlotAllocation(new_blocks=(2,), num_cached_tokens=4)

@@ -110,12 +110,12 @@ def test_configs_pick_their_policy():
 
 
 def test_paged_admits_and_frees_through_the_block_manager(monkeypatch):
-    calls = {"allocate_sequence": 0, "free_sequence": 0}
+    calls = {"allocate_slots": 0, "free_sequence": 0}
 
     class Counting(BlockManager):
-        def allocate_sequence(self, seq, num_new_tokens=None):
-            calls["allocate_sequence"] += 1
-            return super().allocate_sequence(seq, num_new_tokens)
+        def allocate_slots(self, seq, num_new_tokens=None, watermark_blocks=0):
+            calls["allocate_slots"] += 1
+            return super().allocate_slots(seq, num_new_tokens, watermark_blocks)
 
         def free_sequence(self, seq):
             calls["free_sequence"] += 1
@@ -123,7 +123,7 @@ def test_paged_admits_and_frees_through_the_block_manager(monkeypatch):
 
     monkeypatch.setattr(policies_mod, "BlockManager", Counting)
     res = simulate(replay_trace([(0, 10, 30), (0, 5, 3)]), SimConfig("paged", capacity_tokens=256, block_size=8))
-    assert calls == {"allocate_sequence": 2, "free_sequence": 2} and res.summary.num_finished == 2
+    assert calls == {"allocate_slots": 2, "free_sequence": 2} and res.summary.num_finished == 2
 
 
 def engine_decisions(lens, num_blocks, block_size, max_num_seqs, watermark):
