@@ -1,13 +1,15 @@
 """The engine's front door: `LLM(model).generate(prompts, SamplingParams(...))`, vLLM's offline API.
 
-One `LLM` owns a model runner (engine/runner.py: the model and its paged KV cache), a block manager and a
-scheduler (engine/core/scheduler.py). A request walks through the code like this:
+One `LLM` owns its validated limits (engine/config.py), a model runner (engine/worker/runner.py: the model
+and its paged KV cache), a block manager and a scheduler (engine/core/). A request walks through the code
+like this:
 1. `LLM.add_request` / `generate` encode the prompt and queue a `Sequence` (engine/core/sequence.py) that
    carries everything about the request: token ids, sampling parameters, its RNG, the prompt text.
 2. `LLM.step` asks `Scheduler.schedule` for a batch: a `SchedulerOutput` listing `ScheduledSequence`s.
-3. `ModelRunner.run` packs their new tokens into one `ForwardMeta` (engine/forward_meta.py: every kind of
-   step is one paged attention call), runs the model's forward once (engine/model/llama.py) and samples
-   (engine/sampling.py) for every sequence that reached its last token.
+3. `ModelRunner.run` packs their new tokens into one `ForwardMeta` (engine/worker/forward_meta.py), whose
+   attention plan kernels.ops validates once for the step (every kind of step is one paged attention call),
+   runs the model's forward once (engine/model/llama.py) and samples (engine/sampling.py) for every
+   sequence that reached its last token.
 4. `Scheduler.update` appends the tokens, applies stop rules and frees finished requests' blocks.
 Continuous batching as in Orca (Yu et al., OSDI 2022) over PagedAttention memory (Kwon et al., SOSP 2023);
 the layout follows nano-vllm's `llm_engine.py`.
@@ -15,7 +17,7 @@ the layout follows nano-vllm's `llm_engine.py`.
 Every step can be observed: `step()` returns a `StepTrace` (what ran, what was preempted, block tables,
 an allocator snapshot, KV usage, time) and `generate(..., on_step=fn)` calls `fn` with each one, which is
 what the app's playground draws. All state lives on the instance, never in module globals, so learners'
-sessions in different threads never share a batch. The KV cache is sized by engine/runner.py through the
+sessions in different threads never share a batch. The KV cache is sized by engine/config.py through the
 memory model when `num_gpu_blocks` is None.
 """
 
@@ -28,20 +30,16 @@ from collections.abc import Sequence as Seq
 
 import torch
 
+from engine.config import EngineConfig
 from engine.core.block_manager import BlockManager
-from engine.core.kv_cache import PagedKVCache
-from engine.core.kv_cache import kv_cache_dtype as kv_cache_torch_dtype
-from engine.core.scheduler import Scheduler, SchedulerConfig
-from engine.core.sequence import Sequence, check_block_size
-from engine.memory import kv_bytes_per_token
-from engine.memory.footprint import kv_blocks_from_budget
-from engine.memory.window import kv_blocks_per_seq
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import Sequence
 from engine.model.loader import load_model
 from engine.model.tokenizer import ByteBPETokenizer
 from engine.outputs import RequestOutput, StepTrace
-from engine.runner import ModelRunner, auto_num_blocks, model_spec, parse_dtype, resolve_device
 from engine.sampling import SamplingParams, make_generator
-from kernels.backend import resolve_backend
+from engine.worker.kv_cache import PagedKVCache
+from engine.worker.runner import ModelRunner
 
 Prompt = str | list[int]
 
@@ -61,23 +59,6 @@ class PromptTooLongError(ValueError):
         else:
             fix = "shorten it or raise max_model_len"
         super().__init__(f"prompt {index} has {num_tokens} tokens, more than max_model_len={max_model_len}; {fix}")
-
-
-def _check_limits(
-    max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int | None, num_gpu_blocks: int | None, util: float
-) -> None:
-    """The engine's limits, checked before the model loads or the cache is sized (a 0 is never blamed on memory)."""
-    for name, value, hint in (
-        ("max_num_seqs", max_num_seqs, "requests running at once, e.g. 64"),
-        ("max_num_batched_tokens", max_num_batched_tokens, "new tokens per step, e.g. 2048"),
-        ("max_model_len", max_model_len, "or None for the model's limit"),
-        ("num_gpu_blocks", num_gpu_blocks, "or None to size it"),
-    ):
-        optional = hint.startswith("or None")
-        if not (optional and value is None) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name}={value!r} must be an integer >= 1 ({hint})")
-    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
-        raise ValueError(f"gpu_memory_utilization={util!r} must be a fraction in (0, 1], e.g. 0.9")
 
 
 class LLM:
@@ -103,33 +84,39 @@ class LLM:
         """preloaded: a (model, config, tokenizer) from load_model, shared read-only between engines (the app
         loads weights once per process); the model must already live on this engine's device.
         kv_cache_dtype: "auto" (the model's dtype) or "fp8" (float8 e4m3 K/V with per-layer scales).
-        kv_cache_memory_bytes: the KV pool's byte budget (vLLM's name) instead of sizing it from the device."""
-        check_block_size(block_size)
-        _check_limits(max_num_seqs, max_num_batched_tokens, max_model_len, num_gpu_blocks, gpu_memory_utilization)
-        kv_cache_torch_dtype(kv_cache_dtype, torch.float32)  # a bad name fails before the model loads
-        self.device = resolve_device(device)
-        self.backend = resolve_backend(backend, self.device)  # once: every step's ForwardMeta carries it
+        kv_cache_memory_bytes: the KV pool's byte budget (vLLM's name) instead of sizing it from the device.
+        Every argument is checked once, by engine/config.py, before the model loads."""
+        self.engine_config = cfg = EngineConfig(
+            block_size=block_size,
+            num_gpu_blocks=num_gpu_blocks,
+            device=device,
+            backend=backend,
+            enable_prefix_caching=enable_prefix_caching,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_dtype=kv_cache_dtype,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+        )
+        self.device, self.backend, self.block_size = cfg.device, cfg.backend, cfg.block_size
         try:
-            self.model, self.config, self.tokenizer = preloaded or load_model(model, self.device, parse_dtype(dtype))
+            self.model, self.config, self.tokenizer = preloaded or load_model(model, self.device, cfg.dtype)
         except FileNotFoundError as exc:  # a user's bad path: a ValueError like every other bad argument
             raise ValueError(str(exc)) from exc
         self.dtype = self.model.lm_head.weight.dtype
-        self.kv_cache_dtype = kv_dtype = kv_cache_torch_dtype(kv_cache_dtype, self.dtype)
-        self.block_size = block_size
-        window = self.config.sliding_window
-        num_gpu_blocks = self._size_cache(
-            num_gpu_blocks,
-            kv_cache_memory_bytes,
-            max_model_len,
-            max_num_seqs,
-            max_num_batched_tokens,
-            gpu_memory_utilization,
+        self.cache_config = cache = cfg.size_cache(self.config, self.dtype)
+        self.kv_cache_dtype, self.kv_bytes_per_token, self.max_model_len = (
+            cache.dtype,
+            cache.kv_bytes_per_token,
+            cache.max_model_len,
         )
-        self.max_model_len = self._fit_max_model_len(max_model_len, num_gpu_blocks, max_num_batched_tokens)
-        self.runner = ModelRunner(self.model, num_gpu_blocks, block_size, self.device, self.backend, kv_dtype)
-        self.block_manager = BlockManager(num_gpu_blocks, block_size, enable_prefix_caching, window)
-        sched_cfg = SchedulerConfig(max_num_seqs, max_num_batched_tokens, self.max_model_len)
-        self.scheduler = Scheduler(sched_cfg, self.block_manager)
+        self.runner = ModelRunner(self.model, cache, self.device, self.backend)
+        self.block_manager = BlockManager(
+            cache.num_blocks, cache.block_size, cache.enable_prefix_caching, cache.sliding_window
+        )
+        self.scheduler = Scheduler(cfg.scheduler_config(cache), self.block_manager)
         eos = set(self.config.eos_token_ids)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -137,64 +124,6 @@ class LLM:
         self._ids = itertools.count()
         self._requests: dict[int, Sequence] = {}  # every request added and not yet released
         self._step = 0
-
-    def _size_cache(
-        self,
-        num_gpu_blocks: int | None,
-        budget: int | None,
-        max_model_len: int | None,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        util: float,
-    ) -> int:
-        """Checks max_model_len against the model; the pool's blocks: given, from a byte budget, or sized."""
-        spec = model_spec(self.config)  # the memory model's view of this model: KV bytes, activations
-        self.kv_bytes_per_token = kv_bytes_per_token(spec, self.kv_cache_dtype.itemsize)
-        limit = self.config.max_model_len
-        if max_model_len is not None and not 1 <= max_model_len <= limit:
-            raise ValueError(f"max_model_len={max_model_len} must be in 1..{limit} (max_position_embeddings)")
-        if budget is not None:
-            whole = isinstance(budget, int) and not isinstance(budget, bool)
-            blocks = kv_blocks_from_budget(budget, self.kv_bytes_per_token, self.block_size) if whole else 0
-            if num_gpu_blocks is not None or blocks < 1:
-                raise ValueError(
-                    f"kv_cache_memory_bytes={budget!r} must be a whole number of bytes holding at least one block "
-                    f"({self.kv_bytes_per_token * self.block_size} bytes), given without num_gpu_blocks"
-                )
-            return blocks
-        if num_gpu_blocks is not None:
-            return num_gpu_blocks
-        return auto_num_blocks(
-            spec,
-            self.kv_cache_dtype.itemsize,
-            self.block_size,
-            self.device,
-            max_model_len or limit,
-            max_num_seqs,
-            max_num_batched_tokens,
-            util,
-        )
-
-    def _fit_max_model_len(self, max_model_len: int | None, num_gpu_blocks: int, max_num_batched_tokens: int) -> int:
-        """The model's limit unless the cache is smaller; a requested length the cache cannot hold is an error.
-
-        A sliding-window sequence holds at most its window's blocks (`kv_blocks_per_seq`), so its length is
-        bounded by max_position_embeddings only once the cache holds one window."""
-        capacity = num_gpu_blocks * self.block_size
-        window = self.config.sliding_window
-        need = kv_blocks_per_seq(
-            max_model_len or self.config.max_model_len, self.block_size, window, max_num_batched_tokens
-        )
-        if max_model_len is None:
-            return self.config.max_model_len if need <= num_gpu_blocks else min(self.config.max_model_len, capacity)
-        if need > num_gpu_blocks:
-            raise ValueError(
-                f"max_model_len={max_model_len} is larger than the maximum number of tokens the KV cache can hold "
-                f"({num_gpu_blocks} blocks x {self.block_size} = {capacity}"
-                f"{f'; with the {window}-token sliding window a sequence needs {need} blocks' if window else ''}); "
-                "lower max_model_len or raise num_gpu_blocks"
-            )
-        return max_model_len
 
     @property
     def kv_cache(self) -> PagedKVCache:
@@ -241,9 +170,7 @@ class LLM:
         if not ids:
             raise ValueError(f"prompt {index} is empty; give at least one token")
         if len(ids) > self.max_model_len:
-            capacity = self.num_gpu_blocks * self.block_size
-            by_pool = self.max_model_len == capacity < self.config.max_model_len
-            raise PromptTooLongError(index, len(ids), self.max_model_len, capacity if by_pool else None)
+            raise PromptTooLongError(index, len(ids), self.max_model_len, self.cache_config.pool_tokens)
         return ids
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams | None = None) -> int:

@@ -14,11 +14,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.core.block_usage import BlockInfo, BlockUsage
-from engine.forward_meta import is_decode
 
 if TYPE_CHECKING:
     from engine.core.scheduler import Scheduler, SchedulerOutput
     from engine.core.sequence import Sequence
+
+
+def is_decode(query_len: int, context_len: int) -> bool:
+    """A row decodes when it computes one token on top of cached context (a label for traces: every row of a
+    step attends alike, engine/worker/forward_meta.py)."""
+    return query_len == 1 and context_len > 0
 
 
 @dataclass(slots=True)
@@ -78,7 +83,7 @@ class ScheduledRequest:
     request_id: int
     num_new_tokens: int  # tokens computed this step (a prompt chunk, or 1 for a decode)
     num_computed_tokens: int  # tokens already in the cache before the step
-    phase: str  # "decode" (one token on top of cached context, forward_meta.is_decode) or "prefill"
+    phase: str  # "decode" (one token on top of cached context, is_decode) or "prefill"
     sampled_token: int | None  # token drawn this step, None after a partial prompt chunk
 
 

@@ -33,6 +33,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from engine.model.config import ModelConfig  # noqa: E402
 from engine.model.llama import CausalLM  # noqa: E402
+from engine.model.loader import hf_state_dict  # noqa: E402
 from engine.model.rope import apply_rope, rope_tables  # noqa: E402
 from engine.model.tokenizer import ByteBPETokenizer  # noqa: E402
 
@@ -75,7 +76,8 @@ def demo_config(tokenizer: ByteBPETokenizer) -> ModelConfig:
 def init_weights(model: CausalLM) -> None:
     """GPT-2 style init: N(0, 0.02), residual output projections scaled by 1 / sqrt(2 * layers)."""
     num_layers = model.config.num_hidden_layers
-    for name, p in model.named_parameters():
+    # Checkpoint order and shapes (q, k, v, o, gate, up, down), so fusing q/k/v and gate/up changes no draw.
+    for name, p in hf_state_dict(model).items():
         if p.dim() == 2:
             std = 0.02 / math.sqrt(2 * num_layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
             torch.nn.init.normal_(p, std=std)
@@ -93,9 +95,10 @@ def train_logits(model: CausalLM, input_ids: torch.Tensor) -> torch.Tensor:
     for layer in model.model.layers:
         attn = layer.self_attn
         x = layer.input_layernorm(h)
-        q = apply_rope(attn.q_proj(x).unflatten(-1, (attn.num_heads, attn.head_dim)), cos, sin)  # [B, T, Hq, D]
-        k = apply_rope(attn.k_proj(x).unflatten(-1, (attn.num_kv_heads, attn.head_dim)), cos, sin)  # [B, T, Hkv, D]
-        v = attn.v_proj(x).unflatten(-1, (attn.num_kv_heads, attn.head_dim))  # [B, T, Hkv, D]
+        q, k, v = attn.qkv_proj(x).split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)  # one fused matmul
+        q = apply_rope(q.unflatten(-1, (attn.num_heads, attn.head_dim)), cos, sin)  # [B, T, Hq, D]
+        k = apply_rope(k.unflatten(-1, (attn.num_kv_heads, attn.head_dim)), cos, sin)  # [B, T, Hkv, D]
+        v = v.unflatten(-1, (attn.num_kv_heads, attn.head_dim))  # [B, T, Hkv, D]
         group = attn.num_heads // attn.num_kv_heads
         k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)  # [B, T, Hq, D]
         out = F.scaled_dot_product_attention(
@@ -214,8 +217,8 @@ def main() -> None:
             print(json.dumps(entry), file=sys.stderr)
         step += 1
 
-    # Hugging Face layout; tied embeddings mean lm_head.weight is not stored (as save_pretrained does).
-    state = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    # Hugging Face layout (fused q/k/v and gate/up split back); a tied lm_head is not stored (as save_pretrained).
+    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in hf_state_dict(model).items()}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     hf_config = config.to_hf() | {"torch_dtype": "bfloat16"}
     (out / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")

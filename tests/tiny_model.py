@@ -10,6 +10,7 @@ from safetensors.torch import save_file
 
 from engine.model.config import ModelConfig
 from engine.model.llama import CausalLM
+from engine.model.loader import hf_state_dict
 from engine.model.tokenizer import ByteBPETokenizer
 
 
@@ -31,8 +32,9 @@ def make_tiny_model(folder: Path, text: str) -> Path:
     )
     torch.manual_seed(0)
     model = CausalLM(config)
-    for p in model.parameters():
+    weights = hf_state_dict(model)  # checkpoint names and order: the same draws as unfused q/k/v, gate/up
+    for p in weights.values():
         torch.nn.init.normal_(p, std=0.2)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+    save_file({k: v.detach().contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(config.to_hf()))
     return folder

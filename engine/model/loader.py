@@ -183,9 +183,44 @@ def _weight_files(path: Path, roots: tuple[Path, ...] | None) -> dict[Path, int]
     return files
 
 
-def load_weights(model: CausalLM, files: list[Path]) -> None:
-    """Copy every tensor of `files` into `model`, checking names and shapes; all parameters must be covered."""
+# Hugging Face's tensors that one fused parameter of ours holds, in row order (vLLM's stacked_params_mapping).
+FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def checkpoint_layout(model: CausalLM) -> dict[str, tuple[str, slice]]:
+    """Checkpoint key -> (our parameter, its rows) for every tensor a Hugging Face checkpoint of `model` holds.
+
+    Unfused parameters map one to one (all rows); q/k/v land in consecutive rows of `qkv_proj` (Hq * D, then
+    Hkv * D twice) and gate/up in `gate_up_proj` (intermediate_size each)."""
+    cfg = model.config
+    q_rows, kv_rows = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    rows = {"qkv_proj": (q_rows, kv_rows, kv_rows), "gate_up_proj": (cfg.intermediate_size,) * 2}
+    layout: dict[str, tuple[str, slice]] = {}
+    for name, param in model.named_parameters():
+        module, _, leaf = name.rpartition(".")
+        parent, _, fused = module.rpartition(".")
+        if fused not in FUSED:
+            layout[name] = (name, slice(0, param.shape[0]))
+            continue
+        start = 0
+        for part, size in zip(FUSED[fused], rows[fused], strict=True):
+            layout[f"{parent}.{part}.{leaf}"] = (name, slice(start, start + size))
+            start += size
+    return layout
+
+
+def hf_state_dict(model: CausalLM) -> dict[str, torch.Tensor]:
+    """The model's weights under Hugging Face's names, fused parameters split back (views, not copies);
+    a tied lm_head is left out, as `save_pretrained` does."""
     params = dict(model.named_parameters())
+    return {key: params[name][rows] for key, (name, rows) in checkpoint_layout(model).items()}
+
+
+def load_weights(model: CausalLM, files: list[Path]) -> None:
+    """Copy every tensor of `files` into `model`, checking names and shapes; every tensor the model needs must
+    be there (errors name the checkpoint's key). Fused parameters are filled row range by row range."""
+    params = dict(model.named_parameters())
+    layout = checkpoint_layout(model)
     tied = model.config.tie_word_embeddings
     loaded: set[str] = set()
     for file in files:
@@ -195,20 +230,20 @@ def load_weights(model: CausalLM, files: list[Path]) -> None:
                     continue  # derived from the config, some old checkpoints store it
                 if tied and key == "lm_head.weight":
                     continue  # the embedding matrix is the head
-                if key not in params:
+                if key not in layout:
                     raise ValueError(f"{file}: tensor {key!r} does not belong to a {model.config.architecture}")
+                name, rows = layout[key]
+                target = params[name][rows]
                 tensor = f.get_tensor(key)
-                if tuple(tensor.shape) != tuple(params[key].shape):
+                if tuple(tensor.shape) != tuple(target.shape):
                     raise ValueError(
                         f"{file}: tensor {key!r} has shape {tuple(tensor.shape)} but the config implies "
-                        f"{tuple(params[key].shape)}; config.json and the weights disagree"
+                        f"{tuple(target.shape)}; config.json and the weights disagree"
                     )
                 with torch.no_grad():
-                    params[key].copy_(tensor)
+                    target.copy_(tensor)
                 loaded.add(key)
-    if tied:
-        loaded.add("lm_head.weight")
-    missing = sorted(set(params) - loaded)
+    missing = sorted(set(layout) - loaded - ({"lm_head.weight"} if tied else set()))
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise ValueError(f"weights in {files[0].parent} are missing {', '.join(map(repr, missing[:3]))}{more}")
@@ -250,7 +285,7 @@ def load_model(
     """Load a local HF folder (or 'demo') -> (model in eval mode, config, tokenizer or None).
 
     dtype None keeps float32 on CPU (bf16 matmuls are slow there) and bfloat16 on CUDA. The model holds
-    no kernel choice: the engine that runs it names the backend in every step's ForwardMeta.
+    no kernel choice: the engine that runs it names the backend in every step's attention plan.
     allowed_roots: every file opened must resolve under one of these folders ('demo' is always allowed);
     None trusts any local path. max_bytes: ModelTooLargeError, before anything is allocated, when the
     shards on disk or the parameters at `dtype` in memory exceed it (a bf16 checkpoint loaded as float32

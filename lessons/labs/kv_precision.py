@@ -1,7 +1,7 @@
 """KV-cache precision, measured on the real engine: fp8 (e4m3 with per-layer scales) against full precision.
 
 `compare()` loads one model, builds two engines around the same read-only weights that differ only in
-`kv_cache_dtype` ("auto": the model's dtype; "fp8": vLLM's float8 e4m3 cache, engine/core/kv_cache.py),
+`kv_cache_dtype` ("auto": the model's dtype; "fp8": vLLM's float8 e4m3 cache, engine/worker/kv_cache.py),
 each with the same KV byte budget (`kv_cache_memory_bytes`), and reports
 - the pool: KV bytes per token, blocks and tokens the budget holds, the pool's bytes;
 - the price: along each prompt's full-precision greedy path (teacher forcing, so one early difference does
@@ -18,8 +18,7 @@ from typing import Any
 import torch
 
 from engine import LLM, SamplingParams
-from engine.core.kv_cache import KV_CACHE_DTYPES
-from engine.forward_meta import ForwardMeta
+from engine.config import KV_CACHE_DTYPES
 from engine.memory.units import kv_bytes
 from engine.model.loader import load_model
 
@@ -73,9 +72,8 @@ def path_logits(llm: LLM, ids: Sequence[int], prompt_len: int) -> torch.Tensor:
         raise ValueError(f"{len(ids)} tokens need {len(table)} blocks but the engine has {llm.num_gpu_blocks}")
     rows, start = [], 0
     for stop in range(prompt_len, len(ids) + 1):
-        meta = ForwardMeta.build([stop - start], [start], [table], bs, llm.device, llm.backend)
-        inputs = torch.tensor(ids[start:stop], device=llm.device)
-        rows.append(runner.model(inputs, meta, runner.kv_cache.kv_caches, runner.kv_cache.kv_scales)[0])
+        inputs, meta = runner.inputs(list(ids[start:stop]), [stop - start], [start], [table])
+        rows.append(runner.forward(inputs, meta)[0])
         start = stop
     return torch.stack(rows)
 

@@ -25,6 +25,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from engine.model.loader import hf_state_dict
+
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 PACKAGES = ("engine", "kernels", "lessons", "progress", "ui")
@@ -252,5 +254,5 @@ def test_two_sessions_keep_their_own_engine_and_allocator(tiny_folder, monkeypat
     from safetensors.torch import load_file
 
     saved = load_file(str(tiny_folder / "model.safetensors"))
-    for name, param in llm_a.model.state_dict().items():
+    for name, param in hf_state_dict(llm_a.model).items():
         assert torch.equal(param.cpu(), saved[name].to(param.dtype)), f"shared weight {name} changed"

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from engine import LLM, RequestOutput
+from engine.config import CPU_KV_BUDGET_BYTES
 from engine.llm import PromptTooLongError
 from engine.memory import MODELS, kv_blocks_from_budget, kv_bytes_per_token
 from engine.model.loader import DEMO_DIR
-from engine.runner import CPU_KV_BUDGET_BYTES
 from engine.sampling import SamplingParams, filter_logits, make_generator, sample
 from tests.conftest import DEVICE, requires_cuda, requires_triton
 from tests.tiny_model import make_tiny_model
@@ -213,13 +213,14 @@ def test_bad_paths_and_configs(tiny, tmp_path):
     ],
 )
 def test_bad_limits_are_named_before_the_model_loads_or_the_cache_is_sized(tiny, monkeypatch, kwargs, match):
+    import engine.config
     import engine.llm
 
     def no_load(*args, **kw):
         raise AssertionError("the model was loaded before the limits were checked")
 
     monkeypatch.setattr(engine.llm, "load_model", no_load)
-    monkeypatch.setattr(engine.llm, "auto_num_blocks", no_load)
+    monkeypatch.setattr(engine.config, "auto_num_blocks", no_load)
     with pytest.raises(ValueError, match=match):
         LLM(str(tiny), device="cpu", **kwargs)
 
@@ -275,12 +276,11 @@ def test_text_prompt_without_tokenizer(tiny, tmp_path):
 
 @requires_triton
 def test_triton_path_matches_torch_path(tiny, monkeypatch):
-    import kernels.paged_attention
     import kernels.paged_varlen_attention
     import kernels.store_kv
     import kernels.varlen_attention
 
-    calls = {"varlen": 0, "paged": 0, "paged_varlen": 0, "store": 0}
+    calls = {"varlen": 0, "paged_varlen": 0, "store": 0}
 
     def spy(module, name, key):
         fn = getattr(module, name)
@@ -292,18 +292,17 @@ def test_triton_path_matches_torch_path(tiny, monkeypatch):
         monkeypatch.setattr(module, name, wrapped)
 
     spy(kernels.varlen_attention, "varlen_attention_triton", "varlen")
-    spy(kernels.paged_attention, "paged_attention_triton", "paged")
     spy(kernels.paged_varlen_attention, "paged_varlen_attention_triton", "paged_varlen")
     spy(kernels.store_kv, "store_kv_triton", "store")
     prompts = [list(range(1, 8)), [40, 41, 42]]
     # A budget of 5 tokens chunks the 7-token prompt: fresh prefill, prefill over cached context, decode.
     kw = dict(device=DEVICE, dtype="float32", block_size=4, num_gpu_blocks=16, max_num_batched_tokens=5)
     expected = [o.token_ids for o in LLM(str(tiny), backend="torch", **kw).generate(prompts, greedy(3))]
-    assert calls == {"varlen": 0, "paged": 0, "paged_varlen": 0, "store": 0}
+    assert calls == {"varlen": 0, "paged_varlen": 0, "store": 0}
     got = [o.token_ids for o in LLM(str(tiny), backend="triton", **kw).generate(prompts, greedy(3))]
     assert got == expected
-    # Every step, prefill, chunk or decode, is one paged varlen call per layer; the old kernels are unused.
-    assert calls["paged_varlen"] == calls["store"] > 0 and calls["varlen"] == calls["paged"] == 0
+    # Every step, prefill, chunk or decode, is one paged varlen call per layer; the contiguous kernel is unused.
+    assert calls["paged_varlen"] == calls["store"] > 0 and calls["varlen"] == 0
 
 
 # Half-precision logits of the tiny model (|logits| ~ 1) differ from fp32 by <= 0.01 on CPU in bf16 (measured
@@ -352,21 +351,19 @@ def assert_follows_fp32_greedy(half: LLM, fp32: LLM, prompts: list[list[int]], n
 
 
 def test_cpu_sparse_decode_builds_one_index_per_step_and_matches_the_gather_path(tiny, monkeypatch):
-    """fp32 decode rows on CPU read the cache in place (kernels/paged_attention_torch.py's sparse path, inside
-    the one paged varlen call) through one index per step shared by every layer (ForwardMeta.varlen_index);
-    the greedy tokens equal those of the gather path."""
-    import engine.model.llama
-    import kernels.paged_attention_torch as paged_torch
+    """fp32 decode rows on CPU read the cache in place (kernels/paged_decode_torch.py's sparse path, inside the
+    one paged varlen call) through one index per step, built by the step's attention plan and shared by every
+    layer; the greedy tokens equal those of the gather path."""
+    import kernels.ops
     import kernels.paged_varlen_attention_torch as varlen_torch
 
     built = []
-    token_slots = paged_torch.token_slots
+    token_slots = varlen_torch.token_slots
 
-    def spy(block_tables, seq_lens, block_size, heads=None):
+    def spy(block_tables, seq_lens, block_size, heads=None, lens=None):
         built.append(heads)
-        return token_slots(block_tables, seq_lens, block_size, heads)
+        return token_slots(block_tables, seq_lens, block_size, heads, lens)
 
-    monkeypatch.setattr(paged_torch, "token_slots", spy)
     monkeypatch.setattr(varlen_torch, "token_slots", spy)
     prompts = [list(range(1, 8)), [40, 41, 42], list(range(50, 70))]  # ragged: padding scored and masked
     kw = dict(device="cpu", dtype="float32", block_size=4, num_gpu_blocks=32, backend="torch")
@@ -375,11 +372,10 @@ def test_cpu_sparse_decode_builds_one_index_per_step_and_matches_the_gather_path
     cfg = llm.runner.model.config
     assert built and set(built) == {(cfg.num_attention_heads, cfg.num_key_value_heads)}
     assert len(built) == llm.num_steps - 1  # every step but the first (all prefill) decodes, one index each
-    monkeypatch.setattr(paged_torch, "use_sparse", lambda *tensors: False)
-    monkeypatch.setattr(engine.model.llama, "use_sparse", lambda *tensors: False)
+    monkeypatch.setattr(kernels.ops, "sparse_decode_applies", lambda *args: False)
     built.clear()
     gathered = [o.token_ids for o in LLM(str(tiny), **kw).generate(prompts, greedy(6))]
-    assert set(built) == {None} and gathered == sparse
+    assert set(built) <= {None} and gathered == sparse
 
 
 def test_bf16_engine_follows_fp32_greedy(tiny):

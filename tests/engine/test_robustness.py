@@ -20,9 +20,10 @@ import pytest
 import torch
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 
-import engine.core.kv_cache as kv_cache_module
+import engine.worker.kv_cache as kv_cache_module
 from engine import LLM, SamplingParams
-from engine.core.kv_cache import PagedKVCache, available_memory, slots_of
+from engine.worker.device import available_memory
+from engine.worker.kv_cache import PagedKVCache, slots_of
 from tests.tiny_model import make_tiny_model
 
 TEXT = "the cache holds keys and values; the scheduler fills blocks with the tokens of every request. " * 4

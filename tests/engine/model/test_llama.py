@@ -12,11 +12,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.forward_meta import ForwardMeta, is_decode
 from engine.model.config import ModelConfig
 from engine.model.llama import CausalLM, RMSNorm
-from engine.model.loader import load_model
+from engine.model.loader import checkpoint_layout, hf_state_dict, load_model
 from engine.model.rope import apply_rope, rope_inv_freq, rope_tables
+from engine.outputs import is_decode
+from engine.worker.forward_meta import ForwardMeta
+from engine.worker.kv_cache import LayerKV
 from scripts.train_demo import train_logits
 from tests.conftest import requires_triton
 from tests.engine.model.reference_llama import reference_logits, rms_norm, rotate_half
@@ -78,11 +80,28 @@ def hf_last_logits(hf, seq: list[int]) -> torch.Tensor:
         return hf(torch.tensor([seq])).logits[0, -1].float()
 
 
-def make_caches(model: CausalLM, num_blocks: int, block_size: int):
-    """Per-layer (k_cache, v_cache) [num_blocks, block_size, Hkv, D], filled with NaN to catch stray reads."""
+def make_caches(model: CausalLM, num_blocks: int, block_size: int) -> list[LayerKV]:
+    """Per-layer caches [num_blocks, block_size, Hkv, D], filled with NaN to catch stray reads."""
     c = model.config
     shape = (num_blocks, block_size, c.num_key_value_heads, c.head_dim)
-    return [(torch.full(shape, float("nan")), torch.full(shape, float("nan"))) for _ in range(c.num_hidden_layers)]
+    return [
+        LayerKV(torch.full(shape, float("nan")), torch.full(shape, float("nan"))) for _ in range(c.num_hidden_layers)
+    ]
+
+
+def build_meta(model: CausalLM, q_lens, ctx_lens, tables, cache: LayerKV, backend: str = "torch") -> ForwardMeta:
+    """A step's ForwardMeta for `model` over caches shaped like `cache`."""
+    cfg = model.config
+    return ForwardMeta.build(
+        q_lens,
+        ctx_lens,
+        tables,
+        cache,
+        num_heads=cfg.num_attention_heads,
+        q_dtype=model.lm_head.weight.dtype,
+        sliding_window=cfg.sliding_window,
+        backend=backend,
+    )
 
 
 class PagedRunner:
@@ -109,7 +128,7 @@ class PagedRunner:
             tables.append(table)
             ids.extend(toks)
             self.cached[sid] = ctx + len(toks)
-        meta = ForwardMeta.build(q_lens, ctx_lens, tables, self.block_size, backend=self.backend)
+        meta = build_meta(self.model, q_lens, ctx_lens, tables, self.caches[0], self.backend)
         with torch.no_grad():
             return self.model(torch.tensor(ids), meta, self.caches)
 
@@ -196,24 +215,42 @@ def test_sliding_window_past_the_window_matches_transformers(tmp_path):
         table = runner.tables[0]
         for i in range(max(0, n - 48 + 1) // 4):
             if table[i] >= 0:
-                for k_cache, v_cache in runner.caches:
-                    k_cache[table[i]].fill_(float("nan"))
-                    v_cache[table[i]].fill_(float("nan"))
+                for cache in runner.caches:
+                    cache.k[table[i]].fill_(float("nan"))
+                    cache.v[table[i]].fill_(float("nan"))
             table[i] = -1
         logits = runner.step({0: seq[n : n + 1], 1: seq[4 + n - 70 : 5 + n - 70]})
         torch.testing.assert_close(logits[0], hf_last_logits(hf, seq[: n + 1]), atol=5e-5, rtol=1e-4)
     assert runner.tables[0][:5] == [-1] * 5
 
 
-def test_bad_inputs_are_clear_errors(pair):
+def test_a_step_planned_for_another_cache_layout_is_refused(pair):
+    """The plan is validated once, against layer 0's cache; a layer whose cache differs is a clear error."""
     _, _, ours = pair
-    meta = ForwardMeta.build([2], [0], [[0]], block_size=4)
-    with pytest.raises(ValueError, match="token ids must be in"):
-        ours(torch.tensor([0, TINY["vocab_size"]]), meta, make_caches(ours, 4, 4))
-    with pytest.raises(ValueError, match="one id per new token"):
-        ours(torch.tensor([1, 2, 3]), meta, make_caches(ours, 4, 4))
-    with pytest.raises(ValueError, match="layer caches"):
-        ours(torch.tensor([1, 2]), meta, make_caches(ours, 4, 4)[:1])
+    caches = make_caches(ours, 4, 4)
+    meta = build_meta(ours, [2], [0], [[0]], caches[0])
+    other = make_caches(ours, 8, 4)  # another pool size: the plan's block ids were checked for 4 blocks
+    with pytest.raises(ValueError, match="plan"):
+        ours(torch.tensor([1, 2]), meta, [caches[0], other[1]])
+    with pytest.raises(ValueError, match="zip|length|argument"):  # one cache per layer
+        ours(torch.tensor([1, 2]), meta, caches[:1])
+
+
+def test_fused_projections_hold_the_checkpoint_rows_in_order(pair):
+    """qkv_proj = [q; k; v] and gate_up_proj = [gate; up] row blocks of the checkpoint's own tensors."""
+    arch, hf, ours = pair
+    theirs = hf.state_dict()
+    ours_hf = hf_state_dict(ours)
+    assert set(ours_hf) == set(theirs) - ({"lm_head.weight"} if ours.config.tie_word_embeddings else set())
+    for key, tensor in ours_hf.items():
+        assert torch.equal(tensor, theirs[key]), key
+    attn, mlp = ours.model.layers[0].self_attn, ours.model.layers[0].mlp
+    q, k, v = (theirs[f"model.layers.0.self_attn.{p}_proj.weight"] for p in "qkv")
+    assert torch.equal(attn.qkv_proj.weight, torch.cat([q, k, v]))
+    gate, up = (theirs[f"model.layers.0.mlp.{p}_proj.weight"] for p in ("gate", "up"))
+    assert torch.equal(mlp.gate_up_proj.weight, torch.cat([gate, up]))
+    name, rows = checkpoint_layout(ours)["model.layers.0.self_attn.v_proj.weight"]
+    assert name == "model.layers.0.self_attn.qkv_proj.weight" and rows.stop == attn.q_size + 2 * attn.kv_size
 
 
 @pytest.mark.parametrize(
@@ -251,20 +288,26 @@ def test_triton_interpreter_path_matches_torch_past_the_window(tmp_path):
         torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
-def test_forward_meta_build_fields():
-    meta = ForwardMeta.build(query_lens=[3, 1], context_lens=[0, 5], block_tables=[[2], [0, 7]], block_size=4)
+def test_forward_meta_build_fields(pair):
+    _, _, ours = pair
+    cache = make_caches(ours, 8, 4)[0]
+    meta = build_meta(ours, [3, 1], [0, 5], [[2], [0, 7]], cache, backend="auto")
+    plan = meta.attention
     # Slots from the block tables expanded to one slot per position (independent of build's loop).
     expanded = [torch.tensor(t).repeat_interleave(4) * 4 + torch.arange(4).repeat(len(t)) for t in ([2], [0, 7])]
-    assert meta.slot_mapping.tolist() == expanded[0][:3].tolist() + expanded[1][5:6].tolist()
+    assert plan.slot_mapping.tolist() == expanded[0][:3].tolist() + expanded[1][5:6].tolist()
     assert meta.positions.tolist() == [0, 1, 2, 5]
-    assert meta.cu_seqlens_q.tolist() == [0, 3, 4]
-    assert meta.seq_lens.tolist() == [3, 6] and (meta.max_seqlen_q, meta.max_seqlen_k) == (3, 6)
-    assert meta.block_tables.tolist() == [[2, 0], [0, 7]] and meta.block_tables.dtype == torch.int32
-    assert meta.last_token_indices.tolist() == [2, 3] and meta.backend == "auto"
+    assert plan.cu_seqlens_q.tolist() == [0, 3, 4]
+    assert plan.seq_lens.tolist() == [3, 6] and plan.max_seqlen_q == 3
+    assert plan.block_tables.tolist() == [[2, 0], [0, 7]] and plan.block_tables.dtype == torch.int32
+    assert meta.logits_indices.tolist() == [2, 3] and plan.backend == "torch"  # "auto" resolved on CPU
     # A mixed step is one batch: no split, no gathered context; freed (-1) table entries pass through.
-    windowed = ForwardMeta.build([1, 1], [3, 6], [[2], [-1, 7]], block_size=4, backend="torch")
-    assert windowed.block_tables.tolist() == [[2, 0], [-1, 7]] and windowed.slot_mapping.tolist() == [11, 30]
-    assert windowed.backend == "torch" and windowed.num_seqs == 2 and windowed.num_tokens == 2
+    windowed = ForwardMeta.build(
+        [1, 1], [3, 6], [[2], [-1, 7]], cache, num_heads=4, q_dtype=torch.float32, sliding_window=2
+    )  # position 6 with a 2-token window reads keys 5..6: block 1 only, so entry 0 may be freed
+    assert windowed.attention.block_tables.tolist() == [[2, 0], [-1, 7]]
+    assert windowed.attention.slot_mapping.tolist() == [11, 30]
+    assert windowed.num_seqs == 2 and windowed.num_tokens == 2
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -288,16 +331,17 @@ def test_one_prefill_or_decode_rule():
 @pytest.mark.parametrize(
     "args, match",
     [
-        (([], [], [], 4), "no sequences"),
-        (([2], [0, 1], [[0]], 4), "one entry per sequence"),
-        (([5], [0], [[0]], 4), "needs 5 tokens"),
-        (([0], [0], [[0]], 4), "query_len=0"),
-        (([1], [0], [[0]], 0), "block_size=0"),
+        (([], [], []), "no sequences"),
+        (([2], [0, 1], [[0]]), "one entry per sequence"),
+        (([5], [0], [[0]]), "needs 5 tokens"),
+        (([0], [0], [[0]]), "query_len=0"),
+        (([1], [0], [[9]]), "block"),  # a block id the 4-block cache does not have: the plan refuses it
     ],
 )
-def test_forward_meta_build_errors(args, match):
+def test_forward_meta_build_errors(pair, args, match):
+    _, _, ours = pair
     with pytest.raises(ValueError, match=match):
-        ForwardMeta.build(*args)
+        build_meta(ours, *args, make_caches(ours, 4, 4)[0])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from engine.model.access import ModelAccessError
 from engine.model.config import ModelConfig
 from engine.model.llama import CausalLM
-from engine.model.loader import DEMO_DIR, INDEX_FILE, ModelTooLargeError, load_config, load_model
+from engine.model.loader import DEMO_DIR, INDEX_FILE, ModelTooLargeError, hf_state_dict, load_config, load_model
 from engine.model.tokenizer import FILENAME as KVLAB_TOKENIZER
 from engine.model.tokenizer import ByteBPETokenizer
 from tests.engine.model.reference_llama import reference_logits
@@ -64,8 +64,10 @@ def test_loads_weights_exactly(hf_folder):
     model, config, tokenizer = load_model(path)
     assert tokenizer is None  # no tokenizer files were saved
     assert config.num_key_value_heads == 2 and config.head_dim == 8
+    ours = hf_state_dict(model)  # the fused q/k/v and gate/up rows under the checkpoint's names
+    assert set(ours) == set(hf.state_dict())
     for name, p in hf.state_dict().items():
-        assert torch.equal(model.state_dict()[name], p), name
+        assert torch.equal(ours[name], p), name
     logits_equal(model, hf, torch.randint(0, 61, (1, 20)))
 
 

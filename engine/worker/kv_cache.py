@@ -1,0 +1,182 @@
+"""The paged KV cache: the K/V tensors every layer writes, one allocation for the whole model.
+
+PagedAttention (Kwon et al., SOSP 2023): every layer owns K and V tensors
+`[num_blocks, block_size, num_kv_heads, head_dim]`; token p of a sequence lives at slot
+`block_table[p // block_size] * block_size + p % block_size` (`slots_of`), where the block table comes from
+`engine.core.block_manager.BlockManager`. Its size in bytes is `engine.memory.units.kv_bytes`, the
+formula the memory lessons teach, so the cache the engine allocates is the cache the course computes.
+
+An fp8 cache (vLLM's `kv_cache_dtype="fp8"`) stores `torch.float8_e4m3fn`, one byte per element, with one
+float32 scale per layer for K and one for V. Each layer's tensors and scales travel together as a `LayerKV`;
+`kernels.ops.store_kv` sets a layer's scales at its first write and quantizes with them, and the attention
+kernel dequantizes. The cache is checked against the device's available memory before it is allocated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+from engine.core.sequence import check_block_size
+from engine.memory.units import kv_bytes
+from engine.worker.device import available_memory
+from kernels.fp8 import FP8_DTYPE
+
+
+class LayerKV(NamedTuple):
+    """One layer's cache: K and V [num_blocks, block_size, Hkv, D] and, for an fp8 cache, their float32 [1]
+    scales (0 until the layer's first write sets them); None for a full-precision cache."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    k_scale: torch.Tensor | None = None
+    v_scale: torch.Tensor | None = None
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def check_kv_memory(
+    num_blocks: int, bytes_per_block: int, device: torch.device | str, available: int | None = None, source: str = ""
+) -> None:
+    """A ValueError, before anything is allocated, when `num_blocks` blocks of `bytes_per_block` bytes exceed
+    the memory `device` has available (`available_memory`, unless given); nothing happens when it is unknown."""
+    if available is None:
+        available, source = available_memory(device)
+        if available is None:
+            return
+    need = num_blocks * bytes_per_block
+    if need > available:
+        why = f"only {_gib(available)} is available ({source})"
+        raise ValueError(kv_memory_message(num_blocks, bytes_per_block, device, why, available))
+
+
+def kv_memory_message(
+    num_blocks: int, bytes_per_block: int, device: torch.device | str, why: str, available: int | None = None
+) -> str:
+    """The out-of-memory message: the blocks asked for, their bytes, the memory there is, and the fix."""
+    need = num_blocks * bytes_per_block
+    fits = f"at most {available // bytes_per_block} blocks fit now; " if available is not None else ""
+    return (
+        f"a KV cache of num_gpu_blocks={num_blocks} blocks x {bytes_per_block} bytes = {need} bytes "
+        f"({_gib(need)}) does not fit on {torch.device(device)}: {why}; {fits}pass a smaller num_gpu_blocks (or "
+        "kv_cache_memory_bytes), None to size the cache from the memory there is, a smaller block_size, "
+        "or kv_cache_dtype='fp8'"
+    )
+
+
+def _check_positive(**values: object) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an integer >= 1")
+
+
+def slots_of(block_table: Sequence[int], start: int, stop: int, block_size: int) -> list[int]:
+    """Cache slots of a sequence's positions start..stop-1: block_table[p // bs] * bs + p % bs each."""
+    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, stop)]
+
+
+class PagedKVCache:
+    """K and V for every layer, cut into blocks: `kv[layer, 0 | 1, block, offset, kv_head, dim]`."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        _check_positive(num_layers=num_layers, num_blocks=num_blocks, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        self.num_layers = num_layers
+        self.num_blocks = num_blocks
+        self.block_size = check_block_size(block_size)
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        # One allocation for the whole cache; zeros so an unwritten slot never holds garbage. Checked first:
+        # on CPU an overcommitted allocation may "succeed" and get the process killed when it is touched.
+        per_block = 2 * num_layers * block_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        check_kv_memory(num_blocks, per_block, device)
+        try:
+            self.kv = torch.zeros(
+                num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
+            )  # [L, 2, num_blocks, block_size, Hkv, D]
+        except RuntimeError as exc:  # torch.OutOfMemoryError (CUDA) is a RuntimeError, so is the CPU allocator's
+            if not isinstance(exc, torch.OutOfMemoryError) and "memory" not in str(exc).lower():
+                raise
+            why = f"the allocator could not provide them ({str(exc).splitlines()[0][:200]})"
+            raise ValueError(kv_memory_message(num_blocks, per_block, device, why)) from exc
+        # fp8: per-layer K and V scales, 0 until the layer's first write sets them (kernels.ops.store_kv).
+        self.scales = torch.zeros(num_layers, 2, 1, dtype=torch.float32, device=device) if self.is_fp8 else None
+        # Per-layer views, each contiguous [num_blocks, block_size, Hkv, D] as the kernels take them, with scales.
+        self.layers: list[LayerKV] = [
+            LayerKV(
+                self.kv[layer, 0],
+                self.kv[layer, 1],
+                None if self.scales is None else self.scales[layer, 0],
+                None if self.scales is None else self.scales[layer, 1],
+            )
+            for layer in range(num_layers)
+        ]
+
+    def __repr__(self) -> str:
+        return (
+            f"PagedKVCache(num_layers={self.num_layers}, num_blocks={self.num_blocks}, block_size={self.block_size}, "
+            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, dtype={self.dtype}, {self.nbytes} bytes)"
+        )
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Element type of the cache."""
+        return self.kv.dtype
+
+    @property
+    def is_fp8(self) -> bool:
+        """True for an fp8 cache (values stored divided by the layer's scale)."""
+        return self.kv.dtype == FP8_DTYPE
+
+    @property
+    def num_slots(self) -> int:
+        """Token slots in the cache: num_blocks * block_size."""
+        return self.num_blocks * self.block_size
+
+    @property
+    def bytes_per_slot(self) -> int:
+        """Bytes of one token's K and V over all layers (`engine.memory.units.kv_bytes`)."""
+        return kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, self.kv.element_size())
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes held by the cache tensors: num_slots * bytes_per_slot."""
+        return self.num_slots * self.bytes_per_slot
+
+    def k_cache(self, layer: int) -> torch.Tensor:
+        """Layer `layer`'s keys [num_blocks, block_size, Hkv, D]."""
+        return self.layers[layer].k
+
+    def v_cache(self, layer: int) -> torch.Tensor:
+        """Layer `layer`'s values [num_blocks, block_size, Hkv, D]."""
+        return self.layers[layer].v
+
+    def copy_blocks(self, copies: Sequence[tuple[int, int]]) -> None:
+        """Copy-on-write: copy block src's K/V rows into block dst, in every layer."""
+        if not copies:
+            return
+        for src, dst in copies:
+            for name, block_id in (("src", src), ("dst", dst)):
+                if not 0 <= block_id < self.num_blocks:
+                    raise ValueError(f"copy {src} -> {dst}: {name} block must be in 0..{self.num_blocks - 1}")
+        dsts = [dst for _, dst in copies]
+        if len(set(dsts)) != len(dsts):
+            raise ValueError(f"copy destinations {dsts} repeat a block; each copy needs its own destination")
+        device = self.kv.device
+        src_idx = torch.tensor([src for src, _ in copies], dtype=torch.long, device=device)
+        dst_idx = torch.tensor(dsts, dtype=torch.long, device=device)
+        # Gather first, then scatter: a block that is both a source and a destination reads its old rows.
+        kv = self.kv.view(torch.uint8) if self.is_fp8 else self.kv  # CPU torch cannot index fp8: copy the bytes
+        kv[:, :, dst_idx] = kv[:, :, src_idx]  # [L, 2, n_copies, block_size, Hkv, D]

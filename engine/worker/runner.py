@@ -1,0 +1,106 @@
+"""ModelRunner: one engine step on the model - the step's inputs, one forward pass, the sampled tokens.
+
+The scheduler (engine/core/scheduler.py) decides which sequences run and how many tokens each computes.
+`ModelRunner.run` turns that `SchedulerOutput` into the packed input ids and one `ForwardMeta`
+(engine/worker/forward_meta.py, whose attention plan kernels.ops validates here, once per step), applies the
+step's copy-on-write block copies to the paged KV cache, runs the model once over the whole batch
+(engine/model/llama.py) and samples a next token for every sequence whose step reached the end of its tokens
+(engine/sampling.py). It keeps no per-request state: each sequence carries its own sampling parameters and
+RNG. The kernel backend is resolved once, by the engine's config, and named in every step's plan. Follows
+nano-vllm's `model_runner.py`. The runner owns the paged KV cache (engine/worker/kv_cache.py), sized by
+engine/config.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.config import CacheConfig
+from engine.core.scheduler import ScheduledSequence, SchedulerOutput
+from engine.model.llama import CausalLM
+from engine.sampling import sample
+from engine.worker.forward_meta import ForwardMeta
+from engine.worker.kv_cache import PagedKVCache
+
+
+class ModelRunner:
+    """Runs scheduled steps of one model over its own paged KV cache."""
+
+    def __init__(self, model: CausalLM, cache: CacheConfig, device: torch.device, backend: str) -> None:
+        """cache: the pool's geometry and element type; backend: an already resolved kernels backend ("torch" or
+        "triton") for `device`."""
+        cfg = model.config
+        self.model = model
+        self.device = device
+        self.backend = backend
+        self.block_size = cache.block_size
+        self.dtype = model.lm_head.weight.dtype
+        self.kv_cache = PagedKVCache(
+            cfg.num_hidden_layers,
+            cache.num_blocks,
+            cache.block_size,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            dtype=cache.dtype,
+            device=device,
+        )
+
+    def prepare(self, scheduled: list[ScheduledSequence]) -> tuple[torch.Tensor, ForwardMeta]:
+        """The step's packed input ids [T] and its ForwardMeta, validated once for every layer (the ids were
+        checked when their request was added, or sampled from the vocabulary)."""
+        meta = self._meta(
+            [s.num_new_tokens for s in scheduled],
+            [s.num_computed_tokens for s in scheduled],
+            [s.seq.block_table for s in scheduled],
+        )
+        return torch.tensor([token for s in scheduled for token in s.token_ids], device=self.device), meta
+
+    def inputs(
+        self,
+        token_ids: list[int],
+        query_lens: list[int],
+        context_lens: list[int],
+        block_tables: list[list[int]],
+    ) -> tuple[torch.Tensor, ForwardMeta]:
+        """Input ids [T] and ForwardMeta of a step given as plain lists (one entry per sequence; token_ids packed),
+        for a caller that drives the model by hand (a lab, a test); ids outside the vocabulary are a ValueError."""
+        if len(token_ids) != sum(query_lens):
+            raise ValueError(f"{len(token_ids)} token ids for {sum(query_lens)} new tokens; give one id per token")
+        vocab = self.model.config.vocab_size
+        bad = [t for t in token_ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+        return torch.tensor(token_ids, device=self.device), self._meta(query_lens, context_lens, block_tables)
+
+    def _meta(self, query_lens: list[int], context_lens: list[int], block_tables: list[list[int]]) -> ForwardMeta:
+        return ForwardMeta.build(
+            query_lens,
+            context_lens,
+            block_tables,
+            self.kv_cache.layers[0],
+            num_heads=self.model.config.num_attention_heads,
+            q_dtype=self.dtype,
+            sliding_window=self.model.config.sliding_window,
+            backend=self.backend,
+        )
+
+    def forward(self, input_ids: torch.Tensor, meta: ForwardMeta) -> torch.Tensor:
+        """The model over this runner's cache: fp32 logits [S, vocab] of each sequence's last new token."""
+        return self.model(input_ids, meta, self.kv_cache.layers)
+
+    def run(self, out: SchedulerOutput) -> list[int | None]:
+        """Run one scheduled step; returns each scheduled sequence's sampled token (None after a partial chunk)."""
+        self.kv_cache.copy_blocks(out.copies)
+        input_ids, meta = self.prepare(out.scheduled)
+        return self.sample(out.scheduled, self.forward(input_ids, meta))
+
+    def sample(self, scheduled: list[ScheduledSequence], logits: torch.Tensor) -> list[int | None]:
+        """Tokens from logits [S, vocab] for the sequences whose step reached their last token, None elsewhere."""
+        rows = [i for i, s in enumerate(scheduled) if s.samples]
+        sampled: list[int | None] = [None] * len(scheduled)
+        if rows:
+            seqs = [scheduled[i].seq for i in rows]
+            tokens = sample(logits[rows], [s.sampling_params for s in seqs], [s.generator for s in seqs])
+            for i, token in zip(rows, tokens, strict=True):
+                sampled[i] = token
+        return sampled
