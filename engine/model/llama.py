@@ -30,7 +30,7 @@ from engine.model.rope import apply_rope, rope_inv_freq, rope_tables
 from engine.worker.forward_meta import ForwardMeta
 from engine.worker.kv_cache import LayerKV
 from kernels import ops
-from kernels.ops import AttentionPlan
+from kernels.plan import AttentionPlan
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # one step's `rope_tables`: cos, signed sin [T, 1, D]
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.worker.kv_cache import LayerKV, slots_of
-from kernels.ops import AttentionPlan, plan_attention
+from kernels.ops import plan_attention
+from kernels.plan import AttentionPlan
 
 
 @dataclass(frozen=True, slots=True)
