@@ -2,7 +2,8 @@
 
 One rule, written once (vLLM's scheduler, recompute preemption):
 - running requests go first, oldest first; when the pool cannot give a running request its next blocks,
-  the *newest* running request is preempted (its blocks freed, recomputed later) until it can;
+  the *newest* running request is preempted (`preempt_newest`: taken off the running list, then its blocks
+  are freed and it is recomputed later) until it can;
 - a step that had to preempt admits nobody (memory is tight);
 - otherwise waiting requests are admitted first-come-first-served while fewer than `max_num_seqs` run and
   the pool keeps `watermark` of its blocks free after the admission, so running decodes have room to grow;
@@ -12,7 +13,7 @@ One rule, written once (vLLM's scheduler, recompute preemption):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import MutableSequence
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -40,8 +41,12 @@ def fits(blocks_needed: int, free_blocks: int, headroom_blocks: int = 0) -> bool
     return blocks_needed + headroom_blocks <= free_blocks
 
 
-def preemption_victim(running: Sequence[T]) -> T:
-    """The request to preempt on a shortage: the newest running one (the last admitted)."""
+def preempt_newest(running: MutableSequence[T]) -> T:
+    """Take the request to preempt on a shortage off `running` and return it: the newest (the last admitted).
+
+    Choosing and removing are one call, so the request a caller then frees is always the one that left the
+    list; the caller frees its memory and requeues it.
+    """
     if not running:
         raise ValueError("nothing is running, so there is no request to preempt")
-    return running[-1]
+    return running.pop()

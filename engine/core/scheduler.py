@@ -8,9 +8,9 @@ introduced this iteration-level scheduling; PagedAttention (Kwon et al., SOSP 20
 One step, in order:
 1. Running requests, oldest first, each get min(tokens left to compute, budget left): one token for a
    decode, a chunk for a long prompt (chunked prefill), their slots from one `BlockManager.allocate_slots`
-   call. When it returns None, the *newest* running request is preempted: its blocks are freed, its counter
-   reset to 0 and it goes back to the front of the waiting queue, to be recomputed later (prompt + tokens
-   so far); then the allocation is tried again.
+   call. When it returns None, the *newest* running request is preempted (taken off `running` and freed in
+   one call): its counter is reset to 0 and it goes back to the front of the waiting queue, to be
+   recomputed later (prompt + tokens so far); then the allocation is tried again.
 2. Only if nobody was preempted, waiting requests are admitted in arrival order while the budget,
    `max_num_seqs` and the free blocks allow; a watermark of free blocks is kept for running requests'
    decodes so a new admission does not immediately force a preemption. Prefix-cache hits are counted as
@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from engine.core.admission import admission_headroom, may_admit, preemption_victim, watermark_blocks
+from engine.core.admission import admission_headroom, may_admit, preempt_newest, watermark_blocks
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.core.sliding_window import kv_blocks_per_seq
@@ -141,8 +141,10 @@ class Scheduler:
         """True while any request is waiting or running."""
         return bool(self.waiting or self.running)
 
-    def _preempt(self, seq: Sequence) -> None:
-        """Evict `seq` for recompute: free its blocks, reset its counter, put it first in line."""
+    def _preempt_newest(self) -> Sequence:
+        """Preempt the newest running request for recompute and return it: off `running` (chosen and removed
+        in one call, `preempt_newest`), its blocks freed, its counter reset, first in the waiting line."""
+        seq = preempt_newest(self.running)
         self.block_manager.free_sequence(seq)
         seq.num_computed_tokens = 0
         seq.num_cached_tokens = 0
@@ -150,6 +152,7 @@ class Scheduler:
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
+        return seq
 
     def schedule(self) -> SchedulerOutput:
         """Pick this step's sequences and token counts, allocating their cache slots."""
@@ -163,9 +166,7 @@ class Scheduler:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while (got := bm.allocate_slots(seq, n)) is None:
-                victim = preemption_victim(self.running)  # newest: at an index >= i, so never already scheduled
-                self.running.pop()
-                self._preempt(victim)
+                victim = self._preempt_newest()  # at an index >= i, so never one already scheduled
                 out.preempted.append(victim.seq_id)
                 if victim is seq:
                     break

@@ -2,7 +2,7 @@
 
 Each step follows the engine's scheduler (`engine.core.scheduler.Scheduler`, vLLM's recompute preemption) with
 the rule it shares in `engine.core.admission`: running requests go first, oldest first, each writing one token;
-when one needs memory the policy cannot give, the newest running request is preempted (`preemption_victim`)
+when one needs memory the policy cannot give, the newest running request is preempted (`preempt_newest`)
 until it can; a step that preempted admits nobody (`may_admit`); otherwise waiting requests are admitted
 first-come-first-served while seats and memory allow, and they prefill their `ctx` tokens in that step. A
 preempted request keeps its tokens and prefills them all again when re-admitted. With admission "unchecked"
@@ -20,7 +20,7 @@ import time
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING
 
-from engine.core.admission import may_admit, preemption_victim
+from engine.core.admission import may_admit, preempt_newest
 from engine.sim.metrics import RequestOutcome, SimEvent, SimResult, summarize
 from engine.sim.policies import ADMITTED, NEVER, NO_ROOM, MemoryPolicy, SimRequest
 from engine.sim.traces import Request
@@ -145,8 +145,7 @@ class ServingLoop:
                 if self.unchecked:
                     self._stop(req, step - 1, "oom", self.policy.shortage)
                     break
-                victim = preemption_victim(self.running)  # the newest, never one served before `req`
-                self._preempt(victim, step)
+                victim = self._preempt_newest(step)  # never one served before `req`
                 preempted = True
                 if victim is req:
                     break
@@ -195,10 +194,14 @@ class ServingLoop:
             at[step].append((req.order, req))
 
     def _stop(self, req: SimRequest, held_at: int, kind: str, detail: str) -> int:
-        """Take a running request out (finish, preemption or OOM), as it stood after step held_at."""
+        """Take a running request out (finish or OOM), as it stood after step held_at."""
+        self.running.remove(req)
+        return self._release(req, held_at, kind, detail)
+
+    def _release(self, req: SimRequest, held_at: int, kind: str, detail: str) -> int:
+        """Free the memory of a request already off `running` and record why; returns the tokens it held."""
         held = req.ctx + held_at - req.admit_step
         self._emit(kind, req, detail)
-        self.running.remove(req)
         req.order = 0  # not running: what was scheduled for it is void
         self.stored -= held
         self.policy.release(req)
@@ -208,11 +211,14 @@ class ServingLoop:
             req.outcome.generated = held - req.request.prompt_len
         return held
 
-    def _preempt(self, victim: SimRequest, step: int) -> None:
-        """Recompute preemption: free the victim's memory and put it first in line with all its tokens."""
-        victim.ctx = self._stop(victim, step - 1, "preempt", self.policy.shortage)
+    def _preempt_newest(self, step: int) -> SimRequest:
+        """Recompute preemption of the newest running request (taken off `running` and freed in one call): it
+        goes first in line with all its tokens. Returns it."""
+        victim = preempt_newest(self.running)
+        victim.ctx = self._release(victim, step - 1, "preempt", self.policy.shortage)
         victim.outcome.preemptions += 1
         self.waiting.appendleft(victim)
+        return victim
 
     def _fail(self, req: SimRequest, status: str, detail: str) -> None:
         """A request that never ran: rejected (can never fit) or oom (unchecked admission found no room)."""

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.core.admission import admission_headroom, fits, may_admit, preemption_victim, watermark_blocks
+from engine.core.admission import admission_headroom, fits, may_admit, preempt_newest, watermark_blocks
 
 
 def test_watermark_rounds_up_and_rejects_bad_fractions():
@@ -30,7 +30,11 @@ def test_fits_keeps_the_headroom_free():
     assert fits(5, 5)
 
 
-def test_victim_is_the_newest_running_request():
-    assert preemption_victim(["old", "mid", "new"]) == "new"
+def test_preempt_newest_takes_the_newest_off_the_running_list():
+    running = ["old", "mid", "new"]
+    assert preempt_newest(running) == "new"
+    assert running == ["old", "mid"]  # chosen and removed in one call; the rest keep their order
+    assert preempt_newest(running) == "mid" and running == ["old"]
+    assert preempt_newest(running) == "old" and running == []
     with pytest.raises(ValueError, match="nothing is running"):
-        preemption_victim([])
+        preempt_newest(running)

@@ -126,6 +126,23 @@ def test_preemption_evicts_the_newest_and_requeues_it_first():
     assert sched.block_manager.num_free_blocks == 4
 
 
+def test_preemption_frees_exactly_the_request_it_takes_off_running():
+    # 6 blocks of 4, three 7-token prompts of 2 blocks each: the pool is full. At position 8 the oldest needs a
+    # third block: the newest (c) alone is preempted, and its two blocks go to a's and b's third blocks.
+    sched = make(num_blocks=6, max_model_len=24)
+    a, b, c = (seq(i, 7, max_tokens=8) for i in range(3))
+    for s in (a, b, c):
+        sched.add(s)
+    step(sched)
+    step(sched)
+    out, _ = step(sched)
+    assert out.preempted == [2] and ids(out) == [0, 1]
+    assert sched.running == [a, b] and list(sched.waiting) == [c]  # the one it took off running ...
+    assert c.block_table == [] and c.seq_id not in sched.block_manager.sequences  # ... is the one it freed
+    assert [len(s.block_table) for s in (a, b)] == [3, 3] and sched.block_manager.num_free_blocks == 0
+    assert all(sched.block_manager.allocator.ref_count(x) == 1 for s in (a, b) for x in s.block_table)
+
+
 def test_preempted_request_goes_back_ahead_of_older_waiting_ones():
     # max_num_seqs=2 keeps c waiting; when b is preempted it must be first in line again, before c.
     sched = make(num_blocks=4, max_num_seqs=2, max_model_len=16)
