@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure nginx exists for the loopback replica test (tests/deploy) and bench/classroom_scale.py
+# Make sure nginx exists for the loopback replica test (tests/deploy) and bench/app/classroom_scale.py
 # (Debian/Ubuntu package `nginx`). Runs apt-get as root; otherwise prints what to run. Set KVLAB_NGINX to
 # use another binary. Exit status is 0 even when it cannot install: the replica tests then skip with this
 # reason (and fail under CI=true).
