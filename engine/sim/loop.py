@@ -1,4 +1,5 @@
-"""The simulator's one serving loop: arrivals, growth and preemption, admission, memory terms, finishes.
+"""The simulator's one serving loop and the `SimConfig` it runs under: arrivals, growth and preemption,
+admission, memory terms, finishes.
 
 Each step follows the engine's scheduler (`engine.core.scheduler.Scheduler`, vLLM's recompute preemption) with
 the rule it shares in `engine.core.admission`: running requests go first, oldest first, each writing one token;
@@ -18,17 +19,57 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict, deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from engine.core.admission import may_admit, preempt_newest
 from engine.sim.metrics import RequestOutcome, SimEvent, SimResult, summarize
-from engine.sim.policies import ADMITTED, NEVER, NO_ROOM, MemoryPolicy, SimRequest
+from engine.sim.policies import ADMITTED, NEVER, NO_ROOM, RESERVATIONS, MemoryPolicy, SimRequest
 from engine.sim.traces import Request
 
-if TYPE_CHECKING:  # engine.sim.simulate builds the loop, so it cannot be imported here at run time
-    from engine.sim.simulate import SimConfig
+__all__ = ["POLICIES", "ServingLoop", "SimConfig"]
 
-__all__ = ["ServingLoop"]
+POLICIES = ("static", "paged")
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """What the simulated server does: policy, KV capacity in token slots and admission limits.
+
+    step_time(num_decode, context_tokens, prefill_tokens, prefill_pairs) -> seconds prices a step (e.g. an
+    `engine.memory.roofline.StepTimeModel`); None charges a flat 20 ms. watermark is the fraction of blocks the
+    paged policy keeps free when admitting (vLLM's default 1%). max_steps bounds a run; what is left is
+    "unfinished". reservation sizes a static server's regions; a paged server ignores it.
+    """
+
+    policy: str
+    capacity_tokens: int
+    block_size: int = 16
+    max_model_len: int = 2048
+    max_num_seqs: int = 256
+    reservation: str = "max_model_len"
+    admission: str = "fcfs"
+    watermark: float = 0.01
+    step_time: Callable[..., float] | None = None
+    max_steps: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.reservation not in RESERVATIONS:
+            raise ValueError(f"reservation must be one of {tuple(RESERVATIONS)}, got {self.reservation!r}")
+        if not 0 <= self.watermark < 1:
+            raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark}")
+        if self.admission not in ("fcfs", "unchecked"):
+            raise ValueError(f"admission must be 'fcfs' or 'unchecked', got {self.admission!r}")
+        for name in ("capacity_tokens", "max_model_len", "max_num_seqs", "block_size", "max_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.policy == "paged" and self.capacity_tokens < self.block_size:
+            raise ValueError(
+                f"capacity_tokens={self.capacity_tokens} holds no whole {self.block_size}-token block; "
+                f"give the paged server more KV capacity or a smaller block_size"
+            )
 
 
 def _flat_step_time(num_decode: int, context_tokens: int, prefill_tokens: int = 0, prefill_pairs: float = 0.0) -> float:

@@ -7,17 +7,15 @@ server takes fixed-size blocks from `engine.core.block_manager.BlockManager`, th
 itself schedules with, only when a sequence crosses into a new block, and admits and preempts by the
 scheduler's own rule (`engine.core.admission`). With `admission="unchecked"` a server admits blindly up to
 `max_num_seqs`, so an allocation that does not fit is an OOM. The policies live in `engine.sim.policies`,
-the one loop that drives them in `engine.sim.loop`; the step time comes from the roofline.
+the one loop that drives them and the `SimConfig` it runs under in `engine.sim.loop`; the step time comes
+from the roofline.
 
 Memory terms per step (vLLM's): *stored* slots hold a live token; *reserved* slots are held for tokens the
 request will still generate; *internal* slots will never be used (past the request's final length, or the
 tail of its last block); *external* slots are free gaps the head of the queue cannot use; *free* is the rest.
 The five always add up to the capacity. A page's 200-request trace runs in 20-30 ms per policy on one CPU core.
 
-Public API:
-    SimConfig(policy, capacity_tokens, block_size=16, max_model_len=2048, max_num_seqs=256,
-              reservation="max_model_len" | "pow2" | "oracle", admission="fcfs" | "unchecked",
-              watermark=0.01, step_time=None, max_steps=1_000_000)
+Public API (the config is engine.sim.loop.SimConfig):
     simulate(trace, config) -> SimResult             (engine.sim.metrics: columns, events, requests, summary)
     simulate_model(trace, model, gpu, policy="paged", ...) -> SimResult   capacity and step time from the model
     make_policy(config)                             the engine.sim.policies object a config runs
@@ -25,60 +23,15 @@ Public API:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from engine.memory.footprint import ServingFootprint, serving_footprint
 from engine.memory.roofline import StepTimeModel
 from engine.memory.specs import GpuSpec, ModelSpec
-from engine.sim.loop import ServingLoop
+from engine.sim.loop import ServingLoop, SimConfig
 from engine.sim.metrics import SimResult
 from engine.sim.policies import RESERVATIONS, MemoryPolicy, PagedBlocks
 from engine.sim.traces import Request
 
-__all__ = ["SimConfig", "make_policy", "simulate", "simulate_model"]
-
-POLICIES = ("static", "paged")
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """What the simulated server does: policy, KV capacity in token slots and admission limits.
-
-    step_time(num_decode, context_tokens, prefill_tokens, prefill_pairs) -> seconds prices a step (e.g. an
-    `engine.memory.roofline.StepTimeModel`); None charges a flat 20 ms. watermark is the fraction of blocks the
-    paged policy keeps free when admitting (vLLM's default 1%). max_steps bounds a run; what is left is
-    "unfinished". reservation sizes a static server's regions; a paged server ignores it.
-    """
-
-    policy: str
-    capacity_tokens: int
-    block_size: int = 16
-    max_model_len: int = 2048
-    max_num_seqs: int = 256
-    reservation: str = "max_model_len"
-    admission: str = "fcfs"
-    watermark: float = 0.01
-    step_time: Callable[..., float] | None = None
-    max_steps: int = 1_000_000
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
-        if self.reservation not in RESERVATIONS:
-            raise ValueError(f"reservation must be one of {tuple(RESERVATIONS)}, got {self.reservation!r}")
-        if not 0 <= self.watermark < 1:
-            raise ValueError(f"watermark must be a fraction in [0, 1), got {self.watermark}")
-        if self.admission not in ("fcfs", "unchecked"):
-            raise ValueError(f"admission must be 'fcfs' or 'unchecked', got {self.admission!r}")
-        for name in ("capacity_tokens", "max_model_len", "max_num_seqs", "block_size", "max_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.policy == "paged" and self.capacity_tokens < self.block_size:
-            raise ValueError(
-                f"capacity_tokens={self.capacity_tokens} holds no whole {self.block_size}-token block; "
-                f"give the paged server more KV capacity or a smaller block_size"
-            )
+__all__ = ["make_policy", "simulate", "simulate_model"]
 
 
 def make_policy(config: SimConfig) -> MemoryPolicy:

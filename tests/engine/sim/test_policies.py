@@ -10,8 +10,9 @@ from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import Sequence
 from engine.sampling import SamplingParams
 from engine.sim.arena import FirstFitArena
+from engine.sim.loop import SimConfig
 from engine.sim.policies import MaxReservation, OracleReservation, PagedBlocks, Pow2Reservation
-from engine.sim.simulate import SimConfig, make_policy, simulate
+from engine.sim.simulate import make_policy, simulate
 from engine.sim.traces import replay_trace
 
 MAX_LEN = 64  # the simulator's max_model_len in the scheduler comparison (prompt <= 20, output <= 30)
