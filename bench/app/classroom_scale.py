@@ -122,7 +122,7 @@ def not_saved_note(shown: PageRun) -> str | None:
 
 
 def lesson_row(shown: PageRun, pid: str) -> dict[str, Any] | None:
-    """The sidebar progress table's row of lesson ``pid`` (ui/progress.py: progress_rows)."""
+    """The sidebar progress table's row of lesson ``pid`` (lessons/progress_table.py: progress_rows)."""
     from lessons import content
 
     title = content.load(pid).title
