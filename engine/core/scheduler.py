@@ -19,9 +19,9 @@ One step, in order:
 its new-token count and what it already had cached) per sequence in the step. After the model runs,
 `update()` advances the counters, appends sampled tokens, applies stop rules and frees finished requests.
 A request is never lost or duplicated: it is always in exactly one of `waiting`, `running` or finished.
-Requests that could never fit (longer than `max_model_len`, which must itself fit in the cache; with a
-sliding window, only its window's blocks must) are rejected when added. The admission and preemption
-rule itself is engine/core/admission.py.
+Requests that could never fit (longer than `max_model_len`) are rejected when added; that `max_model_len`
+itself fits in the cache (with a sliding window, only its window's blocks must) is engine/config.py's
+check. The admission and preemption rule itself is engine/core/admission.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from engine.core.admission import admission_headroom, may_admit, preempt_newest, watermark_blocks
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, SequenceStatus
-from engine.core.sliding_window import kv_blocks_per_seq
 from engine.sampling import SamplingParams
 
 
@@ -102,17 +101,8 @@ class Scheduler:
     """Waiting queue + running list over one BlockManager, filled each step up to the token budget."""
 
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
-        capacity = block_manager.num_blocks * block_manager.block_size
-        # One sequence of max_model_len tokens must fit; a sliding window caps what it holds at its window.
-        need = kv_blocks_per_seq(
-            config.max_model_len, block_manager.block_size, block_manager.sliding_window, config.max_num_batched_tokens
-        )
-        if need > block_manager.num_blocks:
-            raise ValueError(
-                f"max_model_len={config.max_model_len} is larger than the KV cache can hold "
-                f"({block_manager.num_blocks} blocks x {block_manager.block_size} = {capacity} tokens); "
-                f"lower max_model_len or give the cache more blocks"
-            )
+        """config.max_model_len must fit in the block manager's pool (one sequence of that length never
+        outgrows it, so preempting everyone else always makes room): engine/config.py checks it once."""
         self.config = config
         self.block_manager = block_manager
         self.waiting: deque[Sequence] = deque()

@@ -14,8 +14,9 @@ from engine.memory.footprint import ServingFootprint, serving_footprint
 from engine.memory.roofline import StepTimeModel
 from engine.memory.startup import cuda_graph_bytes, default_max_num_batched_tokens
 from engine.memory.units import GiB
+from engine.sim.loop import SimConfig
 from engine.sim.metrics import SimSummary
-from engine.sim.simulate import SimConfig, simulate
+from engine.sim.simulate import simulate
 from engine.sim.traces import generate_trace
 from lessons.diagnosis.logs import incident_logs
 from lessons.diagnosis.scenarios import CUDA_TOTAL_BYTES, Outcome, Scenario, ServeConfig, Symptoms, Traffic, apply_fixes
