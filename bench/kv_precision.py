@@ -3,7 +3,7 @@
 Two engines around the same weights (`LLM(model="demo")`), differing only in `kv_cache_dtype` ("auto" =
 the model's dtype, float32 on CPU / bfloat16 on CUDA; "fp8" = float8 e4m3 with per-layer scales), each
 given the same KV byte budget (`kv_cache_memory_bytes`). Reported (lessons/labs/kv_precision.py computes
-the non-timing numbers, the same ones the lessons show):
+the non-timing numbers, the same ones the lessons show, and names them: `PrecisionComparison.record()`):
 - KV bytes per token and the blocks / tokens the budget holds, per side, and their ratios;
 - tokens/s of the same greedy batch (fixed prompts, EOS ignored, same max_tokens) on each engine, timed
   interleaved (auto, fp8, auto, ...; median of --repeats, docs/BENCHMARKS.md), and their ratio;
@@ -37,7 +37,7 @@ def main() -> None:
     loaded = load_model("demo", device)
     engines = {kind: lab.engine(loaded, kind, budget) for kind in lab.CHOICES}
     log(f"kv_precision: demo on {device}, budget {args.budget_mib} MiB, {len(lab.PROMPTS)} prompts")
-    price = lab.compare_engines(engines["auto"], engines["fp8"], lab.PROMPTS, args.max_tokens)
+    comparison = lab.compare_engines(engines["auto"], engines["fp8"], lab.PROMPTS, args.max_tokens)
     greedy = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
     prompts = list(lab.PROMPTS)
     fns = {kind: (lambda llm=llm: llm.generate(prompts, greedy)) for kind, llm in engines.items()}
@@ -48,7 +48,7 @@ def main() -> None:
         "model": "demo",
         "device": device,
         "budget_bytes": budget,
-        **price,
+        **comparison.record(),
         "generate_s": times,
         "tokens_per_s": {kind: tokens / t for kind, t in times.items()},
         "fp8_speed_ratio": times["auto"] / times["fp8"],
@@ -59,9 +59,9 @@ def main() -> None:
         "load_average_1min": round(os.getloadavg()[0], 2),
     }
     log(
-        f"bytes/token {price['auto']['kv_bytes_per_token']} -> {price['fp8']['kv_bytes_per_token']}, blocks "
-        f"x{price['blocks_ratio']:.1f}, top-1 agreement {price['top1_agreement']:.3f}, max |dlogit| "
-        f"{price['max_logit_error']:.3f}, tokens/s auto {result['tokens_per_s']['auto']:.1f} fp8 "
+        f"bytes/token {comparison.auto.kv_bytes_per_token} -> {comparison.fp8.kv_bytes_per_token}, blocks "
+        f"x{comparison.blocks_ratio:.1f}, top-1 agreement {comparison.price.top1_agreement:.3f}, max |dlogit| "
+        f"{comparison.price.max_logit_error:.3f}, tokens/s auto {result['tokens_per_s']['auto']:.1f} fp8 "
         f"{result['tokens_per_s']['fp8']:.1f}"
     )
     if args.save:

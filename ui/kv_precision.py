@@ -10,8 +10,6 @@ two pages never share state.
 
 from __future__ import annotations
 
-from typing import Any
-
 import streamlit as st
 
 from lessons import content
@@ -22,7 +20,7 @@ PROSE = "kv_precision"  # lessons/sections/kv_precision.md
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
-def _compare(model: str) -> dict[str, Any]:
+def _compare(model: str) -> lab.PrecisionRun:
     """The lab's comparison, once per model per process (a pure function of its arguments)."""
     return lab.compare(model, lab.PAGE_PROMPTS, lab.PAGE_MAX_TOKENS)
 
@@ -50,20 +48,20 @@ def kv_precision_section(page_id: str, model: str = "demo") -> None:
     except (ValueError, FileNotFoundError) as exc:
         show_error(f"The engine run failed: {exc}", "install the demo model (python -m scripts.train_demo) or retry")
         return
-    shown = lab.summary(result, choice)
+    shown = result.summary(choice)
     cols = st.columns(3)
-    cols[0].metric("KV bytes / token", f"{shown['kv_bytes_per_token']:,}")
-    cols[1].metric("Tokens in the budget", f"{shown['token_capacity']:,}")
-    cols[2].metric("Blocks in the budget", f"{shown['num_gpu_blocks']:,}")
-    if choice == "fp8":
+    cols[0].metric("KV bytes / token", f"{shown.pool.kv_bytes_per_token:,}")
+    cols[1].metric("Tokens in the budget", f"{shown.pool.token_capacity:,}")
+    cols[2].metric("Blocks in the budget", f"{shown.pool.num_gpu_blocks:,}")
+    if shown.price is not None:
         cols = st.columns(3)
-        cols[0].metric("Top-1 agreement", f"{shown['top1_agreement']:.1%}")
-        cols[1].metric("Max |logit difference|", f"{shown['max_logit_error']:.3f}")
-        cols[2].metric("Identical generations", f"{shown['identical_generations']} / {result['num_prompts']}")
-    st.dataframe(lab.pool_rows(result), hide_index=True, key=f"{page_id}_kv_precision_table")
+        cols[0].metric("Top-1 agreement", f"{shown.price.top1_agreement:.1%}")
+        cols[1].metric("Max |logit difference|", f"{shown.price.max_logit_error:.3f}")
+        cols[2].metric("Identical generations", f"{shown.price.identical_generations} / {shown.price.num_prompts}")
+    st.dataframe(result.rows(), hide_index=True, key=f"{page_id}_kv_precision_table")
     st.caption(
-        f"Same {result['budget_bytes'] // 2**20} MiB KV budget for both. fp8 holds {result['blocks_ratio']:.0f}x "
-        f"the blocks of this model's {result['auto']['kv_cache_dtype']} cache (2x of bf16 on a GPU); along "
-        f"full precision's greedy path its top token agrees at {result['top1_agreement']:.1%} of "
-        f"{result['positions']} positions."
+        f"Same {result.budget_mib:g} MiB KV budget for both. fp8 holds {result.blocks_ratio:.0f}x "
+        f"the blocks of this model's {result.auto.kv_cache_dtype} cache (2x of bf16 on a GPU); along "
+        f"full precision's greedy path its top token agrees at {result.price.top1_agreement:.1%} of "
+        f"{result.price.positions} positions."
     )

@@ -54,3 +54,29 @@ def test_fp8_quarters_the_bytes_and_shows_the_agreement(at):
     assert int(fp8["Tokens in the budget"].replace(",", "")) == 4 * int(full["Tokens in the budget"].replace(",", ""))
     agreement = float(fp8["Top-1 agreement"].rstrip("%"))
     assert 50.0 <= agreement <= 100.0 and "/ 4" in fp8["Identical generations"]
+
+
+def test_the_table_and_caption_show_the_shared_budget(at):
+    at.button(key="gqa_kv_precision_run").click().run()
+    assert not at.exception and not at.error
+    (table,) = [d.value for d in at.dataframe]
+    # 8 MiB over 16-token blocks: 256 B per token in fp32 (2048 blocks), 64 B in fp8 (8192 blocks).
+    assert table.to_dict("records") == [
+        {
+            "KV precision": "auto (float32)",
+            "KV bytes / token": 256,
+            "blocks in budget": 2048,
+            "tokens in budget": 32768,
+            "pool MiB": 8.0,
+        },
+        {
+            "KV precision": "fp8 (float8_e4m3fn)",
+            "KV bytes / token": 64,
+            "blocks in budget": 8192,
+            "tokens in budget": 131072,
+            "pool MiB": 8.0,
+        },
+    ]
+    (caption,) = [c.value for c in at.caption if c.value.startswith("Same ")]
+    assert caption.startswith("Same 8 MiB KV budget for both. fp8 holds 4x the blocks of this model's float32 cache")
+    assert caption.endswith("of 52 positions.")  # 4 prompts x (12 tokens + 1)

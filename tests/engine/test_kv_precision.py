@@ -78,12 +78,47 @@ def test_fp8_costs_little_against_full_precision(tiny):
     folder, loaded = tiny
     full, fp8 = (lab.engine(loaded, kind, 2**20, model=folder) for kind in lab.CHOICES)
     result = lab.compare_engines(full, fp8, PROMPTS, max_tokens=12)
-    assert result["bytes_per_token_ratio"] == 4.0 and result["blocks_ratio"] == 4.0
-    assert result["positions"] == 4 * 13
+    assert result.bytes_per_token_ratio == 4.0 and result.blocks_ratio == 4.0
+    # 2**20 B over 16-token blocks of 2 x 2 layers x 2 KV heads x 8 elements: 4 B each in fp32, 1 B in fp8.
+    assert result.auto == lab.KvPool("float32", 256, 2**20 // (256 * 16), 2**20 // 256, 2**20)
+    assert result.fp8 == lab.KvPool("float8_e4m3fn", 64, 2**20 // (64 * 16), 2**20 // 64, 2**20)
+    price = result.price
+    assert price.positions == 4 * 13 and price.num_prompts == 4 and result.max_tokens == 12
     # Quantization really happened (the logits moved), and it moved them little: top-1 mostly unchanged.
-    assert 0.0 < result["mean_logit_error"] < result["max_logit_error"] < 1.0
-    assert result["top1_agreement"] >= 0.9
-    assert 0 <= result["identical_generations"] <= 4
+    assert 0.0 < price.mean_logit_error < price.max_logit_error < 1.0
+    assert price.top1_agreement >= 0.9
+    assert 0 <= price.identical_generations <= 4
+
+
+def test_the_price_is_the_logit_difference_along_full_precisions_path(tiny):
+    """The price against a reference built here from the engines' own outputs and path_logits."""
+    folder, loaded = tiny
+    full, fp8 = (lab.engine(loaded, kind, 2**20, model=folder) for kind in lab.CHOICES)
+    prompts = PROMPTS[:2]
+    price = lab.compare_engines(full, fp8, prompts, max_tokens=6).price
+    greedy = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    ref, low = full.generate(list(prompts), greedy), fp8.generate(list(prompts), greedy)
+    diffs, agree = [], []
+    for out in ref:
+        ids, n = out.prompt_token_ids + out.token_ids, len(out.prompt_token_ids)
+        a, b = lab.path_logits(full, ids, n), lab.path_logits(fp8, ids, n)
+        diffs.append((a - b).abs())
+        agree.append(a.argmax(-1) == b.argmax(-1))
+    every = torch.cat(diffs)  # [2 x 7 positions, vocab]
+    assert price.positions == every.shape[0] == 2 * 7
+    assert price.max_logit_error == pytest.approx(float(every.max()))
+    assert price.mean_logit_error == pytest.approx(float(every.mean()), rel=1e-5)
+    assert price.top1_agreement == pytest.approx(float(torch.cat(agree).float().mean()))
+    assert price.identical_generations == sum(r.token_ids == s.token_ids for r, s in zip(ref, low, strict=True))
+
+
+def test_compare_runs_both_engines_on_one_model_and_budget(tiny):
+    folder, _ = tiny
+    run = lab.compare(folder, PROMPTS[:1], max_tokens=4, budget_bytes=2**19)
+    assert (run.model, run.budget_bytes, run.budget_mib) == (folder, 2**19, 0.5)
+    assert run.auto.kv_cache_bytes == run.fp8.kv_cache_bytes == 2**19 and run.auto.num_gpu_blocks == 2**19 // 4096
+    assert (run.price.positions, run.price.num_prompts, run.max_tokens) == (5, 1, 4)
+    assert run.record()["model"] == folder and run.record()["budget_bytes"] == 2**19
 
 
 def test_path_logits_match_the_engines_greedy_tokens(tiny):
