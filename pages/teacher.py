@@ -24,6 +24,7 @@ from progress import (
     report_csv,
     validate_name,
 )
+from progress.report import class_summary, report_file_name
 from ui.course import LESSON_IDS
 from ui.inert import inert, inert_md, prose_md
 from ui.page import through_the_router
@@ -76,6 +77,7 @@ try:
     code = validate_name(raw_code, "class code")
     records = store.class_records(code)
     rows = class_report(records, LESSON_IDS)
+    summary = class_summary(rows, LESSON_IDS)
 except ValueError as exc:
     st.error(f"{prose_md(exc)}.")
     st.stop()
@@ -83,26 +85,28 @@ except ProgressStoreError as exc:
     st.error(prose_md(exc))
     st.stop()
 
-if not rows:
+if not summary.learners:
     st.info(f"No learner has signed in with the class code {inert_md(code)} yet (codes are not case-sensitive).")
     st.stop()
 
-done = sum(1 for r in rows if r["lessons_visited"] == r["lessons_total"])
 c1, c2, c3 = st.columns(3)
-c1.metric("Learners", len(rows))
-c2.metric("Visited every lesson", done)
-c3.metric("Mean completion", f"{sum(r['completion_pct'] for r in rows) / len(rows):.0f} %")
+c1.metric("Learners", summary.learners)
+c2.metric("Visited every lesson", summary.visited_every_lesson)
+c3.metric("Mean completion", f"{summary.mean_completion_pct:.0f} %")
 st.dataframe(
     [{k: r[k] for k in REPORT_COLUMNS} for r in rows],
     hide_index=True,
     key="teacher_table",
     column_config={"completion_pct": st.column_config.ProgressColumn("completion", format="%.0f%%", max_value=100)},
 )
-st.caption(f"{len(rows)} learners in class {inert_md(code)}; completion counts the {len(LESSON_IDS)} lesson pages.")
+st.caption(
+    f"{summary.learners} learners in class {inert_md(code)}; "
+    f"completion counts the {summary.lessons_total} lesson pages."
+)
 st.download_button(
     "Download class report (CSV)",
     report_csv(rows),
-    file_name=f"kvlab-{code.replace(' ', '_').casefold()}-progress.csv",
+    file_name=report_file_name(code),
     mime="text/csv",
     key="teacher_csv",
 )

@@ -1,10 +1,16 @@
-"""Teacher reports over saved progress: per-learner completion, their predictions, a CSV export (no Streamlit here)."""
+"""Teacher reports over saved progress: per-learner completion, the class's totals, predictions, a CSV export.
+
+The teacher view (pages/teacher.py) only lays these out: `class_report` gives one row per learner,
+`class_summary` the class's headline numbers from those rows, `prediction_rows` each learner's predictions,
+`report_csv` and `report_file_name` the download. No Streamlit here.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 REPORT_COLUMNS = (
@@ -56,6 +62,41 @@ def completion_row(learner: str, progress: Mapping[str, Any], lesson_ids: Sequen
 def class_report(records: Iterable[Mapping[str, Any]], lesson_ids: Sequence[str]) -> list[dict[str, Any]]:
     """Rows for every record returned by ``store.class_records(code)``."""
     return [completion_row(r["learner"], r["progress"], lesson_ids, r.get("updated_at")) for r in records]
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    """A class's headline numbers over its report rows: learners, who visited every lesson, mean completion."""
+
+    learners: int  # learners who signed in with the class code
+    visited_every_lesson: int  # learners who opened every one of the lesson pages
+    lessons_total: int  # the lesson pages completion counts
+    mean_completion_pct: float | None  # the learners' mean share of lesson pages visited, 0..100; None: nobody
+
+
+def class_summary(rows: Sequence[Mapping[str, Any]], lesson_ids: Sequence[str]) -> ClassSummary:
+    """The headline of ``class_report(records, lesson_ids)``'s rows.
+
+    Mean completion is computed from the visit counts (100 x visited / lessons, averaged over learners), not from
+    the rows' rounded ``completion_pct``, so it does not carry their rounding.
+    """
+    if not lesson_ids:
+        raise ValueError("lesson_ids is empty; pass the page ids the app records as visited")
+    total = len(lesson_ids)
+    for r in rows:
+        if r["lessons_total"] != total:
+            raise ValueError(
+                f"the row of {r['learner']!r} counts {r['lessons_total']} lessons but lesson_ids has {total}; "
+                "build the rows with class_report(records, lesson_ids) from the same lesson_ids"
+            )
+    visited = [r["lessons_visited"] for r in rows]
+    mean = 100.0 * sum(visited) / (len(rows) * total) if rows else None
+    return ClassSummary(len(rows), sum(1 for v in visited if v == total), total, mean)
+
+
+def report_file_name(class_code: str) -> str:
+    """The CSV download's file name for a class code: spaces become underscores, letters case-folded."""
+    return f"kvlab-{class_code.replace(' ', '_').casefold()}-progress.csv"
 
 
 def prediction_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
