@@ -3,8 +3,9 @@
 `RequestOutput` follows vLLM's offline API (prompt_token_ids, token_ids, text, finish_reason) plus the
 per-request timings a serving lesson needs (arrival, first token, finish: TTFT and latency). `StepTrace` is
 what the engine playground draws after every step: which requests ran and how many tokens each computed,
-who was admitted, preempted or finished, every block table, the allocator's per-block snapshot and the KV
-usage. It holds plain Python values (copies), so drawing it later never races with the next step.
+who was admitted, preempted or finished, every block table, the allocator's per-block snapshot, the KV
+usage and the scheduler's running counters (preemptions, recomputed tokens), which the pressure lesson
+charts. It holds plain Python values (copies), so drawing it later never races with the next step.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ class StepTrace:
     usage: BlockUsage
     num_blocks: int
     num_free_blocks: int
+    num_preemptions_total: int = 0  # the scheduler's preemptions so far (vLLM's vllm:num_preemptions counter)
+    num_recomputed_tokens_total: int = 0  # tokens computed again after preemptions so far
 
     @property
     def num_batched_tokens(self) -> int:
@@ -156,4 +159,6 @@ class StepTrace:
             usage=bm.usage(kv_bytes_per_token),
             num_blocks=bm.num_blocks,
             num_free_blocks=bm.num_free_blocks,
+            num_preemptions_total=scheduler.num_preemptions,
+            num_recomputed_tokens_total=scheduler.num_recomputed_tokens,
         )

@@ -10,7 +10,8 @@ One step, in order:
    decode, a chunk for a long prompt (chunked prefill), their slots from one `BlockManager.allocate_slots`
    call. When it returns None, the *newest* running request is preempted (taken off `running` and freed in
    one call): its counter is reset to 0 and it goes back to the front of the waiting queue, to be
-   recomputed later (prompt + tokens so far); then the allocation is tried again.
+   recomputed later (prompt + tokens so far); then the allocation is tried again. `num_preemptions` counts
+   preemptions and `num_recomputed_tokens` the tokens computed a second time because of them.
 2. Only if nobody was preempted, waiting requests are admitted in arrival order while the budget,
    `max_num_seqs` and the free blocks allow; a watermark of free blocks is kept for running requests'
    decodes so a new admission does not immediately force a preemption. Prefix-cache hits are counted as
@@ -107,7 +108,9 @@ class Scheduler:
         self.block_manager = block_manager
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: index 0 is the oldest
-        self.num_preemptions = 0
+        self.num_preemptions = 0  # vLLM's vllm:num_preemptions counter
+        self.num_recomputed_tokens = 0  # tokens computed a second time because a preemption discarded their K/V
+        self._recompute_until: dict[int, int] = {}  # preempted seq_id -> tokens it had computed when preempted
         self._watermark_blocks = watermark_blocks(config.watermark, block_manager.num_blocks)
 
     def __repr__(self) -> str:
@@ -136,6 +139,8 @@ class Scheduler:
         in one call, `preempt_newest`), its blocks freed, its counter reset, first in the waiting line."""
         seq = preempt_newest(self.running)
         self.block_manager.free_sequence(seq)
+        done = max(seq.num_computed_tokens, self._recompute_until.get(seq.seq_id, 0))
+        self._recompute_until[seq.seq_id] = done
         seq.num_computed_tokens = 0
         seq.num_cached_tokens = 0
         seq.status = SequenceStatus.PREEMPTED
@@ -199,6 +204,7 @@ class Scheduler:
         finished: list[Sequence] = []
         for part, token in zip(out.scheduled, sampled, strict=True):
             seq = part.seq
+            self._count_recompute(part)
             seq.num_computed_tokens += part.num_new_tokens
             if seq.num_computed_tokens < seq.num_tokens:
                 continue  # mid-prompt chunk: nothing to sample yet
@@ -214,8 +220,22 @@ class Scheduler:
                 seq.status = SequenceStatus.FINISHED
                 self.block_manager.free_sequence(seq)
                 self.running.remove(seq)
+                self._recompute_until.pop(seq.seq_id, None)
                 finished.append(seq)
         return finished
+
+    def _count_recompute(self, part: ScheduledSequence) -> None:
+        """Add the step's tokens that a preemption had already computed once to `num_recomputed_tokens`.
+
+        A preempted request computes positions [0, n) again, n being what it had computed when it was
+        preempted; prefix-cache hits at its readmission are skipped, not computed, so they do not count."""
+        until = self._recompute_until.get(part.seq.seq_id)
+        if until is None:
+            return
+        start, end = part.num_computed_tokens, part.num_computed_tokens + part.num_new_tokens
+        self.num_recomputed_tokens += max(0, min(end, until) - start)
+        if end >= until:
+            del self._recompute_until[part.seq.seq_id]
 
     def _stop_reason(self, seq: Sequence, token: int, eos_token_ids: tuple[int, ...]) -> str | None:
         """ "stop" on a stop/EOS token, "length" at max_tokens or max_model_len, else None."""
@@ -242,6 +262,7 @@ class Scheduler:
             if seq is None:
                 return None
             self.running.remove(seq)
+        self._recompute_until.pop(seq.seq_id, None)
         if seq.seq_id in self.block_manager.sequences:  # running ones; a waiting one holds none (preemption freed)
             self.block_manager.free_sequence(seq)
         seq.status = SequenceStatus.FINISHED
