@@ -147,6 +147,8 @@ show_chart(
     f"paged-block-size-throughput-{max_context}",
     "paged_throughput",
 )
+if (note := kernel.note(swept)) is not None:
+    st.info(note, icon=":material/info:")
 with st.expander("The paged kernel, timed per block size on this machine", expanded=False):
     show_table(kernel.rows(), "paged-kernel-per-block-size", "paged_kernel", "kernel timings")
 

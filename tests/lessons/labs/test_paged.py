@@ -178,8 +178,47 @@ def test_claims_report_the_peak_of_the_charged_sweep(monkeypatch):
     entry = lab.claims()["paged"]
     assert entry["kernel_cost_vs_best"] == {bs: round(t / ns[256], 3) for bs, t in ns.items()}
     assert entry["kernel_cost_fitted"][1] == pytest.approx(18 / (10 + 8 / 256), abs=1e-3)
+    assert entry["page_says_cpu_cannot_show_it"] is False and entry["smallest_block_cost_fitted"] > 1.5
     assert entry["holds"] is (entry["peak_block_size"] >= 8)
     assert entry["peak_block_size"] >= 8 and entry["tokens_per_s"][1] < entry["tokens_per_s"][16]
+
+
+def _fit(per_block_ns: float) -> lab.KernelFit:
+    ns = {bs: 400 + per_block_ns / bs for bs in BLOCK_SIZES}
+    best = min(ns.values())
+    rows = [{"block size": bs, "ns per cached token": t, "kernel cost vs best": t / best} for bs, t in ns.items()]
+    return lab.fit_kernel(rows)
+
+
+def _sweep_of(tokens_per_s: dict[int, float]) -> lab.BlockSizeSweep:
+    point = lambda bs, tps: lab.BlockSizeRow(bs, "yes", 0.0, 100.0, 1.0, 1, 4, 1, 1.0, tps, tps)  # noqa: E731
+    return lab.BlockSizeSweep(512, tuple(point(bs, t) for bs, t in tokens_per_s.items()))
+
+
+def test_a_peak_below_8_is_said_with_the_cost_measured_and_where_the_effect_shows():
+    flat = _fit(20.0)  # 1.05x at one-token blocks
+    assert flat.smallest_block_cost == pytest.approx(420 / (400 + 20 / 256), abs=1e-6)
+    tie = _sweep_of({1: 985.0, 2: 998.0, 4: 1000.0, 8: 995.0, 16: 990.5, 32: 980.0})
+    note = flat.note(tie)
+    assert note is not None and "1.05×" in note and "Fig. 18b" in note and "GPU" in note
+    assert "peak lands at 4-token blocks" in note and "block sizes 2–16 all stay within 1%" in note
+    assert flat.note(_sweep_of({1: 990.0, 4: 995.0, 8: 1000.0, 16: 999.0})) is None  # the peak is at 8: no note
+
+
+@pytest.mark.parametrize(
+    ("tokens_per_s", "holds"),
+    [
+        ({1: 990.0, 4: 1000.0, 8: 996.0, 16: 990.0}, True),  # 4 wins by 0.4%: a tie, and the page says why
+        ({1: 990.0, 4: 1000.0, 8: 985.0, 16: 980.0}, False),  # 4 wins by 1.5%: the lesson would be taught wrong
+        ({1: 990.0, 4: 995.0, 8: 1000.0, 16: 999.0}, True),  # the peak is at 8
+    ],
+)
+def test_claims_hold_at_a_peak_from_8_or_a_tie_the_page_explains(monkeypatch, tokens_per_s, holds):
+    monkeypatch.setattr(lab, "measure_kernel", lambda: _fit(20.0))
+    monkeypatch.setattr(lab, "sweep", lambda *a, **k: _sweep_of(tokens_per_s))
+    entry = lab.claims()["paged"]
+    assert entry["holds"] is holds
+    assert entry["page_says_cpu_cannot_show_it"] is (entry["peak_block_size"] < 8)
 
 
 def test_window_rows_cap_a_windowed_model_near_its_window():
