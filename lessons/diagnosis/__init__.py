@@ -13,6 +13,7 @@ No import cycle: incidents and logs import scenarios, replay imports logs, gradi
 
 from lessons.diagnosis.grading import grade
 from lessons.diagnosis.incidents import all_scenarios, get_scenario, scenario_ids
+from lessons.diagnosis.metrics import read_vllm_metrics as read_vllm_metrics
 from lessons.diagnosis.readlog import VllmLog, read_vllm_log
 from lessons.diagnosis.replay import run_outcome, symptoms
 from lessons.diagnosis.scenarios import (

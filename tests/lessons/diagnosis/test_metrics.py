@@ -1,0 +1,345 @@
+"""read_vllm_metrics on real /metrics scrapes from public issues (fixtures/metrics/, each naming its source),
+on crafted scrapes (one per verdict), on what a learner can paste by mistake, and under fuzzing."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lessons.diagnosis import read_vllm_metrics
+from lessons.diagnosis.metrics import (
+    BINDS_KV_POOL,
+    BINDS_MAX_NUM_SEQS,
+    BINDS_NEITHER,
+    BINDS_UNKNOWN,
+    FIX_BUDGET,
+    FIX_KV_POOL,
+    FIX_MAX_NUM_SEQS,
+    FIX_NONE,
+    KV_FULL,
+    MAX_SCRAPE_BYTES,
+    VllmMetrics,
+    metrics_rows,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def test_every_fixture_names_its_source():
+    files = sorted(FIXTURES.glob("*.prom"))
+    assert len(files) >= 5
+    for path in files:
+        first = path.read_text(encoding="utf-8").splitlines()[0]
+        assert first.startswith("# source: https://github.com/"), path.name
+
+
+# Numbers below are read off each fixture's text by eye.
+def test_v0_scrape_old_names_with_cache_config():
+    r = read_vllm_metrics(fixture("qwen3-vl-55-v0-old-names.prom"))
+    assert r.ok and r.error is None
+    assert (r.running, r.waiting, r.swapped, r.kv_cache_usage) == (0, 0, 0, 0.0)
+    assert r.preemptions is None  # the excerpt stops before vllm:num_preemptions_total
+    assert (r.num_gpu_blocks, r.block_size) == (2048, 16)
+    assert r.model == "qwenvl" and r.models == ("qwenvl",)
+    assert r.naming == "old" and r.kv_metric == "vllm:gpu_cache_usage_perc"
+    assert "V0" in r.release
+    assert r.binding == BINDS_NEITHER and r.fix == FIX_NONE
+    assert [(e.engine, e.model) for e in r.engines] == [(None, "qwenvl")]
+
+
+def test_v1_scrape_before_the_rename():
+    r = read_vllm_metrics(fixture("production-stack-318-v1-old-names.prom"))
+    assert r.ok
+    assert (r.running, r.waiting, r.kv_cache_usage) == (0, 0, 0.0)
+    assert r.swapped is None and r.preemptions is None
+    assert (r.num_gpu_blocks, r.block_size) == (None, None)
+    assert r.model == "Qwen/Qwen2.5-Coder-32B-Instruct"
+    assert r.naming == "old" and r.kv_metric == "vllm:gpu_cache_usage_perc"
+    assert "before vLLM 0.9" in r.release
+    assert r.binding == BINDS_NEITHER
+
+
+def test_v0_10_scrape_new_names_engine_label():
+    r = read_vllm_metrics(fixture("production-stack-617-v0.10.0-new-names.prom"))
+    assert r.ok
+    assert r.kv_cache_usage == 9.75010481363281e-06
+    assert r.naming == "new" and r.kv_metric == "vllm:kv_cache_usage_perc"
+    assert r.model == "zai-org/GLM-4.5"
+    assert [(e.engine, e.model) for e in r.engines] == [("0", "zai-org/GLM-4.5")]
+    # the excerpt has no running/waiting lines: values are None and the verdict says it cannot tell
+    assert (r.running, r.waiting, r.preemptions) == (None, None, None)
+    assert r.binding == BINDS_UNKNOWN
+    assert "vllm:num_requests_running" in r.reason and "vllm:num_requests_waiting" in r.reason
+
+
+def test_real_scrape_without_kv_metric_is_an_error():
+    r = read_vllm_metrics(fixture("vllm-pr-22227-v1-engine1-no-kv.prom"))
+    assert not r.ok
+    assert "vllm:kv_cache_usage_perc" in r.error and "vllm:gpu_cache_usage_perc" in r.error
+    assert r.models == ("/home/jovyan/qwen3-8b",)
+    assert r.kv_cache_usage is None and r.binding == BINDS_UNKNOWN
+
+
+def test_real_scrape_of_another_engine_is_not_vllm():
+    r = read_vllm_metrics(fixture("scalellm-pr-210-not-vllm.prom"))
+    assert not r.ok
+    assert "not from a vLLM server" in r.error
+    assert "15 metrics" in r.error  # 9 + 2 + 1 + 1 + 1 + 1 sample lines in the fixture
+    assert metrics_rows(r) == []
+
+
+# Crafted scrapes, in the release's names (one engine unless said).
+def scrape(running, waiting, usage, preemptions=None, *, engine="0", model="m", kv="vllm:kv_cache_usage_perc"):
+    labels = f'engine="{engine}",model_name="{model}"'
+    lines = [
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{labels}}} {running}",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{labels}}} {waiting}",
+        f"# TYPE {kv} gauge",
+        f"{kv}{{{labels}}} {usage}",
+    ]
+    if preemptions is not None:
+        lines += ["# TYPE vllm:num_preemptions counter", f"vllm:num_preemptions_total{{{labels}}} {preemptions}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_kv_pool_binds_when_full():
+    r = read_vllm_metrics(scrape("37.0", "12.0", "0.991"), max_num_seqs=256)
+    assert (r.running, r.waiting, r.kv_cache_usage) == (37, 12, 0.991)
+    assert r.binding == BINDS_KV_POOL and r.fix == FIX_KV_POOL
+    assert "--gpu-memory-utilization" in r.fix and "--kv-cache-dtype fp8" in r.fix
+    assert "99.1%" in r.reason
+
+
+def test_kv_pool_binds_at_the_threshold_not_below():
+    assert read_vllm_metrics(scrape(10, 3, KV_FULL), max_num_seqs=256).binding == BINDS_KV_POOL
+    assert read_vllm_metrics(scrape(10, 3, KV_FULL - 0.01), max_num_seqs=256).binding == BINDS_NEITHER
+
+
+def test_kv_pool_binds_when_preempting_with_room():
+    r = read_vllm_metrics(scrape(40, 9, "0.81", "57.0"), max_num_seqs=256)
+    assert r.preemptions == 57
+    assert r.binding == BINDS_KV_POOL and "57" in r.reason
+
+
+def test_max_num_seqs_binds_when_batch_full_and_pool_has_room():
+    r = read_vllm_metrics(scrape(64, 20, "0.42"), max_num_seqs=64)
+    assert r.binding == BINDS_MAX_NUM_SEQS and r.fix == FIX_MAX_NUM_SEQS
+    assert "--max-num-seqs" in r.fix
+    assert (r.max_num_seqs, r.max_num_seqs_source) == (64, "argument")
+
+
+def test_max_num_seqs_from_the_default_when_not_given():
+    for default in (256, 1024):
+        r = read_vllm_metrics(scrape(default, 5, "0.30"))
+        assert r.binding == BINDS_MAX_NUM_SEQS
+        assert (r.max_num_seqs, r.max_num_seqs_source) == (default, "vLLM's default")
+        assert any("default" in n for n in r.notes)
+    # 255 running is no default: without max_num_seqs nothing says the batch is full
+    assert read_vllm_metrics(scrape(255, 5, "0.30")).binding == BINDS_NEITHER
+
+
+def test_max_num_seqs_from_a_config_info_label_wins_over_the_argument():
+    text = scrape(32, 4, "0.2") + 'vllm:scheduler_config_info{max_num_seqs="32"} 1.0\n'
+    r = read_vllm_metrics(text, max_num_seqs=128)
+    assert r.binding == BINDS_MAX_NUM_SEQS and (r.max_num_seqs, r.max_num_seqs_source) == (32, "scrape")
+    assert any("128" in n for n in r.notes)
+
+
+def test_full_pool_beats_full_batch():
+    assert read_vllm_metrics(scrape(64, 20, "0.97"), max_num_seqs=64).binding == BINDS_KV_POOL
+
+
+def test_neither_binds_when_nothing_waits():
+    r = read_vllm_metrics(scrape(3, 0, "0.99", 12), max_num_seqs=3)
+    assert r.binding == BINDS_NEITHER and r.fix == FIX_NONE
+    assert any("12 times" in n for n in r.notes)  # past preemptions still get a note
+
+
+def test_neither_limit_at_its_cap_while_requests_wait():
+    r = read_vllm_metrics(scrape(20, 40, "0.32", 0), max_num_seqs=256)
+    assert r.binding == BINDS_NEITHER and r.fix == FIX_BUDGET
+    assert "--max-num-batched-tokens" in r.fix
+
+
+def test_old_names_give_the_same_verdict():
+    r = read_vllm_metrics(scrape(37, 12, "0.991", kv="vllm:gpu_cache_usage_perc"))
+    assert r.binding == BINDS_KV_POOL and r.naming == "old" and r.kv_metric == "vllm:gpu_cache_usage_perc"
+
+
+def test_both_names_prefer_the_new_one():
+    text = scrape(5, 1, "0.5") + 'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.99\n'
+    r = read_vllm_metrics(text, max_num_seqs=256)
+    assert r.naming == "new" and r.kv_cache_usage == 0.5 and "0.9 or 0.10" in r.release
+
+
+def test_several_engines_are_summed_and_the_most_pressed_one_decides():
+    text = scrape(100, 0, "0.40", 0, engine="0") + scrape(90, 7, "0.98", 5, engine="1")
+    r = read_vllm_metrics(text, max_num_seqs=256)
+    assert [e.engine for e in r.engines] == ["0", "1"]
+    assert (r.running, r.waiting, r.preemptions) == (190, 7, 5)
+    assert r.kv_cache_usage == 0.98  # the highest engine's, not the mean 0.69
+    assert [e.binding for e in r.engines] == [BINDS_NEITHER, BINDS_KV_POOL]
+    assert r.binding == BINDS_KV_POOL and r.reason.startswith("Engine 1 (m)")
+    rows = {row["signal"]: row for row in metrics_rows(r)}
+    assert rows["Running requests"]["value"] == "190 (engines 0: 100, 1: 90)"
+    assert rows["KV-cache usage"]["value"] == "98.0% (engines 0: 40.0%, 1: 98.0%)"
+
+
+def test_several_models_are_listed():
+    text = scrape(1, 0, "0.1", model="a") + scrape(2, 0, "0.2", model="b")
+    r = read_vllm_metrics(text)
+    assert r.model is None and r.models == ("a", "b") and len(r.engines) == 2
+
+
+def test_rows_name_each_signal_and_metric():
+    r = read_vllm_metrics(scrape(64, 20, "0.42", 3) + 'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1')
+    rows = metrics_rows(r)
+    assert all(set(row) == {"signal", "metric", "value", "meaning"} for row in rows)
+    assert all(isinstance(v, str) for row in rows for v in row.values())
+    by = {row["signal"]: row for row in rows}
+    assert by["Running requests"]["metric"] == "vllm:num_requests_running" and by["Running requests"]["value"] == "64"
+    assert by["Waiting requests"]["value"] == "20"
+    assert by["KV-cache usage"]["metric"] == "vllm:kv_cache_usage_perc" and by["KV-cache usage"]["value"] == "42.0%"
+    assert by["Preemptions"]["metric"] == "vllm:num_preemptions_total" and by["Preemptions"]["value"] == "3"
+    assert by["KV blocks"]["value"] == "1,000" and "16,000 tokens" in by["KV blocks"]["meaning"]
+    assert by["Limit that binds"]["value"] == "the KV pool"
+    assert by["Flag to change"]["meaning"] == FIX_KV_POOL
+
+
+def test_log_lines_and_fences_around_a_scrape_are_skipped():
+    text = "```\nINFO 07-24 09:55:30 metrics.py:334] Running: 247 reqs\n" + scrape(7, 2, "0.99") + "```\n"
+    r = read_vllm_metrics(text)
+    assert r.ok and (r.running, r.waiting, r.kv_cache_usage) == (7, 2, 0.99)
+    assert any("3 lines are not Prometheus text" in n and "line 1" in n for n in r.notes)
+
+
+@pytest.mark.parametrize(
+    "value, field",
+    [("NaN", "kv"), ("1.5", "kv"), ("-0.1", "kv"), ("+Inf", "kv"), ("87.5", "kv")],
+)
+def test_impossible_kv_usage_is_left_out_with_a_note(value, field):
+    r = read_vllm_metrics(scrape(1, 1, value))
+    assert r.kv_cache_usage is None and r.binding == BINDS_UNKNOWN
+    assert any("fraction from 0 to 1" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("value", ["-3", "NaN", "1e30", "+Inf"])
+def test_impossible_counts_are_left_out_with_a_note(value):
+    r = read_vllm_metrics(scrape(value, 1, "0.5"))
+    assert r.running is None and r.binding == BINDS_UNKNOWN
+    assert any("vllm:num_requests_running" in n and "left out" in n for n in r.notes)
+
+
+def test_bad_max_num_seqs_argument_is_ignored_with_a_note():
+    for bad in (0, -5, 2.5, "64", True):
+        r = read_vllm_metrics(scrape(64, 3, "0.4"), max_num_seqs=bad)
+        assert r.binding == BINDS_NEITHER and any("ignored" in n for n in r.notes)
+
+
+@pytest.mark.parametrize(
+    "paste, words",
+    [
+        ("", "empty"),
+        ("   \n\t\n", "empty"),
+        (None, "Nothing was pasted"),
+        (12345, "Expected the scrape as text"),
+        ("hello, this is not a scrape {", "No Prometheus metrics"),
+        (b"\x00\x01\x02\xff\xfe" * 50, "binary"),
+        ("\x01\x02\x03\x04" * 100, "binary"),
+        ('# HELP foo bar\n# TYPE foo gauge\nfoo{a="b"} 1\n', "not from a vLLM server"),
+        ('vllm:num_requests_running{engine="0"} 1\n', "no KV-cache usage"),
+    ],
+)
+def test_bad_pastes_give_a_message(paste, words):
+    r = read_vllm_metrics(paste)
+    assert isinstance(r, VllmMetrics) and not r.ok
+    assert words in r.error
+
+
+def test_huge_paste_is_refused_with_the_limit_named():
+    big = scrape(1, 0, "0.1") * (MAX_SCRAPE_BYTES // len(scrape(1, 0, "0.1")) + 1)
+    for paste in (big, big.encode()):
+        r = read_vllm_metrics(paste)
+        assert not r.ok and "2 MB" in r.error and "grep" in r.error
+    # characters count as their UTF-8 bytes: 1,100,000 two-byte characters are 2.2 MB
+    assert "2 MB" in read_vllm_metrics("é" * 1_100_000).error
+    # just under the limit is read
+    fits = scrape(1, 0, "0.1")
+    assert read_vllm_metrics(fits * (MAX_SCRAPE_BYTES // len(fits))).ok
+
+
+def test_bytes_are_decoded():
+    r = read_vllm_metrics(scrape(4, 0, "0.25").encode())
+    assert r.ok and r.running == 4 and r.kv_cache_usage == 0.25
+
+
+_NAMES = st.sampled_from(
+    [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "vllm:num_requests_swapped",
+        "vllm:cache_config_info",
+        "process_open_fds",
+    ]
+)
+_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(-(10**20), 10**20).map(str),
+    st.sampled_from(["NaN", "+Inf", "-Inf", "1e309", "0x10", "", "1.0.0"]),
+)
+_LABELS = st.dictionaries(
+    st.sampled_from(["engine", "model_name", "num_gpu_blocks", "block_size", "max_num_seqs", "le"]),
+    st.text(max_size=12).map(lambda s: s.replace("\\", "").replace('"', "").replace("\n", "")),
+    max_size=3,
+)
+
+
+@st.composite
+def _scrape_lines(draw):
+    lines = []
+    for _ in range(draw(st.integers(0, 12))):
+        labels = ",".join(f'{k}="{v}"' for k, v in draw(_LABELS).items())
+        lines.append(f"{draw(_NAMES)}{{{labels}}} {draw(_VALUES)}")
+        if draw(st.booleans()):
+            lines.append(draw(st.text(max_size=30)))  # a stray line among them
+    return "\n".join(lines)
+
+
+def _check(r: VllmMetrics) -> None:
+    assert isinstance(r, VllmMetrics)
+    assert r.error is None or (isinstance(r.error, str) and r.error)
+    assert r.binding in (BINDS_KV_POOL, BINDS_MAX_NUM_SEQS, BINDS_NEITHER, BINDS_UNKNOWN)
+    assert r.kv_cache_usage is None or 0.0 <= r.kv_cache_usage <= 1.0
+    for count in (r.running, r.waiting, r.preemptions, r.swapped):
+        assert count is None or (isinstance(count, int) and count >= 0)
+    for row in metrics_rows(r):
+        assert all(isinstance(v, str) for v in row.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_fuzz_text_never_raises(text):
+    _check(read_vllm_metrics(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2000))
+def test_fuzz_bytes_never_raise(data):
+    _check(read_vllm_metrics(data))
+    _check(read_vllm_metrics(data.decode("latin-1")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_scrape_lines(), st.one_of(st.none(), st.integers(-5, 2000)))
+def test_fuzz_scrape_like_text_never_raises(text, limit):
+    _check(read_vllm_metrics(text, max_num_seqs=limit))
