@@ -2,9 +2,12 @@
 
 Public API (what the KV-pressure lesson's paste box calls):
 
-- ``read_vllm_metrics(text, max_num_seqs=None) -> VllmMetrics``: parse a Prometheus text scrape (str or bytes)
-  with ``prometheus_client``'s text parser. Never raises on what a learner pastes: every problem comes back
-  as a result whose ``error`` is a user-facing sentence (``ok`` is False); ``notes`` holds lesser remarks.
+- ``read_vllm_metrics(text, max_num_seqs=None, earlier=None) -> VllmMetrics``: parse a Prometheus text scrape
+  (str or bytes) with ``prometheus_client``'s text parser. ``max_num_seqs`` is the server's --max-num-seqs when
+  the learner knows it; ``earlier`` an optional scrape of the same server taken a little before, which turns
+  the preemption counter into "preemptions since then" (is it still rising?). Never raises on what a learner
+  pastes: every problem comes back as a result whose ``error`` is a user-facing sentence (``ok`` is False);
+  ``notes`` holds lesser remarks.
 - ``metrics_rows(result) -> list[dict[str, str]]``: the result as display rows, each with the keys
   ``"signal"``, ``"metric"``, ``"value"`` and ``"meaning"`` (all plain strings, to be shown inert); an empty
   list when nothing was read.
@@ -33,10 +36,11 @@ Which limit binds, per engine (``BINDS_KV_POOL``, ``BINDS_MAX_NUM_SEQS``, ``BIND
 3. waiting and the KV usage at least ``KV_FULL`` (0.95): the KV pool.
 4. waiting and running at max_num_seqs (usage below ``KV_FULL``): max_num_seqs. max_num_seqs comes from a
    config-info label, else the ``max_num_seqs`` argument, else vLLM's defaults (``DEFAULT_MAX_NUM_SEQS``:
-   256, or 1024 on GPUs of 70 GiB or more that are not A100s): running equal to one of them counts, with a
-   note that the default was assumed.
-5. waiting, room in both, but preemptions since start: the KV pool (a preemption frees blocks, so the usage
-   reads lower just after one; the counter says the pool ran out).
+   256, or 1024 on a GPU of 70 GiB or more that is not an A100; doubled by --performance-mode throughput;
+   128 on a CPU): running equal to one of them counts, with a note that the default was assumed.
+5. waiting, room in both, but preemptions: the KV pool (a preemption frees blocks, so the usage reads lower
+   just after one; the counter says the pool ran out). With ``earlier`` the counter must have risen since
+   that scrape; without it, any preemption since the server started counts.
 6. waiting with room in both and no preemptions: neither limit is at its cap; requests are being admitted
    at the token budget's pace (max_num_batched_tokens) or a long prompt needs more free blocks than are left.
 
@@ -74,9 +78,14 @@ MAX_BLOCKS = 10**10
 MAX_BLOCK_SIZE = 2**20
 KV_FULL = 0.95  # usage at or above this counts as a full pool (vLLM's own watermark keeps a few blocks free)
 
-# vLLM's default max_num_seqs for `vllm serve` on GPUs: 256, or 1024 when the GPU has >= 70 GiB and is not an
-# A100 (EngineArgs' batch defaults, vllm/engine/arg_utils.py); the V0 engine's was 256.
-DEFAULT_MAX_NUM_SEQS = (256, 1024)
+# vLLM's default max_num_seqs for `vllm serve` (EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py): 256, or
+# 1024 on a GPU of 70 GiB or more that is not an A100; twice either with --performance-mode throughput; 128 on a
+# CPU (times the world size) and in SchedulerConfig itself. The V0 engine's was 256.
+DEFAULT_MAX_NUM_SEQS = (128, 256, 512, 1024, 2048)
+_DEFAULTS_WORDS = (
+    "256, or 1024 on a GPU of 70 GiB or more that is not an A100, twice that with --performance-mode throughput, "
+    "128 on a CPU"
+)
 
 BINDS_KV_POOL = "kv_pool"
 BINDS_MAX_NUM_SEQS = "max_num_seqs"
@@ -120,6 +129,7 @@ class EngineMetrics:
     swapped: int | None = None  # V0's swapped-out requests
     kv_cache_usage: float | None = None  # 0..1
     preemptions: int | None = None  # since the server started
+    preemptions_since_earlier: int | None = None  # the counter's rise since the earlier scrape, when one is given
     binding: str = BINDS_UNKNOWN
     reason: str = ""
 
@@ -139,6 +149,7 @@ class VllmMetrics:
     swapped: int | None = None  # summed over engines (V0 only)
     kv_cache_usage: float | None = None  # 0..1, the highest engine's
     preemptions: int | None = None  # summed over engines, since start
+    preemptions_since_earlier: int | None = None  # summed over engines, when an earlier scrape is given
     num_gpu_blocks: int | None = None
     block_size: int | None = None
     max_num_seqs: int | None = None  # the limit the verdict used (None: not known)
@@ -286,9 +297,11 @@ def _verdict(e: EngineMetrics, limit: int | None, assumed: bool) -> tuple[str, s
             f"{e.waiting} requests wait while {e.running} run, which is {which}, and the KV cache is only "
             f"{usage} used: the batch is full, not the pool."
         )
-    if e.preemptions:
+    rising = e.preemptions if e.preemptions_since_earlier is None else e.preemptions_since_earlier
+    if rising:
+        when = "since it started" if e.preemptions_since_earlier is None else "since the earlier scrape"
         return BINDS_KV_POOL, (
-            f"{e.waiting} requests wait and the engine has preempted {e.preemptions:,} times: the pool ran out "
+            f"{e.waiting} requests wait and the engine has preempted {rising:,} times {when}: the pool ran out "
             f"(a preemption frees blocks, so the usage reads {usage} just after one)."
         )
     seqs = f"running {e.running} of max_num_seqs {limit}" if limit is not None else f"{e.running} running"
@@ -322,20 +335,30 @@ def _release(names: set[str]) -> tuple[str | None, str | None, str | None]:
     return None, None, None
 
 
-def read_vllm_metrics(text: object, max_num_seqs: int | None = None) -> VllmMetrics:
+def read_vllm_metrics(text: object, max_num_seqs: int | None = None, earlier: object = None) -> VllmMetrics:
     """Read a vLLM /metrics scrape; never raises on what a learner pastes (see the module docstring).
 
     ``max_num_seqs``: the server's --max-num-seqs when the learner knows it (a scrape does not say it).
+    ``earlier``: a scrape of the same server taken before ``text``; its preemption counters are subtracted.
     """
     try:
-        return _read(text, max_num_seqs)
+        before: dict[tuple[str | None, str | None], int] | None = None
+        before_note = None
+        if earlier is not None and not (isinstance(earlier, str) and not earlier.strip()):
+            old = _read(earlier, None, None)
+            if not old.engines:
+                before_note = f"The earlier scrape is left aside: {old.error or 'it has no vLLM figures.'}"
+            else:
+                before = {(e.model, e.engine): e.preemptions for e in old.engines if e.preemptions is not None}
+        result = _read(text, max_num_seqs, before)
+        return replace(result, notes=(*result.notes, before_note)) if before_note else result
     except Exception as exc:  # noqa: BLE001 - last guard: a page must never show a traceback
         return _failed(
             f"The scrape could not be read ({type(exc).__name__}). Paste the /metrics output exactly as curl prints it."
         )
 
 
-def _read(text: object, max_num_seqs: object) -> VllmMetrics:
+def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str | None], int] | None) -> VllmMetrics:
     body, error = _as_text(text)
     if error is not None or body is None:
         return _failed(error or "Nothing was pasted.")
@@ -426,20 +449,38 @@ def _read(text: object, max_num_seqs: object) -> VllmMetrics:
             kv_cache_usage=kv,
             preemptions=values["preemptions"],  # type: ignore[arg-type]
         )
+        if before is not None and record.preemptions is not None:
+            then = before.get((model, engine))
+            if then is None:
+                notes.append(f"The earlier scrape has no preemption counter for {record.label}.")
+            elif then > record.preemptions:
+                notes.append(
+                    f"{record.label.capitalize()}'s preemption counter fell from {then:,} to "
+                    f"{record.preemptions:,}: the server restarted between the scrapes, so they are not compared."
+                )
+            else:
+                record = replace(record, preemptions_since_earlier=record.preemptions - then)
         engine_limit = limit
         if engine_limit is None and record.running in DEFAULT_MAX_NUM_SEQS:
             engine_limit = record.running
         binding, reason = _verdict(record, engine_limit, assumed=limit is None)
         if binding == BINDS_MAX_NUM_SEQS and limit is None:
             notes.append(
-                f"max_num_seqs was not given, so vLLM's default {engine_limit} was assumed (256, or 1024 on GPUs of "
-                "70 GiB and more that are not A100s); pass the server's --max-num-seqs for a sure verdict."
+                f"max_num_seqs was not given, so vLLM's default {engine_limit} was assumed ({_DEFAULTS_WORDS}); "
+                "pass the server's --max-num-seqs for a sure verdict."
             )
         if binding == BINDS_NEITHER and not record.waiting and record.preemptions:
-            notes.append(
-                f"{record.label.capitalize()} has preempted {record.preemptions:,} times since it started: the KV "
-                "pool ran out at some point. Scrape again under load and compare the counter."
-            )
+            since = record.preemptions_since_earlier
+            if since is None:
+                notes.append(
+                    f"{record.label.capitalize()} has preempted {record.preemptions:,} times since it started: the "
+                    "KV pool ran out at some point. Scrape again under load and compare the counter."
+                )
+            elif since:
+                notes.append(
+                    f"{record.label.capitalize()} preempted {since:,} times since the earlier scrape, though nothing "
+                    "waits now: the KV pool is at its edge."
+                )
         engines.append(replace(record, binding=binding, reason=reason))
 
     models = tuple(dict.fromkeys(m for _, labels, _ in vllm if (m := labels.get("model_name"))))
@@ -465,6 +506,7 @@ def _read(text: object, max_num_seqs: object) -> VllmMetrics:
         swapped=_sum(e.swapped for e in engines),
         kv_cache_usage=max(usages) if usages else None,
         preemptions=_sum(e.preemptions for e in engines),
+        preemptions_since_earlier=_sum(e.preemptions_since_earlier for e in engines),
         num_gpu_blocks=blocks,
         block_size=block_size,
         max_num_seqs=used_limit,
@@ -549,7 +591,12 @@ def metrics_rows(result: VllmMetrics) -> list[dict[str, str]]:
         {
             "signal": "Preemptions",
             "metric": PREEMPTIONS,
-            "value": _per_engine(result, "preemptions"),
+            "value": _per_engine(result, "preemptions")
+            + (
+                f"; {result.preemptions_since_earlier:,} since the earlier scrape"
+                if result.preemptions_since_earlier is not None
+                else ""
+            ),
             "meaning": "Requests evicted to free blocks since the server started; they are recomputed later.",
         },
     ]

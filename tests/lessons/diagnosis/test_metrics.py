@@ -136,7 +136,7 @@ def test_max_num_seqs_binds_when_batch_full_and_pool_has_room():
 
 
 def test_max_num_seqs_from_the_default_when_not_given():
-    for default in (256, 1024):
+    for default in (256, 1024, 512, 2048, 128):
         r = read_vllm_metrics(scrape(default, 5, "0.30"))
         assert r.binding == BINDS_MAX_NUM_SEQS
         assert (r.max_num_seqs, r.max_num_seqs_source) == (default, "vLLM's default")
@@ -340,6 +340,34 @@ def test_fuzz_bytes_never_raise(data):
 
 
 @settings(max_examples=300, deadline=None)
-@given(_scrape_lines(), st.one_of(st.none(), st.integers(-5, 2000)))
-def test_fuzz_scrape_like_text_never_raises(text, limit):
-    _check(read_vllm_metrics(text, max_num_seqs=limit))
+@given(_scrape_lines(), st.one_of(st.none(), st.integers(-5, 2000)), st.one_of(st.none(), _scrape_lines()))
+def test_fuzz_scrape_like_text_never_raises(text, limit, earlier):
+    r = read_vllm_metrics(text, max_num_seqs=limit, earlier=earlier)
+    _check(r)
+    assert r.preemptions_since_earlier is None or r.preemptions_since_earlier >= 0
+
+
+def test_earlier_scrape_tells_whether_preemptions_still_rise():
+    now = scrape(40, 9, "0.81", "57.0")
+    # the counter rose 57 -> 57: no new preemption, so the old ones do not make the pool the limit
+    steady = read_vllm_metrics(now, max_num_seqs=256, earlier=scrape(40, 3, "0.80", "57.0"))
+    assert steady.preemptions == 57 and steady.preemptions_since_earlier == 0
+    assert steady.binding == BINDS_NEITHER and steady.fix == FIX_BUDGET
+    # 50 -> 57: still rising, the pool binds
+    rising = read_vllm_metrics(now, max_num_seqs=256, earlier=scrape(40, 3, "0.80", "50.0"))
+    assert rising.preemptions_since_earlier == 7 and rising.binding == BINDS_KV_POOL
+    assert "7 times since the earlier scrape" in rising.reason
+    by = {row["signal"]: row for row in metrics_rows(rising)}
+    assert by["Preemptions"]["value"] == "57; 7 since the earlier scrape"
+
+
+def test_earlier_scrape_with_a_higher_counter_means_a_restart():
+    r = read_vllm_metrics(scrape(40, 9, "0.81", "5"), max_num_seqs=256, earlier=scrape(40, 3, "0.8", "900"))
+    assert r.preemptions_since_earlier is None and r.binding == BINDS_KV_POOL  # falls back to the total
+    assert any("restarted" in n for n in r.notes)
+
+
+def test_unreadable_earlier_scrape_is_left_aside_with_a_note():
+    r = read_vllm_metrics(scrape(40, 9, "0.81", "5"), max_num_seqs=256, earlier=b"\x00\x01garbage")
+    assert r.ok and r.preemptions_since_earlier is None
+    assert any("earlier scrape is left aside" in n and "binary" in n for n in r.notes)
