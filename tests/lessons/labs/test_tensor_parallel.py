@@ -1,0 +1,86 @@
+"""The KV-across-GPUs table against hand arithmetic: KV heads split over TP, then copied; NCCL's extra memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.memory.catalog import MODELS
+from engine.memory.footprint import NON_TORCH_BYTES
+from engine.memory.units import GiB
+from lessons import content
+from lessons.labs import tensor_parallel as lab
+
+
+def _kv_per_gpu(layers: int, kv_heads: int, head_dim: int, tp: int, nbytes: int = 2) -> int:
+    return 2 * layers * max(1, kv_heads // tp) * head_dim * nbytes  # K and V, every layer, this GPU's heads
+
+
+def test_llama_3_70b_stops_thinning_its_kv_at_8_gpus():
+    table = lab.tp_table("llama-3-70b", "h100-sxm")
+    assert [r.tensor_parallel for r in table.points] == [1, 2, 4, 8, 16] and table.refused == ()
+    for r in table.points:
+        assert r.kv_bytes_per_token_per_gpu == _kv_per_gpu(80, 8, 128, r.tensor_parallel)
+    tp8, tp16 = table.at(8), table.at(16)
+    assert tp8.kv_heads_per_gpu == tp16.kv_heads_per_gpu == 1 and tp8.kv_head_replicas == 1
+    assert tp16.kv_head_replicas == 2 and tp16.kv_bytes_per_token_per_gpu == tp8.kv_bytes_per_token_per_gpu
+    assert tp16.kv_bytes_per_token_all_gpus == 2 * tp8.kv_bytes_per_token_all_gpus  # each head stored twice
+    assert table.at(4).kv_bytes_per_token_per_gpu == 2 * tp8.kv_bytes_per_token_per_gpu  # 2 heads -> 1
+    assert not table.at(1).fits and table.at(1).tokens_in_pool == 0  # 131 GiB of bf16 weights on an 80 GB card
+    # the pool still grows past 8 GPUs, only through the weights each GPU no longer holds
+    assert tp16.weights_bytes_per_gpu * 2 == pytest.approx(tp8.weights_bytes_per_gpu, abs=2)
+    assert tp16.tokens_in_pool > tp8.tokens_in_pool
+    extra = tp16.kv_pool_bytes_per_gpu - tp8.kv_pool_bytes_per_gpu
+    assert extra == pytest.approx(tp8.weights_bytes_per_gpu - tp16.weights_bytes_per_gpu, rel=0.05)
+    assert "from TP 8 on each GPU keeps one (40 KiB per token)" in table.summary()
+    assert "TP 16 stores as much KV per token on each GPU as TP 8" in table.summary()
+
+
+def test_nccl_buffers_are_charged_per_gpu_from_tp_2():
+    assert lab.non_torch_bytes(1) == NON_TORCH_BYTES
+    assert lab.non_torch_bytes(2) == lab.non_torch_bytes(16) == NON_TORCH_BYTES + int(1.79 * GiB)
+    table = lab.tp_table("llama-3-8b", "h100-sxm")
+    one, two = table.at(1), table.at(2)
+    assert (one.non_torch_bytes_per_gpu, two.non_torch_bytes_per_gpu) == (
+        lab.non_torch_bytes(1),
+        lab.non_torch_bytes(2),
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "words"),
+    [
+        ("qwen2.5-0.5b", 4, "14 query heads, not divisible by TP 4"),  # 14 heads
+        ("llama-3-8b", 0, "whole number >= 1"),
+        ("llama-3-8b", True, "whole number >= 1"),
+    ],
+)
+def test_tp_sizes_vllm_refuses_are_named(model, tp, words):
+    with pytest.raises(ValueError, match=words):
+        lab.check_tp(MODELS[model], tp)
+
+
+def test_kv_heads_must_split_or_replicate_evenly():
+    spec = MODELS["llama-3-8b"].with_kv_heads(4)  # 32 query heads, 4 KV heads
+    lab.check_tp(spec, 2)
+    lab.check_tp(spec, 8)  # each KV head copied twice
+    with pytest.raises(ValueError, match="neither divides them nor is a multiple"):
+        lab.check_tp(MODELS["qwen2.5-7b"], 7)  # 28 query heads split 7 ways, but 4 KV heads cannot be
+    with pytest.raises(ValueError, match="neither divides them nor is a multiple"):
+        lab.check_tp(MODELS["llama-2-13b"].with_kv_heads(8), 20)  # 40 query heads; 20 GPUs, 8 KV heads
+    refused = dict(lab.tp_table("qwen2.5-0.5b", "l4").refused)
+    assert sorted(refused) == [4, 8, 16] and "pick a divisor of 14" in refused[4]
+
+
+def test_the_fix_note_says_when_wider_tp_stops_thinning_kv():
+    assert "8 KV heads 2 -> 1 per GPU" in lab.tp_fix_note("llama-3-70b", 4, 8)
+    assert "2x less KV per token" in lab.tp_fix_note("llama-3-70b", 4, 8)
+    same = lab.tp_fix_note("llama-3-70b", 8, 16)
+    assert "copied on 2 GPUs" in same and "stays the same" in same
+    with pytest.raises(ValueError, match="query heads"):
+        lab.tp_fix_note("qwen2.5-0.5b", 1, 4)
+
+
+def test_the_section_prose_cites_its_sources():
+    prose = content.load_section("tensor_parallel")
+    assert "QKVParallelLinear" in prose.sections["Sources"] and "#10511" in prose.sections["Sources"]
+    assert "TP 16" in prose.sections[content.INTRO]
