@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from numbers import Integral
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -254,6 +255,18 @@ def _samples(text: str) -> tuple[list[tuple[str, dict[str, str], float]], int, i
     return out, skipped, first
 
 
+MAX_LABEL_CHARS = 200  # a model name or engine index echoed in a note or a row is cut to this many characters
+
+
+def _short(text: str, limit: int = MAX_LABEL_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _label(labels: dict[str, str], key: str) -> str | None:
+    value = labels.get(key)
+    return None if value is None else _short(value)
+
+
 def _count(value: float, high: int) -> int | None:
     if not math.isfinite(value) or value < 0 or value > high:
         return None
@@ -369,10 +382,14 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
     notes: list[str] = []
     limit_arg: int | None = None
     if max_num_seqs is not None:
-        if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or not 1 <= max_num_seqs <= MAX_COUNT:
-            notes.append(f"max_num_seqs={max_num_seqs!r} is not a positive whole number; it is ignored.")
+        if (
+            isinstance(max_num_seqs, bool)
+            or not isinstance(max_num_seqs, Integral)
+            or not 1 <= max_num_seqs <= MAX_COUNT
+        ):
+            notes.append(f"max_num_seqs={_short(repr(max_num_seqs))} is not a positive whole number; it is ignored.")
         else:
-            limit_arg = max_num_seqs
+            limit_arg = int(max_num_seqs)
 
     samples, skipped, first_skipped = _samples(body)
     if skipped:
@@ -408,7 +425,7 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
             field = "preemptions"
         if field is None:
             continue
-        key = (labels.get("model_name"), labels.get("engine"))
+        key = (_label(labels, "model_name"), _label(labels, "engine"))
         per.setdefault(key, {})[field] = value
 
     if scraped_limit is not None:
@@ -483,7 +500,7 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
                 )
         engines.append(replace(record, binding=binding, reason=reason))
 
-    models = tuple(dict.fromkeys(m for _, labels, _ in vllm if (m := labels.get("model_name"))))
+    models = tuple(dict.fromkeys(m for _, labels, _ in vllm if (m := _label(labels, "model_name"))))
     worst = max(engines, key=lambda e: _PRESSURE[e.binding]) if engines else None
     binding = worst.binding if worst else BINDS_UNKNOWN
     reason = worst.reason if worst else "The scrape has no running, waiting or KV-cache figures."
