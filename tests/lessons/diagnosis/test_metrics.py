@@ -371,3 +371,10 @@ def test_unreadable_earlier_scrape_is_left_aside_with_a_note():
     r = read_vllm_metrics(scrape(40, 9, "0.81", "5"), max_num_seqs=256, earlier=b"\x00\x01garbage")
     assert r.ok and r.preemptions_since_earlier is None
     assert any("earlier scrape is left aside" in n and "binary" in n for n in r.notes)
+
+
+def test_long_label_values_are_cut_before_they_are_echoed():
+    r = read_vllm_metrics(scrape(1, 0, "0.1", model="x" * 10_000))
+    assert len(r.model) == 200 and r.model.endswith("…")
+    r = read_vllm_metrics(scrape(1, 0, "0.1"), max_num_seqs="9" * 10_000)
+    assert all(len(n) < 400 for n in r.notes)
