@@ -2,8 +2,11 @@
 
 Every model entry copies its architecture from the model's published Hugging Face ``config.json`` (the repo
 is named in ``source``); ``num_params`` is the parameter count the model card / safetensors index reports.
-GPU entries use datasheet bandwidth and dense (no sparsity) bf16 tensor throughput. Capacities are in bytes
-as ``nvidia-smi`` reports the total: an "80 GB" A100 has 80 GiB (81920 MiB) of HBM, i.e. 85.9e9 bytes.
+GPU entries use datasheet bandwidth and dense (no sparsity) bf16 tensor throughput. ``memory_bytes`` is the total
+``nvidia-smi`` reports (an "80 GB" A100 has 80 GiB, 81920 MiB, of HBM); ``cuda_memory_bytes`` is the smaller total
+CUDA reports (``torch.cuda.mem_get_info``, the figure in PyTorch's out-of-memory message and vLLM's logs), which is
+what vLLM sizes from, each with the public log it comes from. No public log of an H200's CUDA total was found, so
+its entry falls back to nvidia-smi's 143771 MiB.
 
 `MODELS` and `GPUS` are read-only mappings: a lookup of an unknown key raises `UnknownKeyError` (both a
 KeyError and a ValueError) whose message lists the keys that exist.
@@ -143,13 +146,19 @@ MODELS: Catalog[ModelSpec] = Catalog("model", {
 }, hint=" (or build one with custom_model)")
 
 GPUS: Catalog[GpuSpec] = Catalog("GPU", {
-    "a100-40gb": GpuSpec("A100 40GB SXM", 40960 * MiB, 1.555e12, 312e12, "NVIDIA A100 datasheet (2021)"),
-    "a100-80gb": GpuSpec("A100 80GB SXM", 81920 * MiB, 2.039e12, 312e12, "NVIDIA A100 datasheet (2021)"),
-    "h100-sxm": GpuSpec("H100 SXM 80GB", 81559 * MiB, 3.35e12, 989e12, "NVIDIA H100 datasheet (2023)"),
+    "a100-40gb": GpuSpec("A100 40GB SXM", 40960 * MiB, 1.555e12, 312e12, "NVIDIA A100 datasheet (2021)",
+                         int(39.50 * GiB), "TianheWu/CoSeR#10: A100 40GB, 'total capacity of 39.50 GiB'"),
+    "a100-80gb": GpuSpec("A100 80GB SXM", 81920 * MiB, 2.039e12, 312e12, "NVIDIA A100 datasheet (2021)",
+                         int(79.25 * GiB), "levihsu/OOTDiffusion#235: A100 80GB, '79.25 GiB total capacity'"),
+    "h100-sxm": GpuSpec("H100 SXM 80GB", 81559 * MiB, 3.35e12, 989e12, "NVIDIA H100 datasheet (2023)",
+                        int(79.11 * GiB), "vllm#27508: H100 80GB, 'total capacity of 79.11 GiB'"),
     "h200": GpuSpec("H200 141GB SXM", 143771 * MiB, 4.8e12, 989e12, "NVIDIA H200 datasheet (2024)"),
-    "l4": GpuSpec("L4 24GB", 23034 * MiB, 300e9, 121e12, "NVIDIA L4 datasheet (2023)"),
-    "rtx-4090": GpuSpec("RTX 4090 24GB", 24564 * MiB, 1.008e12, 165e12, "NVIDIA Ada GPU architecture whitepaper"),
-    "rtx-3090": GpuSpec("RTX 3090 24GB", 24576 * MiB, 936e9, 71e12, "NVIDIA Ampere GA102 whitepaper"),
+    "l4": GpuSpec("L4 24GB", 23034 * MiB, 300e9, 121e12, "NVIDIA L4 datasheet (2023)",
+                  int(22.03 * GiB), "ArcInstitute/evo2#190: L4, 'total capacity of 22.03 GiB'"),
+    "rtx-4090": GpuSpec("RTX 4090 24GB", 24564 * MiB, 1.008e12, 165e12, "NVIDIA Ada GPU architecture whitepaper",
+                        int(23.64 * GiB), "ali-vilab/VGen#104: RTX 4090, 'total capacity of 23.64 GiB'"),
+    "rtx-3090": GpuSpec("RTX 3090 24GB", 24576 * MiB, 936e9, 71e12, "NVIDIA Ampere GA102 whitepaper",
+                        int(23.58 * GiB), "vllm#10517: RTX 3090, vLLM's 'total_gpu_memory=23.58GiB'"),
     # Illustrative laptop/desktop CPU: dual-channel DDR5 bandwidth, AVX-512/AMX-less bf16 matmul throughput.
     "cpu": GpuSpec("CPU (typical desktop)", 32 * GiB, 60e9, 1e12, "illustrative: dual-channel DDR5-4800"),
 })

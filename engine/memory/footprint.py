@@ -5,7 +5,7 @@ per-token KV bytes come from `kv_bytes` (engine/memory/units.py, the formula the
 itself with too), and every KV budget becomes blocks through `kv_blocks_from_budget`. The arithmetic follows
 the vLLM paper (Kwon et al., SOSP 2023, arXiv 2309.06180) and vLLM V1's start-up profiling
 (engine/memory/startup.py: weights, the activation peak over ``max_num_batched_tokens``, non-torch memory and
-CUDA graphs come off ``total * gpu_memory_utilization``; the rest becomes KV blocks). vllm#10517
+CUDA graphs come off ``total * gpu_memory_utilization``, 0.92 by default; the rest becomes KV blocks). vllm#10517
 (Llama-3.1-8B, RTX 3090: 3.81 GiB of KV = 1,952 blocks of 16 tokens at 128 KiB/token) is reproduced in the
 tests. Models and GPUs come from engine/memory/catalog.py.
 """
@@ -18,7 +18,12 @@ from numbers import Integral
 from engine.core.sliding_window import kv_blocks_per_seq
 from engine.memory.catalog import resolve_gpu, resolve_model
 from engine.memory.specs import GpuSpec, ModelSpec
-from engine.memory.startup import check_startup_args, default_max_num_batched_tokens, startup_error_text
+from engine.memory.startup import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    check_startup_args,
+    default_max_num_batched_tokens,
+    startup_error_text,
+)
 from engine.memory.units import GiB, dtype_bytes, kv_bytes
 
 # CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM reports as non-torch memory: vllm#10517 logs
@@ -43,11 +48,27 @@ def _check_tp(model: ModelSpec, tensor_parallel: int) -> None:
         )
 
 
+def embedding_params(model: ModelSpec | str) -> int:
+    """Parameters of the token embedding and the lm_head (one matrix when the two are tied)."""
+    m = resolve_model(model)
+    return m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
+
+
 def weight_bytes(model: ModelSpec | str, dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
-    """Bytes of weights on each GPU: parameters * bytes per parameter / tensor-parallel degree."""
+    """Bytes of weights on each GPU: parameters * bytes per parameter / tensor-parallel degree.
+
+    Quantized weights (fewer than 2 bytes per parameter) cover the linear layers only: the embedding and the
+    lm_head stay in bf16. vLLM's `--quantization fp8` quantizes `LinearBase` and MoE layers and returns no
+    method for `VocabParallelEmbedding` / `ParallelLMHead` (`Fp8Config.get_quant_method`,
+    vllm/model_executor/layers/quantization/fp8.py).
+    """
     m = resolve_model(model)
     _check_tp(m, tensor_parallel)
-    return int(m.num_params * dtype_bytes(dtype) / tensor_parallel)
+    per_param = dtype_bytes(dtype)
+    if per_param >= dtype_bytes("bf16"):
+        return int(m.num_params * per_param / tensor_parallel)
+    table = embedding_params(m)
+    return int(((m.num_params - table) * per_param + table * dtype_bytes("bf16")) / tensor_parallel)
 
 
 def kv_bytes_per_token(model: ModelSpec | str, kv_dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
@@ -94,7 +115,7 @@ def kv_budget_bytes(
     model: ModelSpec | str,
     capacity_bytes: int,
     used_bytes: int,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     max_num_batched_tokens: int = 2048,
     act_dtype: str | float = "bf16",
     tensor_parallel: int = 1,
@@ -138,8 +159,8 @@ class ServingFootprint:
 
     @property
     def capacity_bytes(self) -> int:
-        """Total memory of one GPU as vLLM sees it (CUDA's figure when known, else the catalog's)."""
-        return self.gpu.memory_bytes if self.total_bytes is None else self.total_bytes
+        """Total memory of one GPU as vLLM sees it: the total passed in, else the catalog's CUDA figure."""
+        return self.gpu.total_bytes if self.total_bytes is None else self.total_bytes
 
     @property
     def kv_token_capacity(self) -> int:
@@ -208,7 +229,7 @@ def serving_footprint(
     *,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     max_model_len: int | None = None,
     max_num_batched_tokens: int | None = None,
     block_size: int = 16,
@@ -221,10 +242,11 @@ def serving_footprint(
 ) -> ServingFootprint:
     """vLLM V1's start-up arithmetic: KV blocks = (total * util - weights - activations - non-torch - graphs) / block.
 
-    max_model_len defaults to the model's max context; max_num_batched_tokens to V1's `vllm serve` default (the
-    activation peak does not depend on max_model_len: chunked prefill is always on). cuda_graph_bytes: vLLM's
+    max_model_len defaults to the model's max context; max_num_batched_tokens to V1's `vllm serve` default (with
+    chunked prefill, on by default, the activation peak does not depend on max_model_len; without it pass
+    `startup.token_budget(..., enable_chunked_prefill=False)`, at least max_model_len). cuda_graph_bytes: vLLM's
     CUDA-graph estimate when it profiles graphs. kv_cache_memory_bytes, when set, is the KV size itself (vLLM's
-    --kv-cache-memory-bytes). total_bytes: the device total CUDA reports (None: the catalog's capacity).
+    --kv-cache-memory-bytes). total_bytes: the device total CUDA reports (None: the catalog's CUDA figure).
     """
     m, g = resolve_model(model), resolve_gpu(gpu)
     check_startup_args(
@@ -245,7 +267,7 @@ def serving_footprint(
     weights = weight_bytes(m, weight_dtype, tensor_parallel)
     acts = activation_bytes(m, max_num_batched_tokens, "bf16", tensor_parallel)
     per_token = kv_bytes_per_token(m, kv_dtype, tensor_parallel)
-    total = g.memory_bytes if total_bytes is None else total_bytes
+    total = g.total_bytes if total_bytes is None else total_bytes
     budget = (
         kv_cache_memory_bytes
         if kv_cache_memory_bytes is not None

@@ -147,7 +147,8 @@ def roofline(
         L * 3 * h * inter * experts_read * wb + L * new * (2 * h + 3 * inter) * ab,
     )
     logits = batch_size  # only the last position of each sequence needs logits
-    head = OpCost("lm_head", 2 * logits * h * m.vocab_size, h * m.vocab_size * wb + logits * m.vocab_size * 4)
+    hb = max(wb, dtype_bytes("bf16"))  # quantization leaves the lm_head in bf16 (engine/memory/footprint.py)
+    head = OpCost("lm_head", 2 * logits * h * m.vocab_size, h * m.vocab_size * hb + logits * m.vocab_size * 4)
     return Roofline(phase, m, g, batch_size, context_len, (attn, proj, mlp, head))
 
 
@@ -179,8 +180,10 @@ class StepTimeModel:
     ) -> StepTimeModel:
         """Constants for one model on one GPU (per-GPU shares under tensor parallelism)."""
         m, g = resolve_model(model), resolve_gpu(gpu)
-        # the embedding table is gathered one row per token, not streamed, unless it doubles as the lm_head
-        table = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size * dtype_bytes(weight_dtype)
+        # the embedding table is gathered one row per token, not streamed, unless it doubles as the lm_head; it stays
+        # in bf16 when the linear layers are quantized (`weight_bytes`)
+        table_dtype = weight_dtype if dtype_bytes(weight_dtype) >= dtype_bytes("bf16") else "bf16"
+        table = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size * dtype_bytes(table_dtype)
         return cls(
             weight_bytes(m, weight_dtype, tensor_parallel) - table / tensor_parallel,
             kv_bytes_per_token(m, kv_dtype, tensor_parallel),

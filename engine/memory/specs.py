@@ -107,18 +107,35 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
-    """One accelerator: memory capacity, HBM bandwidth and dense bf16 tensor throughput."""
+    """One accelerator: memory capacity, HBM bandwidth and dense bf16 tensor throughput.
+
+    memory_bytes is the board's memory as nvidia-smi reports it; cuda_memory_bytes is the device total CUDA
+    reports (``torch.cuda.mem_get_info``), a few hundred MiB to ~1 GiB less, which is what vLLM multiplies by
+    gpu_memory_utilization. cuda_source names the public log that shows it (None where none was found).
+    """
 
     name: str
     memory_bytes: int
     bandwidth_bytes_per_s: float
     bf16_flops: float
     source: str
+    cuda_memory_bytes: int | None = None
+    cuda_source: str = ""
 
     def __post_init__(self) -> None:
         for field in ("memory_bytes", "bandwidth_bytes_per_s", "bf16_flops"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"GPU {self.name!r}: {field} must be positive, got {getattr(self, field)!r}")
+        if self.cuda_memory_bytes is not None and not 0 < self.cuda_memory_bytes <= self.memory_bytes:
+            raise ValueError(
+                f"GPU {self.name!r}: cuda_memory_bytes={self.cuda_memory_bytes!r} must be positive and at most "
+                f"memory_bytes ({self.memory_bytes}): CUDA never reports more than the board holds"
+            )
+
+    @property
+    def total_bytes(self) -> int:
+        """The device total vLLM sizes from: CUDA's figure when a source gives it, else the board's memory."""
+        return self.memory_bytes if self.cuda_memory_bytes is None else self.cuda_memory_bytes
 
     @property
     def ridge_point(self) -> float:

@@ -1,17 +1,20 @@
 """vLLM V1's start-up memory arithmetic: the token budget it profiles, its CUDA graphs, and its start-up errors.
 
-At start-up vLLM V1 loads the weights, runs one dummy forward pass over ``max_num_batched_tokens`` tokens (chunked
-prefill is always on in V1, so this budget, not ``max_model_len``, sets the activation peak), optionally
-estimates the memory of the CUDA graphs it will capture, and hands the rest of
-``total * gpu_memory_utilization`` to the KV cache:
+The course follows vLLM v0.29.0 (tag commit 98dff2a81d747d1dba01a47f939f48c3526d4206). At start-up vLLM loads
+the weights, runs one dummy forward pass over the token budget ``max_num_batched_tokens``, estimates the memory
+of the CUDA graphs it will capture (on by default since v0.21.0, vLLM PR #38284; PR #30515 added the estimate
+switched off), and hands the rest of ``total * gpu_memory_utilization`` to the KV cache:
 
-    KV = total * gpu_memory_utilization - (weights + activation peak + non-torch memory) [- CUDA graphs]
+    KV = total * gpu_memory_utilization - (weights + activation peak + non-torch memory) - CUDA graphs
 
-`kv_budget_from_profile` is that line on the numbers vLLM logs; the vllm#10517 report (RTX 3090: total 23.58 GiB,
-peak torch memory 17.06 GiB, non-torch 0.35 GiB, utilization 0.90 -> kv_cache_size 3.81 GiB) is reproduced in
-tests/engine/memory/test_startup.py. The defaults follow vLLM's ``EngineArgs.get_batch_defaults``
-(vllm/engine/arg_utils.py): for ``vllm serve`` 8192 batched tokens and 1024 sequences on GPUs with >= 70 GiB that are
-not A100s, otherwise 2048 and 256. The CUDA graph sizes follow vLLM's ``CompilationConfig`` default
+``total`` is what CUDA reports for the device (``torch.cuda.mem_get_info``), below nvidia-smi's MiB figure.
+Chunked prefill is on by default, so the budget, not ``max_model_len``, sets the activation peak; with
+``--no-enable-chunked-prefill`` vLLM raises the budget to at least ``max_model_len`` (``token_budget``).
+`kv_budget_from_profile` is the KV line on the numbers vLLM logs; the vllm#10517 report (RTX 3090: total
+23.58 GiB, peak torch memory 17.06 GiB, non-torch 0.35 GiB, utilization 0.90 -> kv_cache_size 3.81 GiB) is
+reproduced in tests/engine/memory/test_startup.py. The budget defaults follow ``EngineArgs.get_batch_defaults``
+(vllm/engine/arg_utils.py): for ``vllm serve`` 8192 batched tokens and 1024 sequences on GPUs with >= 70 GiB that
+are not A100s, otherwise 2048 and 256. The CUDA graph sizes follow ``VllmConfig._set_cudagraph_sizes``
 (``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)`` with ``max = min(2 * max_num_seqs, 512,
 max_num_batched_tokens)``). engine/memory/footprint.py builds the full footprint on top of these.
 """
@@ -21,15 +24,26 @@ from __future__ import annotations
 from engine.memory.specs import GpuSpec, ModelSpec
 from engine.memory.units import GiB
 
-# One captured graph costs memory per decoder layer (piecewise graphs keep each layer's buffers). Calibrated on
-# vllm#14286: Llama-3.1-8B (32 layers) with V1's early default of 67 capture sizes logged "Graph capturing
-# finished in 17 secs, took 2.02 GiB" -> 2.02 GiB / (67 * 32) ~ 0.96 MiB per layer and graph.
-CUDA_GRAPH_BYTES_PER_LAYER = int(2.02 * GiB / (67 * 32))
+# vLLM's default share of the device (CacheConfig.gpu_memory_utilization): 0.92 since v0.21.0, when vLLM PR
+# #38284 turned CUDA-graph memory profiling on and raised the default from 0.9 to make room for the estimate.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+PRE_V021_GPU_MEMORY_UTILIZATION = 0.9  # the default before v0.21.0 (no CUDA graphs in the profile)
+
+# vLLM's estimate of its CUDA graphs ("Estimated CUDA graph memory: X GiB total") per decoder layer and captured
+# batch size, calibrated on a v0.21+ log with the full default capture sizes: Qwen3-8B (36 layers) on a 24 GB card,
+# "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)" then "Estimated CUDA graph
+# memory: 0.52 GiB total" (LMCache/LMCache#3430) -> 0.52 GiB / (51 * 36) ~ 0.29 MiB. An 8B Llama (32 layers) then
+# costs 0.46 GiB, inside the 0.36-0.76 GiB public v0.21+ logs show for models of that size. (Before the estimate,
+# vllm#14286 logged the graphs V1 captured after sizing the KV cache: "took 2.02 GiB" for 67 sizes.)
+CUDA_GRAPH_BYTES_PER_LAYER = int(0.52 * GiB / (51 * 36))
+
+# The page vLLM's start-up errors point to.
+CONSERVING_MEMORY_URL = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
 
 
 def _is_large_gpu(gpu: GpuSpec) -> bool:
     """vLLM's test for its larger defaults: >= 70 GiB of device memory and not an A100 (PR #17885)."""
-    return gpu.memory_bytes >= 70 * GiB and "a100" not in gpu.name.lower()
+    return gpu.total_bytes >= 70 * GiB and "a100" not in gpu.name.lower()
 
 
 def default_max_num_batched_tokens(gpu: GpuSpec) -> int:
@@ -40,6 +54,22 @@ def default_max_num_batched_tokens(gpu: GpuSpec) -> int:
 def default_max_num_seqs(gpu: GpuSpec) -> int:
     """vLLM V1's default max_num_seqs for `vllm serve` on this GPU: 1024 on large GPUs, else 256."""
     return 1024 if _is_large_gpu(gpu) else 256
+
+
+def token_budget(
+    gpu: GpuSpec, max_model_len: int, max_num_batched_tokens: int | None = None, enable_chunked_prefill: bool = True
+) -> int:
+    """The tokens vLLM schedules (and profiles) per step: the budget, at least max_model_len without chunked prefill.
+
+    Chunked prefill is on by default and splits a long prompt over steps. With ``--no-enable-chunked-prefill`` a
+    prompt must fit one step, so vLLM raises the budget to ``max(max_model_len, max_num_batched_tokens)``
+    (``EngineArgs`` in vllm/engine/arg_utils.py), and the profiled activation peak grows with it.
+    """
+    for name, value in (("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name}={value!r} must be a positive whole number of tokens")
+    budget = default_max_num_batched_tokens(gpu) if max_num_batched_tokens is None else max_num_batched_tokens
+    return budget if enable_chunked_prefill else max(max_model_len, budget)
 
 
 def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
@@ -99,33 +129,43 @@ def startup_error_text(
     max_model_len: int,
     blocks_per_seq: int | None = None,
 ) -> str | None:
-    """The ValueError vLLM V1 raises at start-up for these numbers (its own wording), or None when it starts.
+    """The ValueError vLLM v0.29 raises at start-up for these numbers (its own wording), or None when it starts.
 
-    blocks_per_seq: the most blocks one max_model_len sequence holds (a sliding window caps it; None: full
-    attention, ceil(max_model_len / block_size)). The "estimated maximum model length" assumes full attention.
+    Three checks, in vLLM's order: free memory at start-up below ``total * utilization`` (vllm/v1/worker, the
+    "Free memory on device" error); no room for a single block; one max_model_len sequence larger than the pool
+    (``_check_enough_kv_cache_memory`` in vllm/v1/core/kv_cache_utils.py). That last check plans against the
+    pool minus the one null block vLLM's block pool keeps back, and its "estimated maximum model length" is what
+    the remaining blocks hold. blocks_per_seq: the most blocks one max_model_len sequence holds (a sliding
+    window caps it; None: full attention, ceil(max_model_len / block_size)).
     """
     budget, free = capacity_bytes * gpu_memory_utilization, capacity_bytes - other_process_bytes
     if free < budget:
         return (
-            f"ValueError: Free memory on device ({free / GiB:.2f}/{capacity_bytes / GiB:.2f} GiB) on startup is "
-            f"less than desired GPU memory utilization ({gpu_memory_utilization}, {budget / GiB:.2f} GiB). Decrease "
-            f"GPU memory utilization or reduce GPU memory used by other processes."
+            f"ValueError: Free memory on device cuda:0 ({free / GiB:.2f}/{capacity_bytes / GiB:.2f} GiB) on startup "
+            f"is less than desired GPU memory utilization ({gpu_memory_utilization}, {budget / GiB:.2f} GiB). "
+            f"Decrease GPU memory utilization or reduce GPU memory used by other processes."
         )
     if num_blocks <= 0:
         return (
             "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-            "initializing the engine."
+            "initializing the engine (this flag also controls CPU memory reservation on the CPU backend, despite "
+            f"its name). See {CONSERVING_MEMORY_URL} for more details."
         )
-    capacity_tokens = num_blocks * block_size
+    usable = num_blocks - 1  # the null block
     blocks = -(-max_model_len // block_size) if blocks_per_seq is None else blocks_per_seq
-    if blocks > num_blocks:
-        needed = blocks * block_size * kv_bytes_per_token
-        available = capacity_tokens * kv_bytes_per_token
+    if blocks > usable:
+        block_bytes = block_size * kv_bytes_per_token
+        needed, available = blocks * block_bytes, usable * block_bytes
+        estimate = (
+            f"Based on the available memory, the estimated maximum model length is {usable * block_size}. "
+            if usable > 0
+            else ""
+        )
         return (
-            f"ValueError: To serve at least one request with the models's max seq len ({max_model_len}), "
+            f"ValueError: To serve at least one request with the model's max seq len ({max_model_len}), "
             f"({needed / GiB:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
-            f"({available / GiB:.2f} GiB). Based on the available memory, the estimated maximum model length is "
-            f"{capacity_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
-            f"initializing the engine."
+            f"({available / GiB:.2f} GiB). {estimate}Try increasing `gpu_memory_utilization` (which also controls "
+            f"CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine. "
+            f"See {CONSERVING_MEMORY_URL} for more details."
         )
     return None

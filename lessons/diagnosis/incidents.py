@@ -97,7 +97,7 @@ def mha_rag(rng: random.Random | None, seed: int | None) -> Scenario:
             f"A documentation assistant runs Llama-2-7B-chat on vLLM on one L4 (24 GB). Each question arrives "
             f"with ~1,800 tokens of retrieved passages. At {rate:g} questions per second the queue keeps growing "
             f"(the metrics line's 'Waiting' count climbs) and users wait minutes, although the GPU's memory is "
-            f"'only' 90% used — as configured."
+            f"'only' {cfg.gpu_memory_utilization:.0%} used — vLLM's default share."
         ),
         config=cfg,
         traffic=Traffic("rag", 300, rate, required_context=4096, slo_p95_wait_s=15.0, seed=seed or 0),
@@ -138,7 +138,8 @@ def _mha_rag_diagnoses(sc: Scenario) -> tuple[Diagnosis, ...]:
             "need-more-utilization",
             "gpu_memory_utilization is too low",
             False,
-            f"0.9 already hands vLLM 90% of the card; 0.95 adds "
+            f"{sc.config.gpu_memory_utilization:g} (the default) already hands vLLM "
+            f"{sc.config.gpu_memory_utilization:.0%} of the card; 0.95 adds "
             f"{(more.kv_budget_bytes - mha.kv_budget_bytes) / GiB:.1f} GiB of KV, "
             f"{more.kv_token_capacity - mha.kv_token_capacity:,} tokens: {n_more} full requests at once "
             f"(was {n_mha}).",
@@ -147,7 +148,8 @@ def _mha_rag_diagnoses(sc: Scenario) -> tuple[Diagnosis, ...]:
             "memory-leak",
             "vLLM leaks memory under load",
             False,
-            "Usage is flat at the configured 90%: vLLM pre-allocates its KV pool at start-up.",
+            f"Usage is flat at the configured {sc.config.gpu_memory_utilization:.0%}: vLLM pre-allocates its KV "
+            "pool at start-up.",
         ),
     )
 
@@ -209,16 +211,18 @@ def default_128k(rng: random.Random | None, seed: int | None) -> Scenario:
 
 
 def util_neighbour(rng: random.Random | None, seed: int | None) -> Scenario:
-    """vLLM at gpu_memory_utilization=0.9 on a card another process already uses: start-up check fails."""
+    """vLLM at its default gpu_memory_utilization (0.92) on a card another process already uses: start-up fails."""
     other = round(_jitter(rng, 7.0, 0.25), 1) * GiB
     cfg = ServeConfig("llama-3-8b", "a100-40gb", "meta-llama/Meta-Llama-3-8B-Instruct", max_model_len=8192)
+    total = GPUS["a100-40gb"].total_bytes
     return Scenario(
         id="util-neighbour",
         title="The neighbour on the GPU",
         story=(
             f"To save money, a team moves its embedding service ({other / GiB:.1f} GiB of GPU memory) onto the "
             f"A100 40GB that already runs vLLM with Llama-3-8B-Instruct at the default "
-            f"gpu_memory_utilization=0.9. After the next restart vLLM will not come up again."
+            f"gpu_memory_utilization={cfg.gpu_memory_utilization:g}. After the next restart vLLM will not come up "
+            f"again."
         ),
         config=cfg,
         traffic=Traffic(
@@ -227,11 +231,13 @@ def util_neighbour(rng: random.Random | None, seed: int | None) -> Scenario:
         diagnoses=(
             Diagnosis(
                 "utilization-share",
-                "0.9 x 40 GiB = 36 GiB is more than the GPU has free beside the embedding service",
+                f"{cfg.gpu_memory_utilization:g} x {total / GiB:.2f} GiB = "
+                f"{cfg.gpu_memory_utilization * total / GiB:.2f} GiB is more than the GPU has free beside the "
+                "embedding service",
                 True,
-                "gpu_memory_utilization is vLLM's share of the whole card, not of the free memory; with "
-                f"{other / GiB:.1f} GiB taken only {(GPUS['a100-40gb'].memory_bytes - other) / GiB:.1f} GiB "
-                "are free.",
+                "gpu_memory_utilization is vLLM's share of the whole card (the total CUDA reports, "
+                f"{total / GiB:.2f} GiB on an A100 40GB), not of the free memory; with {other / GiB:.1f} GiB taken "
+                f"only {(total - other) / GiB:.2f} GiB are free.",
             ),
             Diagnosis(
                 "raise-utilization",

@@ -1,14 +1,18 @@
 """The log lines an incident's server prints: PyTorch's OOM message, or vLLM V1's start-up and metrics lines.
 
-The formats follow PyTorch's `torch.OutOfMemoryError` text and vLLM V1's start-up lines (model loading, CUDA
-graph estimate, "Available KV cache memory", "GPU KV cache size", maximum concurrency) and its periodic metrics
-line, as real logs in public vLLM issues show them (tests/lessons/diagnosis/fixtures/); every number in them
-comes from the memory model and the simulator's outcome, not from a template.
+The formats follow PyTorch's `torch.OutOfMemoryError` text and vLLM v0.29's start-up lines in the order it prints
+them (model loading; "Profiling CUDA graph memory", "Estimated CUDA graph memory"; "Available KV cache memory";
+the CUDA graph profiling notice; "GPU KV cache size: N tokens, Maximum concurrency for L tokens per request",
+one line in v0.29, two before) and its periodic metrics line, as real logs in public issues show them
+(tests/lessons/diagnosis/fixtures/, gpustack/runner#251, LMCache/LMCache#3430) and vllm/v1/core/kv_cache_utils.py
+at v0.29.0 prints them; every number in them comes from the memory model and the simulator's outcome, not from a
+template.
 """
 
 from __future__ import annotations
 
 from engine.memory.catalog import MODELS
+from engine.memory.startup import cudagraph_capture_sizes
 from engine.memory.units import GiB
 from lessons.diagnosis.scenarios import Outcome, Scenario
 
@@ -75,9 +79,15 @@ def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
         return [*lines, f"ERROR {outcome.startup_error}"]
     lines.append(f"INFO  [gpu_model_runner.py] Model loading took {fp.weights_bytes / GiB:.4f} GiB")
     if fp.cuda_graph_bytes:
-        lines.append(
-            f"INFO  [gpu_model_runner.py] Estimated CUDA graph memory: {fp.cuda_graph_bytes / GiB:.2f} GiB total"
-        )
+        sizes = cudagraph_capture_sizes(cfg.max_num_seqs, fp.max_num_batched_tokens)
+        full = [s for s in sizes if s <= cfg.max_num_seqs]  # FULL graphs: decode-only batches
+        lines += [
+            f"INFO  [gpu_model_runner.py] Profiling CUDA graph memory: PIECEWISE={len(sizes)} "
+            f"(largest={sizes[-1]}), FULL={len(full)} (largest={full[-1]})",
+            f"INFO  [gpu_model_runner.py] Estimated CUDA graph memory: {fp.cuda_graph_bytes / GiB:.2f} GiB total",
+        ]
+    if fp.num_blocks > 0:
+        lines.append(f"INFO  [gpu_worker.py] Available KV cache memory: {max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB")
     if fp.cuda_graph_bytes:
         share, util = fp.cuda_graph_bytes / fp.capacity_bytes, cfg.gpu_memory_utilization
         lines.append(
@@ -87,14 +97,11 @@ def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
             f"--gpu-memory-utilization to {util + share:.4f}. To disable, set "
             f"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."
         )
-    if fp.num_blocks > 0:
-        lines.append(f"INFO  [gpu_worker.py] Available KV cache memory: {max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB")
     if fp.num_blocks > 0 and not outcome.startup_error:  # V1 checks max_model_len before it reports the pool
-        lines += [
-            f"INFO  [kv_cache_utils.py] GPU KV cache size: {fp.kv_token_capacity:,} tokens",
-            f"INFO  [kv_cache_utils.py] Maximum concurrency for {cfg.context_len:,} tokens per request: "
-            f"{fp.vllm_concurrency():.2f}x",
-        ]
+        lines.append(
+            f"INFO  [kv_cache_utils.py] GPU KV cache size: {fp.kv_token_capacity:,} tokens, Maximum concurrency for "
+            f"{cfg.context_len:,} tokens per request: {fp.vllm_concurrency():.2f}x"
+        )
     if outcome.startup_error:
         return [*lines, f"ERROR {outcome.startup_error}"]
     return lines + _serving_logs(outcome)

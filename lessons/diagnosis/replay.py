@@ -19,12 +19,12 @@ from engine.sim.metrics import SimSummary
 from engine.sim.simulate import simulate
 from engine.sim.traces import generate_trace
 from lessons.diagnosis.logs import incident_logs
-from lessons.diagnosis.scenarios import CUDA_TOTAL_BYTES, Outcome, Scenario, ServeConfig, Symptoms, Traffic, apply_fixes
+from lessons.diagnosis.scenarios import Outcome, Scenario, ServeConfig, Symptoms, Traffic, apply_fixes
 
 
 def footprint_for(scenario: Scenario, cfg: ServeConfig) -> ServingFootprint:
     """vLLM V1's start-up arithmetic for the config, CUDA graphs included (the static server: same bytes, no graphs)."""
-    total = CUDA_TOTAL_BYTES.get(cfg.gpu, GPUS[cfg.gpu].memory_bytes)
+    total = GPUS[cfg.gpu].total_bytes  # what CUDA reports: vLLM sizes from it (engine/memory/catalog.py)
     util, static = cfg.gpu_memory_utilization, cfg.policy == "static"
     if static:  # no utilization knob: it grows into whatever memory no other process holds
         util = (total - scenario.other_process_bytes) / total
@@ -62,6 +62,11 @@ def _requirement_problems(scenario: Scenario, cfg: ServeConfig) -> list[str]:
         problems.append(
             f"{MODELS[cfg.model].name} is not an accepted replacement; the product team accepts "
             f"{', '.join(MODELS[m].name for m in scenario.allowed_models)}"
+        )
+    if cfg.context_len > cfg.checkpoint_max_context:
+        problems.append(
+            f"max_model_len={cfg.context_len} is above the {cfg.checkpoint_max_context} tokens {cfg.hf_repo}'s "
+            f"config.json allows (max_position_embeddings): vLLM refuses to start"
         )
     need = scenario.traffic.required_context
     if cfg.context_len < need:

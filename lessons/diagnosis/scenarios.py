@@ -17,14 +17,18 @@ from typing import Any
 
 from engine.memory.catalog import MODELS
 from engine.memory.footprint import ServingFootprint
+from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.memory.units import GiB
 from engine.sim.metrics import SimResult, SimSummary
 
 # The knobs a learner may turn, with the values the page offers (ints in between are accepted too).
-# block_size: vLLM's CUDA attention backends take 8, 16 or 32; kv_cache_memory_bytes 0 means "not set".
+# block_size: vLLM's CacheConfig.block_size takes any positive integer, but each attention backend limits the kernel's
+# block sizes and FlashAttention, the default on these CUDA GPUs, needs a multiple of 16
+# (`get_supported_kernel_block_sizes` -> `MultipleOf(16)`), so the page offers 16, 32 and 64.
+# kv_cache_memory_bytes 0 means "not set".
 FIX_PARAMS: dict[str, tuple[Any, ...]] = {
     "policy": ("static", "paged"),
-    "block_size": (8, 16, 32),
+    "block_size": (16, 32, 64),
     "model": tuple(k for k in MODELS if k != "demo"),
     "quantization": ("none", "fp8"),
     "kv_cache_dtype": ("auto", "fp8"),
@@ -34,7 +38,7 @@ FIX_PARAMS: dict[str, tuple[Any, ...]] = {
     "enforce_eager": (False, True),
     "kv_cache_memory_bytes": tuple(g * GiB for g in (0, 2, 3, 4, 5, 6, 8)),
     "tensor_parallel_size": (1, 2, 4, 8),
-    "gpu_memory_utilization": (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95),
+    "gpu_memory_utilization": (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.92, 0.93, 0.95),
 }
 _WHOLE = ("max_model_len", "max_num_seqs", "max_num_batched_tokens")
 # The chat checkpoint of each catalog model (Hugging Face repo ids): a chat service swaps to these.
@@ -53,10 +57,10 @@ CHAT_REPOS: dict[str, str] = {
     "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
     "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
 }
-# Device totals as CUDA / PyTorch report them (below nvidia-smi's MiB figure), where a public log shows one:
-# RTX 4090 "GPU 0 has a total capacity of 23.64 GiB" (ali-vilab/VGen#104), RTX 3090 "total_gpu_memory=23.58GiB"
-# (vllm#10517).
-CUDA_TOTAL_BYTES: dict[str, int] = {"rtx-4090": int(23.64 * GiB), "rtx-3090": int(23.58 * GiB)}
+# Chat checkpoints whose config.json advertises less context than the base model's: the Qwen2.5 -Instruct
+# configs set max_position_embeddings 32768 (the base 7B / 72B: 131072) and leave YaRN to the operator ("The
+# current config.json is set for context length up to 32,768 tokens", Qwen2.5 model cards).
+CHAT_MAX_CONTEXT: dict[str, int] = {"qwen2.5-0.5b": 32768, "qwen2.5-7b": 32768, "qwen2.5-72b": 32768}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +74,7 @@ class ServeConfig:
     block_size: int = 16
     max_model_len: int | None = None  # None: the model's max context, as vLLM defaults
     max_num_seqs: int = 256
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's default since v0.21.0
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
     quantization: str = "none"  # "fp8": vLLM's --quantization fp8 (weights in fp8 from a bf16 checkpoint)
@@ -79,9 +83,16 @@ class ServeConfig:
     kv_cache_memory_bytes: int = 0  # 0: not set (vLLM sizes KV from gpu_memory_utilization)
 
     @property
+    def checkpoint_max_context(self) -> int:
+        """max_position_embeddings of the checkpoint served: a chat checkpoint may advertise less than its base."""
+        if self.hf_repo == CHAT_REPOS.get(self.model) and self.model in CHAT_MAX_CONTEXT:
+            return CHAT_MAX_CONTEXT[self.model]
+        return MODELS[self.model].max_context
+
+    @property
     def context_len(self) -> int:
-        """The effective max_model_len."""
-        return self.max_model_len or MODELS[self.model].max_context
+        """The effective max_model_len (vLLM's default: the checkpoint's max_position_embeddings)."""
+        return self.max_model_len or self.checkpoint_max_context
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ max(FLOPs / peak FLOP/s, bytes / HBM bandwidth). Decode streams every weight and
 one token per sequence, so its weight matmuls do ~batch FLOP/byte while attention stays at the GQA group size
 (every sequence's KV is read each step, whatever the batch); prefill reuses each weight for every prompt token.
 Which batches fit comes from `engine.memory.footprint.serving_footprint` (weights + activation peak + KV at the
-chosen context against the GPU's memory at gpu_memory_utilization 0.9, vLLM's rule). The live part is model
+chosen context against the total CUDA reports for the GPU at gpu_memory_utilization 0.92, vLLM's default since
+v0.21.0). The live part is model
 bandwidth utilization (MBU): bytes a real decode step of the demo model moves (weights + KV read) per second,
 over this machine's measured memory bandwidth (`measure_here`, `measure_demo`: the engine's timings of a
 GEMV, a GEMM and the demo model's decode step). This module packages those numbers into dataclasses with the
@@ -23,12 +24,13 @@ from engine.memory.footprint import serving_footprint
 from engine.memory.measure import Measurement, measure_demo_decode, measure_machine
 from engine.memory.roofline import Roofline, roofline
 from engine.memory.specs import GpuSpec
+from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.memory.units import GiB
 
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int4")
 MAX_BATCH = 256  # the batch slider's range
 SWEEP_BATCHES: tuple[int, ...] = (1, 4, 16, 64, 256)
-GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory
+GPU_MEMORY_UTILIZATION = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's default share of GPU memory (0.92)
 DEFAULTS: dict[str, Any] = {
     "model": "llama-3-8b",
     "gpu": "h100-sxm",

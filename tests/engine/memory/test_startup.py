@@ -4,14 +4,18 @@ import pytest
 
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import kv_blocks_from_budget, kv_bytes_per_token, serving_footprint
+from engine.memory.specs import custom_model
 from engine.memory.startup import (
     CUDA_GRAPH_BYTES_PER_LAYER,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    PRE_V021_GPU_MEMORY_UTILIZATION,
     cuda_graph_bytes,
     cudagraph_capture_sizes,
     default_max_num_batched_tokens,
     default_max_num_seqs,
     kv_budget_from_profile,
     startup_error_text,
+    token_budget,
 )
 from engine.memory.units import GiB
 
@@ -60,26 +64,84 @@ def test_capture_sizes_and_graph_memory():
     assert cuda_graph_bytes(m, 256, 2048, enforce_eager=True) == 0
     full = cuda_graph_bytes(m, 256, 2048, enforce_eager=False)
     assert full == 51 * 32 * CUDA_GRAPH_BYTES_PER_LAYER
-    assert 1 * GiB < full < 3 * GiB  # vLLM logs 1-3 GiB for an 8B model
     assert cuda_graph_bytes(m, 16, 2048, enforce_eager=False) < full / 5  # fewer sequences, fewer graphs
     with pytest.raises(ValueError, match="max_num_seqs=0"):
         cudagraph_capture_sizes(0, 2048)
 
 
-def test_startup_errors_use_vllm_v1_wording():
+def test_cuda_graph_estimate_matches_the_v021_logs_it_is_calibrated_on():
+    # LMCache/LMCache#3430 (vLLM >= 0.21, 24 GB card): Qwen3-8B, 36 layers, the default capture sizes
+    # "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)"
+    # "Estimated CUDA graph memory: 0.52 GiB total"
+    qwen3_8b = custom_model(
+        "Qwen3-8B",
+        num_layers=36,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        intermediate_size=12288,
+        vocab_size=151936,
+        max_context=40960,
+        head_dim=128,
+    )
+    assert len(cudagraph_capture_sizes(256, 2048)) == 51
+    assert cuda_graph_bytes(qwen3_8b, 256, 2048, enforce_eager=False) / GiB == pytest.approx(0.52, abs=0.005)
+    # an 8B Llama with the full default sizes lands inside the 0.36-0.76 GiB public v0.21+ logs show, far
+    # below the 1.54 GiB the pre-v0.21 capture log (vllm#14286's 2.02 GiB for 67 sizes) implied
+    llama = cuda_graph_bytes(MODELS["llama-3.1-8b"], 256, 2048, enforce_eager=False) / GiB
+    assert 0.36 <= llama <= 0.76 and llama == pytest.approx(0.46, abs=0.01)
+
+
+def test_vllm_defaults_of_the_release_the_course_follows():
+    # vLLM PR #38284 (v0.21.0): CUDA graph profiling on by default, gpu_memory_utilization 0.9 -> 0.92
+    assert DEFAULT_GPU_MEMORY_UTILIZATION == 0.92 and PRE_V021_GPU_MEMORY_UTILIZATION == 0.9
+    fp = serving_footprint("llama-3-8b", "a100-80gb", max_model_len=8192)
+    assert fp.gpu_memory_utilization == 0.92
+
+
+def test_token_budget_with_and_without_chunked_prefill():
+    l4, h100 = GPUS["l4"], GPUS["h100-sxm"]
+    assert token_budget(l4, 32768) == 2048 and token_budget(h100, 32768) == 8192  # chunked prefill: the budget
+    assert token_budget(l4, 32768, enable_chunked_prefill=False) == 32768  # a whole prompt per step
+    assert token_budget(l4, 1024, enable_chunked_prefill=False) == 2048  # never below the default budget
+    assert token_budget(l4, 32768, 4096, enable_chunked_prefill=False) == 32768
+    m = MODELS["llama-3.1-8b"]
+    chunked = serving_footprint(m, "l4", max_model_len=32768, max_num_batched_tokens=token_budget(l4, 32768))
+    whole = serving_footprint(
+        m, "l4", max_model_len=32768, max_num_batched_tokens=token_budget(l4, 32768, enable_chunked_prefill=False)
+    )
+    assert whole.activation_bytes == 16 * chunked.activation_bytes  # the activation peak grows with the budget
+    assert whole.num_blocks < chunked.num_blocks
+    with pytest.raises(ValueError, match="max_model_len=0"):
+        token_budget(l4, 0)
+
+
+def test_startup_errors_use_the_wording_of_vllm_v029():
     per_token = 128 * 1024
-    assert startup_error_text(24 * GiB, 0, 0.9, 100, 16, per_token, 1600) is None
-    too_long = startup_error_text(24 * GiB, 0, 0.9, 1000, 16, per_token, 131072)
-    assert "max seq len (131072), (16.00 GiB KV cache is needed" in too_long
-    assert "available KV cache memory (1.95 GiB)" in too_long and "maximum model length is 16000." in too_long
-    assert "No available memory for the cache blocks" in startup_error_text(24 * GiB, 0, 0.9, 0, 16, per_token, 16)
-    busy = startup_error_text(40 * GiB, 8 * GiB, 0.9, 100, 16, per_token, 16)
-    assert busy.startswith("ValueError: Free memory on device (32.00/40.00 GiB) on startup is less than desired")
+    assert startup_error_text(24 * GiB, 0, 0.92, 100, 16, per_token, 1584) is None  # 99 usable blocks
+    assert startup_error_text(24 * GiB, 0, 0.92, 100, 16, per_token, 1600) is not None  # the null block
+    too_long = startup_error_text(24 * GiB, 0, 0.92, 1000, 16, per_token, 131072)
+    # _check_enough_kv_cache_memory at v0.29.0: "the model's" (no longer "models's"), the null block held back
+    assert "with the model's max seq len (131072), (16.00 GiB KV cache is needed" in too_long
+    assert "available KV cache memory (1.95 GiB)" in too_long and "maximum model length is 15984." in too_long
+    assert "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend)" in too_long
+    assert too_long.endswith("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+    none = startup_error_text(24 * GiB, 0, 0.92, 0, 16, per_token, 16)
+    assert none.startswith("ValueError: No available memory for the cache blocks. Try increasing")
+    assert "(this flag also controls CPU memory reservation on the CPU backend, despite its name)" in none
+    assert "estimated maximum" not in startup_error_text(24 * GiB, 0, 0.92, 1, 16, per_token, 16)  # 0 usable
+    busy = startup_error_text(40 * GiB, 8 * GiB, 0.92, 100, 16, per_token, 16)
+    # pytorch/pytorch#175666 quotes vLLM's: "Free memory on device cuda:1 (19.77/22.05 GiB) on startup is less
+    # than desired GPU memory utilization (0.9, 19.84 GiB). Decrease GPU memory utilization or reduce ..."
+    assert busy == (
+        "ValueError: Free memory on device cuda:0 (32.00/40.00 GiB) on startup is less than desired GPU memory "
+        "utilization (0.92, 36.80 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
+    )
 
 
 def test_a_sliding_window_caps_what_one_sequence_needs_at_start_up():
     per_token = 128 * 1024
-    assert "max seq len (32768)" in startup_error_text(24 * GiB, 0, 0.9, 400, 16, per_token, 32768)
-    assert startup_error_text(24 * GiB, 0, 0.9, 400, 16, per_token, 32768, blocks_per_seq=385) is None
+    assert "max seq len (32768)" in startup_error_text(24 * GiB, 0, 0.92, 400, 16, per_token, 32768)
+    assert startup_error_text(24 * GiB, 0, 0.92, 400, 16, per_token, 32768, blocks_per_seq=385) is None
     fp = serving_footprint("mistral-7b", "l4", max_model_len=32768, kv_cache_memory_bytes=1 * GiB)  # 512 blocks
     assert fp.kv_token_capacity < 32768 and fp.startup_error is None  # window 4096: ~385 blocks per sequence

@@ -22,14 +22,14 @@ WRONG_FIXES = {
     "mha-rag": ({"gpu_memory_utilization": 0.95}, "p95 wait"),
     "default-128k": ({"kv_cache_dtype": "fp8"}, "KV cache is needed, which is larger than the available"),
     "util-neighbour": ({"gpu_memory_utilization": 0.95}, "less than desired GPU memory utilization"),
-    "cuda-graphs": ({"max_num_batched_tokens": 512}, "KV cache is needed, which is larger than the available"),
+    "cuda-graphs": ({"max_model_len": 16384}, "below the 32768 tokens the product promises"),  # fits, cuts contracts
 }
 LOG_SIGNATURES = {
     "chat-oom": "CUDA out of memory",
     "mha-rag": "Waiting: ",
     "default-128k": "KV cache is needed, which is larger than the available KV cache memory",
     "util-neighbour": "less than desired GPU memory utilization",
-    "cuda-graphs": "Estimated CUDA graph memory: 1.54 GiB total",
+    "cuda-graphs": "Estimated CUDA graph memory: 0.46 GiB total",  # recalibrated on LMCache/LMCache#3430
 }
 
 
@@ -115,7 +115,7 @@ def test_default_128k_any_length_up_to_the_pool_starts():
         {"enforce_eager": True},
         {"max_num_seqs": 32},
         {"gpu_memory_utilization": 0.95},
-        {"kv_cache_memory_bytes": 4 * 2**30},
+        {"kv_cache_memory_bytes": 5 * 2**30},  # 4 GiB is one block short: vLLM keeps a null block back
         {"kv_cache_dtype": "fp8"},
         {"quantization": "fp8"},
     ],
@@ -126,7 +126,7 @@ def test_cuda_graph_incident_accepts_every_real_fix(fixes):
 
 
 def test_cuda_graph_incident_rejects_a_kv_size_the_card_cannot_hold():
-    g = grade(get_scenario("cuda-graphs"), [], {"kv_cache_memory_bytes": 6 * 2**30})
+    g = grade(get_scenario("cuda-graphs"), [], {"kv_cache_memory_bytes": 8 * 2**30})
     assert not g.resolved and any("CUDA out of memory while capturing CUDA graphs" in p for p in g.after.problems)
     cmd = vllm_command(get_scenario("cuda-graphs"), {"enforce_eager": True, "kv_cache_memory_bytes": 4 * 2**30})
     assert "--enforce-eager" in cmd and "--kv-cache-memory-bytes 4294967296" in cmd
@@ -139,7 +139,7 @@ def test_grade_explains_costs_with_numbers():
     g = grade(get_scenario("mha-rag"), ["mha-kv"], {"model": "llama-3-8b"})
     assert any("512 -> 128 KiB/token" in c for c in g.costs)
     g = grade(get_scenario("util-neighbour"), ["utilization-share"], {"gpu_memory_utilization": 0.75})
-    assert any("0.9 -> 0.75" in c and "GiB less" in c for c in g.costs), g.costs
+    assert any("0.92 -> 0.75" in c and "GiB less" in c for c in g.costs), g.costs  # from vLLM's default
 
 
 def test_diagnosis_feedback():
