@@ -233,3 +233,54 @@ def test_tensor_parallel_fix_when_a_second_gpu_exists():
     g = grade(sc, ["context-too-long"], {"tensor_parallel_size": 2})
     assert g.resolved and any("2 GPUs instead of 1" in c for c in g.costs)
     assert not grade(get_scenario("default-128k"), [], {"tensor_parallel_size": 2}).resolved  # only one GPU here
+
+
+def test_cuda_graph_incident_fix_keeps_the_graphs_and_restores_the_old_layout():
+    from dataclasses import replace
+
+    from lessons.diagnosis.incident_graphs import offered_utilization, suggested_utilization
+    from lessons.diagnosis.replay import footprint_for
+
+    sc = get_scenario("cuda-graphs")
+    assert sc.config.gpu_memory_utilization == 0.9  # the operator pinned the pre-v0.21 default
+    assert "--enforce-eager" not in vllm_command(sc, sc.reference_fix)  # the reference fix keeps the graphs
+    suggested = suggested_utilization(sc)
+    notice = next(line for line in symptoms(sc).logs if "CUDA graph memory profiling is enabled" in line)
+    assert f"increase --gpu-memory-utilization to {suggested:.4f}" in notice  # the log prints the value
+    old = footprint_for(sc, replace(sc.config, enforce_eager=True))  # pre-v0.21: graphs not in the profile
+    at_suggested = footprint_for(sc, replace(sc.config, gpu_memory_utilization=suggested))
+    assert at_suggested.cuda_graph_bytes > 0
+    assert at_suggested.kv_budget_bytes == pytest.approx(old.kv_budget_bytes, abs=0.0001 * old.capacity_bytes)
+    assert sc.reference_fix == {"gpu_memory_utilization": offered_utilization(suggested)} and suggested <= 0.93
+    assert grade(sc, ["cuda-graphs"], {"gpu_memory_utilization": 0.92}).resolved  # the new default also pays
+
+
+def test_startup_log_lines_come_in_vllm_v029_order():
+    logs = symptoms(get_scenario("cuda-graphs")).logs
+    order = [
+        "Model loading took",
+        "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)",
+        "Estimated CUDA graph memory",
+        "Available KV cache memory",
+        "CUDA graph memory profiling is enabled (default since v0.21.0)",
+        "ERROR ValueError: To serve at least one request with the model's max seq len",
+    ]
+    where = [next(i for i, line in enumerate(logs) if key in line) for key in order]
+    assert where == sorted(where), logs
+    served = symptoms(get_scenario("mha-rag")).logs
+    assert any("GPU KV cache size: " in line and ", Maximum concurrency for 4,096 tokens" in line for line in served)
+
+
+def test_qwen25_instruct_checkpoints_advertise_32k():
+    sc = get_scenario("mha-rag")
+    swapped = apply_fixes(sc.config, {"model": "qwen2.5-7b"})
+    assert swapped.hf_repo == "Qwen/Qwen2.5-7B-Instruct" and swapped.checkpoint_max_context == 32768
+    cfg = apply_fixes(get_scenario("default-128k").config, {"model": "qwen2.5-7b"})
+    assert cfg.context_len == 32768  # vLLM's default max_model_len is the checkpoint's, not the base model's 131072
+    too_long = run_outcome(get_scenario("default-128k"), {"model": "qwen2.5-7b", "max_model_len": 65536})
+    assert any("max_position_embeddings" in p for p in too_long.problems)
+
+
+def test_block_sizes_offered_suit_flashattention():
+    assert all(b % 16 == 0 for b in FIX_PARAMS["block_size"])  # FlashAttention: MultipleOf(16)
+    assert 16 in FIX_PARAMS["block_size"] and 0.92 in FIX_PARAMS["gpu_memory_utilization"]
