@@ -86,6 +86,18 @@ EXPECTED = {
         dict(kv_cache_gib=6.87, cuda_graph_gib=0.36, gpu_memory_utilization=0.82),
         (),
     ),
+    "lmcache-3430-v1-cuda-graph-default-sizes.log": (
+        "V1",
+        dict(
+            kv_cache_gib=6.37,
+            kv_cache_tokens=46368,
+            max_model_len=16384,
+            max_concurrency=2.83,
+            cuda_graph_gib=0.52,
+            gpu_memory_utilization=0.9764,
+        ),
+        (),
+    ),
     "vllm-12529-v0-profile-breakdown.log": (
         "V0",
         dict(
@@ -185,3 +197,14 @@ def test_figures_are_read_in_ascii_digits_only(digits):
     parsed = read_vllm_log(f"GPU KV cache size: {digits} tokens\n# GPU blocks: {digits}")
     assert parsed.found == () and not parsed.recognised
     assert read_vllm_log("GPU KV cache size: 99 tokens").kv_cache_tokens == 99
+
+
+def test_v029_prints_the_kv_cache_size_and_the_concurrency_on_one_line():
+    # vllm/v1/core/kv_cache_utils.py at v0.29.0 (update_kv_cache_capacity) logs both figures in one message:
+    # "GPU KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx"
+    log = read_vllm_log(
+        "INFO [gpu_worker.py] Available KV cache memory: 3.84 GiB\n"
+        "INFO [kv_cache_utils.py] GPU KV cache size: 31,440 tokens, Maximum concurrency for 32,768 tokens per "
+        "request: 0.96x"
+    )
+    assert (log.kv_cache_tokens, log.max_model_len, log.max_concurrency) == (31440, 32768, 0.96)
