@@ -6,7 +6,8 @@ to a physical block. One call gives a step what it needs: `allocate_slots(seq, n
 sequence that holds no blocks (reusing its cached prefix blocks) or grows one that does (copy-on-write of
 the shared blocks it will write into, new blocks at the end), and returns a `SlotAllocation` saying what it
 did, or None, having changed nothing, when the pool cannot give all of it. Queries (`can_allocate`,
-`num_cached_prefix_tokens`, `snapshot`, `usage`) change nothing. The caller advances
+`num_cached_prefix_tokens`, `snapshot`, `usage`) change nothing; `prefix_cache_queries` / `prefix_cache_hits`
+count the tokens admissions looked up and found (`prefix_cache_hit_rate`), as vLLM's metrics do. The caller advances
 seq.num_computed_tokens after the step; the manager sets it only at admission, to the prefix hit.
 With a sliding window (engine/core/sliding_window.py) an allocation counts the blocks no query of the
 sequence can see any more as free, and frees them (their table entries become `FREED`) only if it goes
@@ -88,6 +89,10 @@ class BlockManager:
         self.sequences: dict[int, Sequence] = {}  # sequences holding blocks
         self._num_slots: dict[int, int] = {}  # seq_id -> positions covered by its last allocation
         self._hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of its leading published blocks
+        # Prefix-cache counters in tokens, as vLLM counts them (vllm:prefix_cache_queries / _hits): every admission
+        # with prefix caching on queries its tokens and hits the ones found in cached full blocks.
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
 
     def __repr__(self) -> str:
         return f"BlockManager({self.allocator!r}, num_sequences={len(self.sequences)})"
@@ -96,6 +101,11 @@ class BlockManager:
     def num_free_blocks(self) -> int:
         """Blocks the allocator can hand out."""
         return self.allocator.num_free_blocks
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """Tokens found in the prefix cache over tokens looked up at admission (0.0 before any lookup)."""
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
     def _check_seq(self, seq: Sequence) -> None:
         if seq.block_size != self.block_size:
@@ -231,6 +241,9 @@ class BlockManager:
         seq.block_table = [FREED] * plan.dropped + kept + new
         num_cached = len(plan.hits) * self.block_size
         seq.num_cached_tokens = seq.num_computed_tokens = num_cached
+        if alloc.enable_prefix_caching:
+            self.prefix_cache_queries += seq.num_tokens
+            self.prefix_cache_hits += num_cached
         self.sequences[seq.seq_id] = seq
         self._hashes[seq.seq_id] = plan.hashes
         self._num_slots[seq.seq_id] = num_cached + plan.num_new_tokens
