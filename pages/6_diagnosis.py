@@ -66,7 +66,8 @@ st.subheader("Symptoms")
 prose(PAGE, "Symptoms")
 with st.spinner("Replaying the incident's traffic …"):
     sym = _symptoms(sid, int(variant))
-st.code("\n".join(sym.logs), language="log", wrap_lines=True)
+# Plain code blocks: Streamlit's syntax colours (e.g. numbers #29b09d on #f7f7f6, 2.5:1) are under WCAG's 4.5:1.
+st.code("\n".join(sym.logs), language=None, wrap_lines=True)
 show_chart(
     _memory_fig(sid, int(variant)),
     "Where the GPU's memory goes as deployed; every segment is labelled with its part and size.",
@@ -101,7 +102,7 @@ for i, (param, current) in enumerate(now.items()):
         chosen[param] = col.select_slider(label, options=opts, value=current, key=key)
 fixes = run_or_stop(lab.changed_fixes, scenario.config, chosen)
 st.markdown("**Changed:** " + (", ".join(f"`{k}` {now[k]} → {v}" for k, v in fixes.items()) or "nothing yet"))
-st.code(vllm_command(scenario, fixes), language="bash", wrap_lines=True)
+st.code(vllm_command(scenario, fixes), language=None, wrap_lines=True)
 st.download_button(
     "Download this `vllm serve` command",
     vllm_command(scenario, fixes) + "\n",

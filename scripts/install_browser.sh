@@ -1,23 +1,54 @@
 #!/usr/bin/env bash
-# Make sure a headless Chromium exists for the browser tests (Debian/Ubuntu package; never a download
-# by Playwright). Runs apt-get as root; otherwise prints what to run. Set KVLAB_CHROMIUM to use another
-# binary. Exit status is 0 even when it cannot install: the browser tests then skip with this reason.
+# What the browser tests need, installed by the system's and npm's own clients (nothing is downloaded while
+# the tests run):
+# 1. a headless Chromium (Debian/Ubuntu package; never a download by Playwright). Runs apt-get as root;
+#    otherwise prints what to run. Set KVLAB_CHROMIUM to use another binary.
+# 2. axe-core, the accessibility rules tests/browser/test_a11y.py injects into each page: the version pinned
+#    in package.json / package-lock.json, installed with `npm ci` into ./node_modules (git-ignored).
+# Exit status is 0 even when it cannot install: the browser tests then skip with the reason (CI fails them).
 set -uo pipefail
-for b in "${KVLAB_CHROMIUM:-}" chromium chromium-browser; do
-  if [ -n "$b" ] && command -v "$b" >/dev/null 2>&1; then exit 0; fi
-done
-if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-  echo "install_browser: installing Debian's chromium package for the browser tests" >&2
+cd "$(dirname "$0")/.."
+
+have_chromium() {
+  for b in "${KVLAB_CHROMIUM:-}" chromium chromium-browser; do
+    if [ -n "$b" ] && command -v "$b" >/dev/null 2>&1; then return 0; fi
+  done
+  return 1
+}
+
+apt_install() {  # apt_install PACKAGE...: as root on Debian/Ubuntu only; returns apt-get's status
+  [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1 || return 1
   export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -q --no-install-recommends chromium >/dev/null; then
-    apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null
+  apt-get install -y -q --no-install-recommends "$@" >/dev/null ||
+    { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "$@" >/dev/null; }
+}
+
+if ! have_chromium; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "install_browser: installing Debian's chromium package for the browser tests" >&2
+    apt_install chromium
+    command -v chromium >/dev/null 2>&1 ||
+      echo "install_browser: WARNING: apt-get could not install chromium; browser tests will be skipped" >&2
+  elif command -v apt-get >/dev/null 2>&1; then
+    echo "install_browser: WARNING: chromium is missing; run 'sudo apt-get install chromium' for the browser tests" >&2
+  else
+    echo "install_browser: WARNING: chromium is missing and this is not a Debian/Ubuntu system;" \
+         "install Chromium and set KVLAB_CHROMIUM=/path/to/chromium for the browser tests" >&2
   fi
-  command -v chromium >/dev/null 2>&1 && exit 0
-  echo "install_browser: WARNING: apt-get could not install chromium; browser tests will be skipped" >&2
-elif command -v apt-get >/dev/null 2>&1; then
-  echo "install_browser: WARNING: chromium is missing; run 'sudo apt-get install chromium' for the browser tests" >&2
-else
-  echo "install_browser: WARNING: chromium is missing and this is not a Debian/Ubuntu system;" \
-       "install Chromium and set KVLAB_CHROMIUM=/path/to/chromium for the browser tests" >&2
+fi
+
+want=$(sed -n 's/.*"axe-core": *"\([^"]*\)".*/\1/p' package.json | head -1)
+got=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' node_modules/axe-core/package.json 2>/dev/null | head -1)
+if [ -n "$want" ] && [ "$want" != "$got" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "install_browser: installing Debian's npm package for axe-core" >&2
+    apt_install npm
+  fi
+  if command -v npm >/dev/null 2>&1; then
+    npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null ||
+      echo "install_browser: WARNING: 'npm ci' could not install axe-core $want; the accessibility test will be skipped" >&2
+  else
+    echo "install_browser: WARNING: npm is missing; install Node.js and npm, then 'npm ci', for the accessibility test" >&2
+  fi
 fi
 exit 0

@@ -12,13 +12,14 @@ from ui import signin
 from ui.course import LESSON_IDS
 from ui.export import to_json
 from ui.inert import prose_md
-from ui.page import backend_info
+from ui.page import backend_info, page_styles
 from ui.progress import ensure_progress
 
 
 def sidebar() -> Any:
     """Backend badge, device name and sign-in; returns a sidebar container for `sidebar_progress` to fill."""
     info = backend_info()
+    page_styles()  # every page draws the sidebar, so every page gets the course's styles
     with st.sidebar:
         st.markdown(f"**Engine backend:** `{info['label']}`")
         st.caption(f"Device: {info['device']} · torch {info['torch']} · {info['threads']} threads")
