@@ -1,4 +1,4 @@
-"""Predict-then-observe exercises: one numeric question per lesson (1–6), answered from the engine's own numbers.
+"""Predict-then-observe exercises: one numeric question per lesson (1–7), answered from the engine's own numbers.
 
 Each lesson asks the learner to commit to a number before the page shows it: KV bytes per token, blocks per
 request, the padding share of a batch... `for_page(page_id)` builds the page's `Prediction` (question, the
@@ -24,7 +24,7 @@ from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import kv_bytes_per_token, kv_cache_bytes, weight_bytes
 from engine.memory.units import GiB, KiB
 
-PAGES: tuple[str, ...] = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis")
+PAGES: tuple[str, ...] = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "pressure", "diagnosis")
 
 
 @dataclass(frozen=True)
@@ -215,6 +215,54 @@ def _paged() -> Prediction:
     )
 
 
+PRESSURE_BLOCKS, PRESSURE_BLOCK, PRESSURE_PROMPT, PRESSURE_OUTPUT = 24, 16, 48, 24  # the pressure page's defaults
+
+
+def _fill(prompt: int, tokens: int) -> tuple[int, int]:
+    """(sequences of `tokens` tokens, sequences of `prompt` tokens) the engine's BlockManager fits at once in
+    the pressure page's default pool: allocated one after another until the pool refuses the next."""
+    counts = []
+    for length in (tokens, prompt):
+        bm, n = BlockManager(num_blocks=PRESSURE_BLOCKS, block_size=PRESSURE_BLOCK), 0
+        while bm.can_allocate(seq := Sequence(n, [1] * length, block_size=PRESSURE_BLOCK)):
+            bm.allocate_sequence(seq)
+            n += 1
+        counts.append(n)
+    return counts[0], counts[1]
+
+
+def predict_pressure() -> Prediction:
+    """Page 6 (serving under KV pressure): how many requests at full length the default pool holds."""
+    final = PRESSURE_PROMPT + PRESSURE_OUTPUT
+    full, prompts_only = _fill(PRESSURE_PROMPT, final)
+    per_request = -(-final // PRESSURE_BLOCK)
+    slots = PRESSURE_BLOCKS * PRESSURE_BLOCK
+    return Prediction(
+        "pressure",
+        f"A KV pool holds {PRESSURE_BLOCKS} blocks of {PRESSURE_BLOCK} tokens. Each request has a "
+        f"{PRESSURE_PROMPT}-token prompt and generates {PRESSURE_OUTPUT} tokens. How many **requests** can hold "
+        f"all their tokens in the pool at the same time, so that none has to be preempted?",
+        "requests",
+        full,
+        0.0,
+        f"a finished request holds {PRESSURE_PROMPT} + {PRESSURE_OUTPUT} = {final} tokens = ceil({final} ÷ "
+        f"{PRESSURE_BLOCK}) = {per_request} blocks; {PRESSURE_BLOCKS} ÷ {per_request} rounded down = **{full} "
+        f"requests** (the engine's BlockManager, filled one request after another, agrees). Admission only checks "
+        f"the prompt's {-(-PRESSURE_PROMPT // PRESSURE_BLOCK)} blocks, so {prompts_only} prompts fit: admit more "
+        f"than {full} and, as they grow, the scheduler must preempt.",
+        "a pool that admits a request by its prompt must hold its final length too; the gap between the two "
+        "counts is where preemptions come from.",
+        1e6,
+        (
+            (slots // final, f"you divided tokens ({slots} ÷ {final}) and forgot that blocks are whole"),
+            (
+                prompts_only,
+                "you counted the prompts' blocks only: what admission checks, not what the requests grow to",
+            ),
+        ),
+    )
+
+
 DIAG_USERS, DIAG_CONTEXT = 16, 8192
 
 
@@ -242,7 +290,9 @@ def _diagnosis() -> Prediction:
     )
 
 
-_BUILDERS = dict(zip(PAGES, (_bandwidth, _gqa, _packing, _fragmentation, _paged, _diagnosis), strict=True))
+_BUILDERS = dict(
+    zip(PAGES, (_bandwidth, _gqa, _packing, _fragmentation, _paged, predict_pressure, _diagnosis), strict=True)
+)
 
 
 @functools.cache
