@@ -20,7 +20,7 @@ from collections.abc import Callable
 from bench.harness import emit, env_info, log, parser, save
 
 # lab module -> the pages whose claims it reports (module order = course order)
-LABS = ("bandwidth", "gqa", "packing", "fragmentation", "paged")
+LABS = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "pressure")
 
 
 def lab_claims(name: str) -> Callable[[], dict[str, dict]]:

@@ -24,7 +24,7 @@ from urllib.parse import urlencode
 from engine.memory.catalog import GPUS, MODELS
 from engine.sim.traces import DATASETS
 from lessons.diagnosis import scenario_ids
-from lessons.labs import bandwidth, fragmentation, gqa, packing, paged, playground
+from lessons.labs import bandwidth, fragmentation, gqa, packing, paged, playground, pressure
 from lessons.labs.diagnosis import MAX_VARIANT
 
 Earlier = Mapping[str, Any]  # the values of the parameters before this one
@@ -364,6 +364,53 @@ SPECS: Mapping[str, LinkSpec] = MappingProxyType(
                         paged.DEFAULT_MAX_CONTEXT,
                         paged.MAX_CONTEXTS,
                     ),
+                ),
+            ),
+            LinkSpec(
+                "pressure",
+                "pressure",
+                (
+                    Param(
+                        "rate",
+                        "pr_rate",
+                        "new requests per engine step",
+                        float,
+                        pressure.DEFAULTS["rate"],
+                        pressure.RATES,
+                    ),
+                    Param(
+                        "prompt_len",
+                        "pr_prompt",
+                        "prompt tokens",
+                        int,
+                        pressure.DEFAULTS["prompt_len"],
+                        pressure.PROMPT_LENS,
+                    ),
+                    Param(
+                        "kv_blocks",
+                        "pr_blocks",
+                        "KV pool (blocks of 16 tokens)",
+                        int,
+                        pressure.DEFAULTS["num_blocks"],
+                        pressure.POOL_BLOCKS,
+                    ),
+                    Param(
+                        "max_num_seqs",
+                        "pr_seqs",
+                        "max_num_seqs",
+                        int,
+                        pressure.DEFAULTS["max_num_seqs"],
+                        pressure.MAX_NUM_SEQS,
+                    ),
+                    Param(
+                        "max_num_batched_tokens",
+                        "pr_budget",
+                        "max_num_batched_tokens (token budget)",
+                        int,
+                        pressure.DEFAULTS["budget"],
+                        pressure.BUDGETS,
+                    ),
+                    Param("gpu", "pr_gpu", "GPU (simulated part)", str, pressure.GPU_DEFAULT, pressure.GPU_CHOICES),
                 ),
             ),
             LinkSpec(

@@ -40,11 +40,15 @@ COURSE: tuple[CoursePage, ...] = (
     ),
     CoursePage("paged", "pages/5_paged_attention.py", "5 · PagedAttention", ":material/grid_view:", lesson=True),
     CoursePage(
-        "diagnosis", "pages/6_diagnosis.py", "6 · Production diagnosis", ":material/medical_services:", lesson=True
+        "pressure", "pages/6_pressure.py", "6 · Serving under KV pressure", ":material/stacked_line_chart:", lesson=True
     ),
-    CoursePage("golden_rules", "pages/7_golden_rules.py", "7 · Golden rules", ":material/verified:", lesson=True),
+    # File names keep their old numbers so every existing lesson URL (derived from the file) keeps working.
+    CoursePage(
+        "diagnosis", "pages/6_diagnosis.py", "7 · Production diagnosis", ":material/medical_services:", lesson=True
+    ),
+    CoursePage("golden_rules", "pages/7_golden_rules.py", "8 · Golden rules", ":material/verified:", lesson=True),
     # The playground has a short check but is practice, not a lesson: it does not count towards completion.
-    CoursePage("playground", "pages/8_playground.py", "8 · Engine playground", ":material/play_circle:", lesson=False),
+    CoursePage("playground", "pages/8_playground.py", "9 · Engine playground", ":material/play_circle:", lesson=False),
     CoursePage("teacher", "pages/teacher.py", "Teacher view", ":material/groups:", lesson=False),
 )
 

@@ -38,6 +38,7 @@ from engine.model.loader import load_model
 from engine.outputs import StepTrace
 from engine.sim.simulate import simulate_model
 from engine.sim.traces import generate_trace
+from lessons.diagnosis.metrics import BINDS_KV_POOL, BINDS_MAX_NUM_SEQS, BINDS_NEITHER, BINDS_UNKNOWN
 
 BLOCK_SIZE = 16  # tokens per KV block, vLLM's default
 OUTPUT_TOKENS = 24  # tokens every request generates (no stop token: the same work on every run)
@@ -75,6 +76,13 @@ METRICS: dict[str, str] = {
     "itl": "vllm:inter_token_latency_seconds",
 }
 LIMITS = ("KV pool", "max_num_seqs", "token budget", "neither")
+# lessons.diagnosis.read_vllm_metrics's verdicts on a pasted scrape, in the page's words
+SCRAPE_BINDING: dict[str, str] = {
+    BINDS_KV_POOL: "the KV pool",
+    BINDS_MAX_NUM_SEQS: "max_num_seqs",
+    BINDS_NEITHER: "neither limit",
+    BINDS_UNKNOWN: "not known from this scrape",
+}
 
 # The simulator's GPU-scale configuration: a ShareGPT-like trace, paged KV at vLLM's memory arithmetic
 GPU_MODEL = "llama-2-13b"  # no GQA: 800 KiB of KV per token, so the pool binds on a 40 GB card
@@ -93,6 +101,9 @@ def gpu_choices() -> tuple[str, ...]:
         if fp.kv_budget_bytes // fp.kv_bytes_per_token >= GPU_MAX_MODEL_LEN:
             fits.append(key)
     return tuple(fits)
+
+
+GPU_CHOICES: tuple[str, ...] = tuple(g for g in gpu_choices() if g != "cpu")  # the simulated part's select box
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -563,8 +574,8 @@ class GpuSweep:
 
 def gpu_sweep(gpu: str = GPU_DEFAULT) -> GpuSweep:
     """The same seeded ShareGPT-like trace at each of GPU_RATES through the paged simulator (simulated)."""
-    if gpu not in gpu_choices():
-        names = ", ".join(gpu_choices())
+    if gpu not in GPU_CHOICES:
+        names = ", ".join(GPU_CHOICES)
         raise ValueError(
             f"{MODELS[GPU_MODEL].name} leaves no room for a {GPU_MAX_MODEL_LEN:,}-token request's KV on GPU "
             f"{gpu!r}; pick one of {names}"

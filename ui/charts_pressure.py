@@ -1,0 +1,98 @@
+"""Lesson 6's figures (serving under KV pressure): a run's dashboard over its steps, the traffic sweep, the
+token-budget trade and the simulator's GPU-scale sweep. Series carry vLLM's metric names, distinct dashes
+and markers (colour is never the only signal). No Streamlit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ui.charts import DASHES, PALETTE, PATTERNS, layout
+
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
+
+
+def _line(fig: go.Figure, i: int, name: str, x: Sequence[float], y: Sequence[float], **kw: object) -> None:
+    fig.add_scatter(
+        name=name,
+        x=list(x),
+        y=list(y),
+        mode="lines+markers" if len(x) <= 60 else "lines",
+        line={"color": PALETTE[i % len(PALETTE)], "dash": DASHES[i % len(DASHES)], "width": 2},
+        marker={"symbol": SYMBOLS[i % len(SYMBOLS)], "size": 7},
+        **kw,
+    )
+
+
+def dashboard(rows: Sequence[Mapping[str, float]], metrics: Mapping[str, str], title: str) -> go.Figure:
+    """A run's signals per engine step: KV usage (%) on top; running, waiting and the preemption counter below.
+
+    rows: `StepRow.row()` dicts; metrics: the lab's METRICS names for the legend."""
+    x = [r["step"] for r in rows]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.4, 0.6])
+    _line(fig, 0, f"KV usage % ({metrics['kv_usage']})", x, [r["KV usage %"] for r in rows], row=1, col=1)
+    _line(fig, 1, f"running ({metrics['running']})", x, [r["running"] for r in rows], row=2, col=1)
+    _line(fig, 2, f"waiting ({metrics['waiting']})", x, [r["waiting"] for r in rows], row=2, col=1)
+    _line(fig, 3, f"preemptions ({metrics['preemptions']})", x, [r["preemptions (total)"] for r in rows], row=2, col=1)
+    fig.update_yaxes(title_text="KV usage %", range=[0, 105], row=1, col=1)
+    fig.update_yaxes(title_text="requests / count", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text="engine step", row=2, col=1)
+    return layout(fig, title, height=520)
+
+
+def traffic_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
+    """Preemptions (bars, left axis) and TTFT p50 / p95 in steps (lines, right axis) per arrival rate."""
+    x = [str(r["requests per step"]) for r in rows]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_bar(
+        name="preemptions (vllm:num_preemptions_total)",
+        x=x,
+        y=[r["preemptions"] for r in rows],
+        text=[str(r["preemptions"]) for r in rows],
+        textposition="outside",
+        marker={"color": PALETTE[3], "pattern": {"shape": PATTERNS[1]}},
+        secondary_y=False,
+    )
+    for i, q in enumerate(("p50", "p95")):
+        _line(fig, i, f"TTFT {q} (steps)", x, [r[f"TTFT {q} steps"] for r in rows], secondary_y=True)
+    fig.update_yaxes(title_text="preemptions", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text="TTFT (engine steps)", rangemode="tozero", secondary_y=True)
+    fig.update_xaxes(title_text="new requests per engine step", type="category")
+    return layout(fig, title, height=420)
+
+
+def budget_trade(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
+    """Per token budget: TTFT p50 (ms) and the longest gap between two tokens (ms: the biggest step that
+    carried decodes), with TPOT p50 for reference."""
+    x = [str(r["max_num_batched_tokens"]) for r in rows]
+    fig = go.Figure()
+    _line(fig, 0, "TTFT p50 (ms)", x, [r["TTFT p50 ms"] for r in rows])
+    _line(fig, 3, "longest gap between two tokens (ms)", x, [r["its duration ms"] for r in rows])
+    _line(fig, 2, "TPOT p50 (ms)", x, [r["TPOT p50 ms"] for r in rows])
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(rangemode="tozero")
+    return layout(fig, title, "max_num_batched_tokens (token budget)", "milliseconds (this CPU)", height=400)
+
+
+def gpu_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
+    """The simulator per request rate: preemptions (bars) and p95 queue time (line, right axis)."""
+    x = [str(r["requests/s"]) for r in rows]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_bar(
+        name="preemptions (simulated)",
+        x=x,
+        y=[r["preemptions"] for r in rows],
+        text=[str(r["preemptions"]) for r in rows],
+        textposition="outside",
+        marker={"color": PALETTE[3], "pattern": {"shape": PATTERNS[1]}},
+        secondary_y=False,
+    )
+    _line(fig, 0, "p95 queue time, s (simulated)", x, [r["p95 queue time s"] for r in rows], secondary_y=True)
+    _line(fig, 2, "peak KV usage % (simulated)", x, [r["peak KV usage %"] for r in rows], secondary_y=True)
+    fig.update_yaxes(title_text="preemptions", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text="seconds / %", rangemode="tozero", secondary_y=True)
+    fig.update_xaxes(title_text="requests per second", type="category")
+    return layout(fig, title, height=420)
