@@ -28,7 +28,7 @@ def test_every_course_page_is_in_the_navigation(app_test):
     at = app_test("app.py").run()
     for p in COURSE:
         at.switch_page(p.file)  # raises for a script the navigation does not list
-    assert len(COURSE) == 10
+    assert len(COURSE) == 11
 
 
 def test_sidebar_progress_counts_lessons_and_repairs_the_contract_shape(app_test):
@@ -41,7 +41,7 @@ def test_sidebar_progress_counts_lessons_and_repairs_the_contract_shape(app_test
     assert not at.exception
     (bar,) = at.sidebar.get("progress")
     assert f"Lessons visited: 2 / {len(LESSON_IDS)}" in bar.proto.text
-    assert len(LESSON_IDS) == 7  # welcome, the playground and the teacher view are not lessons
+    assert len(LESSON_IDS) == 8  # welcome, the playground and the teacher view are not lessons
     assert any("Quiz answers correct: 1 /" in c.value for c in at.sidebar.caption)
     progress = at.session_state["progress"]
     assert progress["visited"][:2] == ["gqa", "packing"] and progress["diagnosis"] == {}
