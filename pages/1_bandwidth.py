@@ -97,6 +97,7 @@ show_chart(
     result.summary_rows(),
     f"roofline-{model}-{gpu}",
     "bw_roofline",
+    summary=result.roofline_summary(),
 )
 per_op = result.bytes_per_op()
 show_chart(
@@ -111,6 +112,7 @@ show_chart(
     result.bytes_per_token_rows(),
     f"bytes-per-token-{model}",
     "bw_bytes",
+    summary=result.bytes_summary(),
 )
 prose(PAGE, "Batching")
 sweep = _sweep(model, gpu, int(context), dtype)
@@ -127,6 +129,7 @@ show_chart(
     sweep.rows(),
     f"batch-sweep-{model}-{gpu}",
     "bw_sweep",
+    summary=sweep.summary(),
 )
 
 st.subheader("Measured on this machine")

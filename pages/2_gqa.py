@@ -88,6 +88,7 @@ show_chart(
     table.rows(),
     f"kv-by-groups-{model}",
     "gqa_bars",
+    summary=table.summary(groups),
 )
 
 st.subheader("Who reads which KV head")
@@ -99,6 +100,7 @@ show_chart(
     lab.head_sharing_rows(shape.num_heads, groups),
     f"head-sharing-{model}-G{groups}",
     "gqa_heads",
+    summary=lab.head_sharing_summary(shape.num_heads, groups),
 )
 
 st.subheader("The 5-D layout, run for real")
@@ -145,6 +147,7 @@ show_chart(
     dec.rows() + run.rows(),
     f"gqa-run-{model}-G{groups}",
     "gqa_run",
+    summary=lab.times_summary(dec, run),
 )
 
 kv_precision_section(PAGE)

@@ -62,6 +62,7 @@ show_chart(
     stats.rows(),
     "padding-vs-packed",
     "pack_bars",
+    summary=stats.summary(),
 )
 
 st.subheader("The block-diagonal mask")
@@ -79,6 +80,7 @@ show_chart(
     mask.rows(),
     "block-diagonal-mask",
     "pack_mask",
+    summary=mask.summary(),
 )
 
 st.subheader("Packed vs padded, run for real")
@@ -129,6 +131,7 @@ show_chart(
     sweep.rows(),
     "packing-sweep",
     "pack_sweep",
+    summary=sweep.summary(stats.padding_pct),
 )
 
 sources(PAGE)

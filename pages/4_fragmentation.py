@@ -97,6 +97,7 @@ show_chart(
     rep.rows,
     f"fragmentation-{model}-{gpu}-{max_len}",
     "frag_area",
+    summary=rep.area_summary(),
 )
 
 prose(PAGE, "What it costs")
@@ -109,6 +110,7 @@ show_chart(
     waste_rows,
     f"waste-by-policy-{model}-{gpu}-{max_len}",
     "frag_policies",
+    summary=rep.waste_summary(),
 )
 show_table(waste_rows, f"static-vs-paged-{model}-{gpu}-{max_len}", "frag_waste", "comparison")
 st.caption(

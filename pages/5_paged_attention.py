@@ -66,6 +66,7 @@ def _pool(picture: lab.PoolPicture, stage: int | None, title: str, name: str, ke
         picture.blocks,
         name,
         key,
+        summary=charts_memory.pool_summary(picture.blocks),
     )
 
 
@@ -130,6 +131,7 @@ show_chart(
     swept.rows(),
     f"paged-block-size-sweep-{max_context}",
     "paged_sweep",
+    summary=charts_memory.block_size_sweep_summary(swept.rows(), block_size),
 )
 prose(PAGE, "Block size")
 kernel = _kernel()
@@ -146,6 +148,7 @@ show_chart(
     swept.rows(),
     f"paged-block-size-throughput-{max_context}",
     "paged_throughput",
+    summary=charts_memory.block_size_throughput_summary(swept.rows(), block_size),
 )
 if (note := kernel.note(swept)) is not None:
     st.info(note, icon=":material/info:")
@@ -165,6 +168,7 @@ show_chart(
     picture.table_rows(),
     f"block-tables-{block_size}",
     "paged_tables",
+    summary=charts_memory.block_tables_summary(picture.tables, picture.fills, block_size),
 )
 _pool(picture, None, f"The physical pool ({picture.num_blocks} blocks)", f"block-pool-{block_size}", "paged_pool")
 st.caption(

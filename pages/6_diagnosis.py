@@ -74,6 +74,7 @@ show_chart(
     sym.memory,
     f"memory-{sid}-{variant}",
     "diag_mem",
+    summary=charts_memory.memory_summary(sym.memory),
 )
 show_table(lab.traffic_rows(sym), f"traffic-{sid}-{variant}", "diag_traffic", "traffic numbers")
 
@@ -191,6 +192,7 @@ def _own_server() -> None:
             rows,
             "your-gpu-memory",
             "diag_paste_mem",
+            summary=charts_memory.memory_summary(rows),
         )
     pool = own_log.kv_pool(log, model or None)
     if pool:

@@ -150,6 +150,7 @@ else:
         lab.step_rows(run),
         "playground-steps",
         "pg_timeline",
+        summary=run.timeline_summary(),
     )
     view = run_or_stop(lab.step_view, run, step - 1)
     st.markdown(f"**Step {step}.** {view.story}")
@@ -163,6 +164,7 @@ else:
             view.table_rows(),
             f"playground-tables-{step}",
             "pg_tables",
+            summary=charts_memory.block_tables_summary(view.tables, view.fills, run.block_size),
         )
     else:
         st.caption("No request holds blocks after this step.")
@@ -172,6 +174,7 @@ else:
         view.blocks,
         f"playground-pool-{step}",
         "pg_pool",
+        summary=charts_memory.pool_summary(view.blocks),
     )
 
 st.subheader("What to look for")

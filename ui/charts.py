@@ -2,8 +2,11 @@
 
 Accessibility: colours come from the Okabe–Ito palette (distinguishable with common colour-vision
 deficiencies) and are never the only signal — bars carry value labels, series carry legend names and
-distinct fill patterns or line dashes, and heatmaps carry text. Pages pair every figure with a caption
-and a data table (`ui.page.show_chart`).
+distinct fill patterns, line dashes or marker shapes, and heatmaps carry text in their cells or a legend
+naming each colour (tests/ui/test_chart_colours.py checks every builder). Lines, markers and reference
+lines use `MARKS` and `INK`, which keep 3:1 against both the light and the dark theme's background; filled
+marks in the lighter colours get an `INK` outline (`OUTLINE`) for the same 3:1 edge. Pages pair every
+figure with a one-sentence summary, a caption and a data table (`ui.page.show_chart`).
 
 Generic builders (reuse these on any page): `bar`, `stacked_area`, `lines`, `labelled_grid`; `layout` gives
 any figure the common title, axes, size and legend. Lesson figures live beside this module:
@@ -21,6 +24,10 @@ import plotly.graph_objects as go
 # Okabe & Ito (2008), "Color Universal Design": safe for the common colour-vision deficiencies.
 PALETTE: tuple[str, ...] = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 PATTERNS: tuple[str, ...] = ("", "/", "x", ".", "\\", "+", "-", "|")
+# Okabe–Ito's mid-tone colours: each at least 3:1 on white and on the dark theme's #171614 (WCAG 1.4.11).
+MARKS: tuple[str, ...] = ("#0072B2", "#D55E00", "#009E73", "#CC79A7")
+INK = "#767676"  # neutral grey for reference lines, outlines and "not a series" marks: 4.5:1 light, 4.0:1 dark
+OUTLINE = {"color": INK, "width": 1}  # the edge of a filled mark, whatever its fill
 DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
@@ -72,19 +79,25 @@ def bar(
     ytitle: str = "",
     text: Sequence[str] | None = None,
     highlight: int | None = None,
+    highlight_label: str = "chosen",
 ) -> go.Figure:
-    """Vertical bars with a value label on each; `highlight` marks one bar with colour AND a pattern."""
+    """Vertical bars with a value label on each; `highlight` marks one bar with colour, a pattern AND the words
+    `highlight_label` after its value."""
     if len(labels) != len(values):
         raise ValueError(f"bar: {len(labels)} labels but {len(values)} values")
     colors = [PALETTE[1] if i == highlight else PALETTE[0] for i in range(len(labels))]
     patterns = ["/" if i == highlight else "" for i in range(len(labels))]
+    texts = list(text) if text is not None else [fmt(v) for v in values]
+    if highlight is not None:
+        texts[highlight] = f"{texts[highlight]} ({highlight_label})"  # the highlight in words too
     fig = go.Figure(
         go.Bar(
             x=list(labels),
             y=list(values),
-            text=list(text) if text is not None else [fmt(v) for v in values],
+            text=texts,
             textposition="outside",
-            marker={"color": colors, "pattern": {"shape": patterns}},
+            cliponaxis=False,
+            marker={"color": colors, "pattern": {"shape": patterns}, "line": OUTLINE},
         )
     )
     return layout(fig, title, "", ytitle)
@@ -103,7 +116,8 @@ def stacked_area(
             y=list(ys),
             mode="lines",
             stackgroup="one",
-            line={"width": 0.5, "color": PALETTE[i % len(PALETTE)]},
+            line=OUTLINE,
+            fillcolor=PALETTE[i % len(PALETTE)],
             fillpattern={"shape": PATTERNS[i % len(PATTERNS)]},
         )
     return layout(fig, title, xtitle, ytitle)
@@ -128,7 +142,7 @@ def lines(
             x=list(x),
             y=list(ys),
             mode="lines+markers",
-            line={"color": PALETTE[i % len(PALETTE)], "dash": DASHES[i % len(DASHES)]},
+            line={"color": MARKS[i % len(MARKS)], "dash": DASHES[i % len(DASHES)]},
             marker={"symbol": symbols[i % len(symbols)], "size": 7},
         )
     fig.update_xaxes(type="log" if log_x else "linear")
@@ -162,3 +176,17 @@ def labelled_grid(
     )
     fig.update_yaxes(autorange="reversed")
     return layout(fig, title, height=max(200, 40 * len(values) + 120))
+
+
+def legend_key(fig: go.Figure, entries: Sequence[tuple[str, str]], symbol: str = "square") -> go.Figure:
+    """Legend-only entries (name, colour) naming the colours of a heatmap, which has no legend of its own."""
+    for name, color in entries:
+        fig.add_scatter(
+            name=name,
+            x=[None],
+            y=[None],
+            mode="markers",
+            marker={"symbol": symbol, "size": 12, "color": color, "line": OUTLINE},
+            hoverinfo="skip",
+        )
+    return fig.update_layout(showlegend=True)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from ui.charts import DASHES, PALETTE, bar, fmt, layout, lines
+from ui.charts import DASHES, INK, MARKS, OUTLINE, PALETTE, bar, fmt, layout, legend_key, lines
 
 
 def kv_by_groups(groups: Sequence[int], kv_bytes: Sequence[float], chosen: int, title: str, ytitle: str) -> go.Figure:
@@ -21,7 +21,10 @@ def kv_by_groups(groups: Sequence[int], kv_bytes: Sequence[float], chosen: int, 
 
 
 def head_sharing(num_heads: int, num_kv_heads: int, max_drawn: int = 32) -> go.Figure:
-    """Query heads (top row) joined to the KV head they read (bottom row): MHA, GQA or MQA at a glance."""
+    """Query heads (top row) joined to the KV head they read (bottom row): MHA, GQA or MQA at a glance.
+
+    Each group's lines have their own colour AND dash, and lead to a KV head square of the same colour with
+    its name (kv0, kv1, ...) written under it, so a group reads the same in greyscale."""
     if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
         raise ValueError(f"{num_heads} query heads cannot be split into {num_kv_heads} KV groups; pick a divisor")
     drawn_q = min(num_heads, max_drawn)
@@ -36,7 +39,7 @@ def head_sharing(num_heads: int, num_kv_heads: int, max_drawn: int = 32) -> go.F
             mode="lines",
             showlegend=False,
             hoverinfo="skip",
-            line={"color": PALETTE[g % 6], "width": 1.5, "dash": DASHES[g % len(DASHES)]},
+            line={"color": MARKS[g % len(MARKS)], "width": 1.5, "dash": DASHES[g % len(DASHES)]},
         )
     fig.add_scatter(
         name="query head",
@@ -45,7 +48,7 @@ def head_sharing(num_heads: int, num_kv_heads: int, max_drawn: int = 32) -> go.F
         mode="markers+text",
         text=[f"q{h}" for h in range(drawn_q)],
         textposition="top center",
-        marker={"size": 12, "symbol": "circle", "color": PALETTE[5]},
+        marker={"size": 12, "symbol": "circle", "color": INK},
     )
     kv_drawn = [g for g in range(num_kv_heads) if kv_x[g] <= drawn_q]
     fig.add_scatter(
@@ -55,7 +58,7 @@ def head_sharing(num_heads: int, num_kv_heads: int, max_drawn: int = 32) -> go.F
         mode="markers+text",
         text=[f"kv{g}" for g in kv_drawn],
         textposition="bottom center",
-        marker={"size": 18, "symbol": "square", "color": PALETTE[3]},
+        marker={"size": 18, "symbol": "square", "color": [MARKS[g % len(MARKS)] for g in kv_drawn]},
     )
     fig.update_yaxes(visible=False, range=[-0.5, 1.5])
     fig.update_xaxes(visible=False)
@@ -64,7 +67,8 @@ def head_sharing(num_heads: int, num_kv_heads: int, max_drawn: int = 32) -> go.F
 
 
 def mask_heatmap(mask: Sequence[Sequence[bool]], seqlens: Sequence[int], title: str) -> go.Figure:
-    """A [total_q, total_k] visibility mask: ■ = may attend; request boundaries drawn as lines."""
+    """A [total_q, total_k] visibility mask: ■ = may attend; request boundaries drawn as dashed lines; a legend
+    names both cell colours and the boundary line (a large mask has no cell glyphs)."""
     rows = [[1 if v else 0 for v in r] for r in mask]
     n_q = len(rows)
     n_k = len(rows[0]) if rows else 0
@@ -93,9 +97,19 @@ def mask_heatmap(mask: Sequence[Sequence[bool]], seqlens: Sequence[int], title: 
                 y0=-0.5 if kind == "v" else edge - 0.5,
                 y1=n_q - 0.5 if kind == "v" else edge - 0.5,
             )
+    legend_key(fig, [("may attend (■)", PALETTE[0]), ("masked", "#FFFFFF")])
+    if len(seqlens) > 1:
+        fig.add_scatter(
+            name="request boundary",
+            x=[None],
+            y=[None],
+            mode="lines",
+            line={"color": PALETTE[3], "width": 2, "dash": "dash"},
+            hoverinfo="skip",
+        )
     fig.update_yaxes(autorange="reversed", title="query token (packed index)")
     fig.update_xaxes(title="key token (packed index)")
-    return layout(fig, title, height=min(620, max(320, 12 * n_q + 140)))
+    return layout(fig, title, height=min(660, max(360, 12 * n_q + 180)))
 
 
 def padding_vs_packed(real_tokens: int, padded_slots: int, title: str = "Token slots: padded vs packed") -> go.Figure:
@@ -105,7 +119,11 @@ def padding_vs_packed(real_tokens: int, padded_slots: int, title: str = "Token s
     fig = go.Figure()
     cats = ["padded batch", "packed batch"]
     fig.add_bar(
-        name="real tokens", x=cats, y=[real_tokens, real_tokens], text=[real_tokens] * 2, marker={"color": PALETTE[2]}
+        name="real tokens",
+        x=cats,
+        y=[real_tokens, real_tokens],
+        text=[real_tokens] * 2,
+        marker={"color": PALETTE[2], "line": OUTLINE},
     )
     pad = padded_slots - real_tokens
     fig.add_bar(
@@ -113,7 +131,7 @@ def padding_vs_packed(real_tokens: int, padded_slots: int, title: str = "Token s
         x=cats,
         y=[pad, 0],
         text=[pad, 0],
-        marker={"color": PALETTE[3], "pattern": {"shape": "x"}},
+        marker={"color": PALETTE[3], "pattern": {"shape": "x"}, "line": OUTLINE},
     )
     fig.update_layout(barmode="stack")
     return layout(fig, title, "", "token slots")
@@ -131,7 +149,7 @@ def gqa_times(shapes: Sequence[str], gqa_ms: Sequence[float], mha_ms: Sequence[f
             y=list(ys),
             text=[f"{fmt(y)} ms" for y in ys],
             textposition="outside",
-            marker={"color": PALETTE[i], "pattern": {"shape": ("", "/")[i]}},
+            marker={"color": MARKS[i], "pattern": {"shape": ("", "/")[i]}, "line": OUTLINE},
         )
     fig.update_layout(barmode="group")
     return layout(fig, title, "", "ms per attention call")
@@ -158,7 +176,7 @@ def packing_sweep(
     if current_pct is not None:
         fig.add_vline(
             x=current_pct,
-            line={"color": PALETTE[7], "dash": "dot"},
+            line={"color": INK, "dash": "dot"},
             annotation_text=f"your batch: {current_pct:.0f}%",
             annotation_position="bottom right",
         )

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ui.charts import PALETTE, layout, log_x_marker
+from ui.charts import INK, MARKS, layout, log_x_marker
 
 
 def roofline(
@@ -35,14 +35,14 @@ def roofline(
         x=xs,
         y=[min(peak_flops, x * bandwidth) for x in xs],
         mode="lines",
-        line={"color": PALETTE[7], "width": 2},
+        line={"color": INK, "width": 2},
     )
     fig.add_scatter(
         name=f"ridge point ({ridge:,.0f} FLOP/byte)",
         x=[ridge, ridge],
         y=[peak_flops / 1e3, peak_flops],
         mode="lines",
-        line={"color": PALETTE[7], "dash": "dot"},
+        line={"color": INK, "dash": "dot"},
     )
     symbols = ("circle", "diamond", "square", "triangle-up", "x")
     for i, p in enumerate(points):
@@ -53,7 +53,7 @@ def roofline(
             mode="markers+text",
             text=[str(p["name"])],
             textposition="top center",
-            marker={"size": 13, "color": PALETTE[i % 6], "symbol": symbols[i % len(symbols)]},
+            marker={"size": 13, "color": MARKS[i % len(MARKS)], "symbol": symbols[i % len(symbols)]},
         )
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
@@ -78,7 +78,7 @@ def batch_sweep(
         x=[r["batch"] for r in fit],
         y=[r["tokens per s"] for r in fit],
         mode="lines+markers",
-        line={"color": PALETTE[0]},
+        line={"color": MARKS[0]},
         marker={"symbol": "circle", "size": 9},
     )
     fig.add_scatter(
@@ -88,10 +88,10 @@ def batch_sweep(
         mode="markers+text",
         text=["does not fit"] * len(over),
         textposition="bottom center",
-        marker={"symbol": "x", "size": 12, "color": "#999999"},
+        marker={"symbol": "x", "size": 12, "color": INK},
     )
     if max_batch >= 1:
-        log_x_marker(fig, max_batch, f"largest batch that fits: {max_batch:,}", PALETTE[3], "right")
+        log_x_marker(fig, max_batch, f"largest batch that fits: {max_batch:,}", MARKS[1], "right")
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return layout(fig, title, "batch (sequences decoding together)", "decode tokens/s (roofline bound)", height=400)

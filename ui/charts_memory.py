@@ -12,12 +12,13 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ui.charts import DASHES, PALETTE, PATTERNS, labelled_grid, layout, log_x_marker
+from ui.charts import DASHES, INK, MARKS, OUTLINE, PALETTE, PATTERNS, labelled_grid, layout, legend_key, log_x_marker
 from ui.inert import LONG, plotly_text
 
 # Block states in the pool picture -> (heatmap value, word shown in the cell).
 STATE_VALUES: dict[str, float] = {"free": 0.0, "cached": 0.35, "used": 0.7, "shared": 1.0}
-_POOL_SCALE = [[0.0, "#FFFFFF"], [0.35, "#F0E442"], [0.7, PALETTE[5]], [1.0, PALETTE[3]]]
+STATE_COLORS: dict[str, str] = {"free": "#FFFFFF", "cached": "#F0E442", "used": PALETTE[5], "shared": PALETTE[3]}
+_POOL_SCALE = [[STATE_VALUES[s], c] for s, c in STATE_COLORS.items()]
 
 
 def block_table_picture(
@@ -69,7 +70,8 @@ def block_pool_grid(
     """The physical pool, `columns` blocks per row: state, owners, fill and reference count in every cell.
 
     `blocks`: dicts with block_id, state ("free" | "cached" | "used"), ref_count, owners (str) and filled.
-    A block with ref_count > 1 is drawn as "shared".
+    A block with ref_count > 1 is drawn as "shared". The state is written in every cell and a legend names
+    each state's colour (light to dark in greyscale: free, cached, used, shared).
     """
     if columns < 1:
         raise ValueError(f"columns must be positive, got {columns}")
@@ -97,9 +99,10 @@ def block_pool_grid(
         text.append(row_t)
     ylabels = [f"blocks {s}–{min(s + columns, len(blocks)) - 1}" for s in range(0, len(blocks), columns)]
     fig = labelled_grid(values, text, title, xlabels=[str(c) for c in range(columns)], ylabels=ylabels)
-    fig.update_traces(colorscale=_POOL_SCALE, zmin=0, zmax=1, textfont={"size": 10})
+    fig.update_traces(colorscale=_POOL_SCALE, zmin=0, zmax=1, textfont={"size": 10}, selector={"type": "heatmap"})
     fig.update_xaxes(showticklabels=False)
-    return fig
+    legend_key(fig, list(STATE_COLORS.items()))
+    return fig.update_layout(height=fig.layout.height + 40)
 
 
 def block_size_sweep(
@@ -120,7 +123,7 @@ def block_size_sweep(
         x=sizes,
         y=[r["internal waste %"] for r in rows],
         mode="lines+markers",
-        line={"color": PALETTE[3], "dash": DASHES[0]},
+        line={"color": MARKS[1], "dash": DASHES[0]},
         marker={"symbol": "circle", "size": 8},
     )
     fig.add_scatter(
@@ -129,10 +132,10 @@ def block_size_sweep(
         y=[r["entries per sequence"] for r in rows],
         mode="lines+markers",
         yaxis="y2",
-        line={"color": PALETTE[0], "dash": DASHES[1]},
+        line={"color": MARKS[0], "dash": DASHES[1]},
         marker={"symbol": "square", "size": 8},
     )
-    log_x_marker(fig, chosen, f"chosen: {chosen}", PALETTE[7], "left")
+    log_x_marker(fig, chosen, f"chosen: {chosen}", INK, "left")
     ticks = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
     fig.update_layout(
         xaxis={"type": "log", "tickvals": sizes, "ticktext": [str(s) for s in sizes]},
@@ -147,6 +150,37 @@ def block_size_sweep(
         },
     )
     return layout(fig, title, "block size (tokens, log scale)", "internal waste (% of allocated slots)", height=400)
+
+
+def _chosen_row(rows: Sequence[Mapping[str, object]], chosen: int) -> Mapping[str, object]:
+    for r in rows:
+        if int(r["block size"]) == chosen:  # type: ignore[call-overload]
+            return r
+    raise ValueError(f"chosen block size {chosen} is not in the sweep {[r['block size'] for r in rows]}")
+
+
+def block_size_sweep_summary(rows: Sequence[Mapping[str, float]], chosen: int) -> str:
+    """`block_size_sweep`'s chart in one sentence (its text alternative): the chosen size against both ends."""
+    r, small, large = _chosen_row(rows, chosen), rows[0], rows[-1]
+    return (
+        f"{chosen}-token blocks waste {r['internal waste %']:.2f}% of the allocated KV slots with "
+        f"{r['entries per sequence']:,.1f} block-table entries per sequence; {small['block size']:.0f}-token blocks "
+        f"waste {small['internal waste %']:.2f}% with {small['entries per sequence']:,.1f}, "
+        f"{large['block size']:.0f}-token blocks {large['internal waste %']:.2f}% with "
+        f"{large['entries per sequence']:,.1f}."
+    )
+
+
+def block_size_throughput_summary(rows: Sequence[Mapping[str, object]], chosen: int) -> str:
+    """`block_size_throughput`'s chart in one sentence: the chosen size's tokens/s against the peak's."""
+    r = _chosen_row(rows, chosen)
+    tps = [float(x["tokens/s"]) for x in rows]  # type: ignore[arg-type]
+    peak = rows[max(range(len(rows)), key=lambda i: (tps[i], -i))]  # the smaller block size on a tie, as drawn
+    return (
+        f"{chosen}-token blocks give {float(r['tokens/s']):,.0f} tokens/s "  # type: ignore[arg-type]
+        f"({100 * float(r['tokens/s']) / max(tps):.1f}% of the peak); the peak is "  # type: ignore[arg-type]
+        f"{max(tps):,.0f} tokens/s at {peak['block size']}-token blocks."
+    )
 
 
 def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Figure:
@@ -164,7 +198,11 @@ def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Fig
             orientation="h",
             text=[f"{part}: {gib:,.1f} GiB"],
             textposition="inside",
-            marker={"color": PALETTE[i % len(PALETTE)], "pattern": {"shape": PATTERNS[i % len(PATTERNS)]}},
+            marker={
+                "color": PALETTE[i % len(PALETTE)],
+                "pattern": {"shape": PATTERNS[i % len(PATTERNS)]},
+                "line": OUTLINE,
+            },
         )
     fig.update_yaxes(visible=False)
     layout(fig, title, "GiB", "", height=330)
@@ -172,9 +210,40 @@ def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Fig
     return fig.update_layout(barmode="stack", legend={"orientation": "h", "yanchor": "top", "y": -0.35, "x": 0})
 
 
+def block_tables_summary(
+    tables: Mapping[str, Sequence[int]], fills: Mapping[str, Sequence[int]], block_size: int
+) -> str:
+    """`block_table_picture` in one sentence (its text alternative): blocks and tokens per sequence."""
+    if not tables:
+        raise ValueError("block_tables_summary: no sequences")
+    each = ", ".join(f"{name} {len(tables[name])} ({sum(fills[name])} tokens)" for name in tables)
+    total = sum(len(t) for t in tables.values())
+    return f"{len(tables)} sequence(s) map {total} logical blocks of {block_size} tokens to physical ones: {each}."
+
+
+def pool_summary(blocks: Sequence[Mapping[str, object]]) -> str:
+    """`block_pool_grid` in one sentence: how many physical blocks are in each state (shared: more than one owner)."""
+    counts = dict.fromkeys(("used", "shared", "cached", "free"), 0)
+    for b in blocks:
+        state = "shared" if b["state"] == "used" and int(b["ref_count"]) > 1 else str(b["state"])  # type: ignore[arg-type]
+        counts[state] = counts.get(state, 0) + 1
+    return f"Of {len(blocks)} physical blocks: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "."
+
+
+def memory_summary(rows: Sequence[Mapping[str, object]]) -> str:
+    """`memory_breakdown`'s chart in one sentence (its text alternative): the total and every part, in GiB.
+
+    Page 6 draws it for an incident and for a learner's pasted log; the parts are the course's words."""
+    if not rows:
+        raise ValueError("memory_summary: no rows")
+    parts = [(str(r["part"]), max(float(r["GiB"]), 0.0)) for r in rows]  # type: ignore[arg-type]
+    total = sum(g for _, g in parts)
+    return f"{total:,.1f} GiB of GPU memory in all: " + ", ".join(f"{p} {g:,.1f} GiB" for p, g in parts) + "."
+
+
 def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:
     """Add a dotted vertical marker with a text label (e.g. the scheduler step being inspected)."""
-    fig.add_vline(x=x, line={"color": PALETTE[7], "dash": "dot"}, annotation_text=plotly_text(label))
+    fig.add_vline(x=x, line={"color": INK, "dash": "dot"}, annotation_text=plotly_text(label))
     return fig
 
 
@@ -211,6 +280,7 @@ def block_size_throughput(
                 PALETTE[1] if i == peak else "#BBBBBB" if verdict[i] == "no" else PALETTE[0] for i in range(len(rows))
             ],
             "pattern": {"shape": ["x" if v == "no" else "." if v != "yes" else "" for v in verdict]},
+            "line": OUTLINE,
         },
     )
     fig.add_scatter(
@@ -219,7 +289,7 @@ def block_size_throughput(
         y=[r["kernel cost vs best"] for r in rows],
         mode="lines+markers",
         yaxis="y2",
-        line={"color": PALETTE[3], "dash": DASHES[1]},
+        line={"color": MARKS[1], "dash": DASHES[1]},
         marker={"symbol": "diamond"},
     )
     fig.add_annotation(x=str(chosen), y=1.0, yref="paper", text=f"chosen: {chosen}", showarrow=False, yanchor="bottom")
@@ -253,7 +323,7 @@ def waste_by_policy(
             orientation="h",
             text=[f"{v:.1f}%" if v >= 4 else "" for v in values],
             textposition="inside",
-            marker={"color": PALETTE[i], "pattern": {"shape": PATTERNS[i], "fgopacity": 0.45}},
+            marker={"color": PALETTE[i], "pattern": {"shape": PATTERNS[i], "fgopacity": 0.45}, "line": OUTLINE},
             insidetextfont={"color": "#000000" if i else "#FFFFFF"},
         )
     fig.update_yaxes(autorange="reversed")
@@ -265,9 +335,14 @@ __all__ = [
     "STATE_VALUES",
     "block_pool_grid",
     "block_size_sweep",
+    "block_size_sweep_summary",
     "block_size_throughput",
+    "block_size_throughput_summary",
     "block_table_picture",
+    "block_tables_summary",
     "memory_breakdown",
+    "memory_summary",
+    "pool_summary",
     "waste_by_policy",
     "with_marker",
 ]

@@ -15,7 +15,9 @@ State rules (Streamlit runs each learner's session in its own thread):
 
 from __future__ import annotations
 
+import html
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -162,9 +164,36 @@ def show_table(rows: Sequence[Mapping[str, Any]], name: str, key: str, label: st
     download_rows(rows, name, key, label)
 
 
-def show_chart(fig: Any, caption: str, rows: Sequence[Mapping[str, Any]], name: str, key: str) -> None:
-    """A plotly figure with its caption, a data-table alternative (accessibility) and downloads."""
-    st.plotly_chart(fig, key=f"{key}_chart", config={"displaylogo": False})
+SUMMARY_LEAD = "In short:"  # starts every chart's one-sentence summary on the page
+
+
+def chart_alt(fig: Any, summary: str | None = None) -> str:
+    """The chart's accessible name: its title (plotly's markup and escapes removed), then the summary."""
+    plain = " ".join(html.unescape(re.sub(r"<[^>]*>", " ", fig.layout.title.text or "")).split())
+    text = " ".join(part for part in (plain and f"{plain.rstrip('.')}.", summary) if part)
+    return text or "Chart (its data is in the table below)"
+
+
+def show_chart(
+    fig: Any,
+    caption: str,
+    rows: Sequence[Mapping[str, Any]],
+    name: str,
+    key: str,
+    *,
+    summary: str | None = None,
+) -> None:
+    """A plotly figure with its one-sentence summary, caption, a data-table alternative and downloads.
+
+    Accessibility: `summary` says what the chart shows at the current settings (the number the lesson is
+    about; the labs compute it). Screen readers get it twice: in the chart's accessible name (`alt`, after
+    its title) and as the text under it; the table under it holds every number the chart draws. Every
+    course chart passes one (tests/ui/test_chart_summaries.py)."""
+    if summary is not None and not summary.strip():
+        raise ValueError(f"chart {key!r}: give a one-sentence summary of what it shows, or None")
+    st.plotly_chart(fig, key=f"{key}_chart", config={"displaylogo": False}, alt=chart_alt(fig, summary))
+    if summary:
+        st.markdown(f"**{SUMMARY_LEAD}** {summary}")
     st.caption(caption)
     with st.expander("Data behind this chart (table)", expanded=False):
         st.dataframe(list(rows), hide_index=True, key=f"{key}_data")

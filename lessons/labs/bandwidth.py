@@ -212,6 +212,29 @@ class BandwidthLesson:
             )
         return out
 
+    def roofline_summary(self) -> str:
+        """The roofline chart in one sentence (its text alternative): where decode and prefill sit."""
+        d, p, ridge = self.decode, self.prefill, self.gpu.ridge_point
+
+        def side(r: Roofline) -> str:
+            return "left of the ridge: bandwidth-bound" if r.bound == "memory" else "right of the ridge: compute-bound"
+
+        return (
+            f"On the {self.gpu.name} (ridge at {ridge:,.0f} FLOP/byte), decode at batch {d.batch_size:,} does "
+            f"{d.intensity:,.1f} FLOP/byte ({side(d)}) and prefill of {p.context_len:,} tokens "
+            f"{p.intensity:,.0f} FLOP/byte ({side(p)})."
+        )
+
+    def bytes_summary(self) -> str:
+        """The bytes-per-token chart in one sentence: the total and the KV cache's ("attention") part."""
+        ops = self.bytes_per_op()
+        total = sum(o.mb_per_token for o in ops)
+        kv = sum(o.mb_per_token for o in ops if o.op == "attention")
+        return (
+            f"Each generated token moves {total:,.0f} MB: {kv:,.0f} MB ({100 * kv / total:.0f}%) reading the KV "
+            f"cache (attention) and {total - kv:,.0f} MB of weights shared by the batch of {self.decode.batch_size:,}."
+        )
+
     def verdict(self) -> str:
         """One sentence per phase on which limit sets the time, and by how much."""
         d, p = self.decode, self.prefill
@@ -296,6 +319,21 @@ class BatchSweep:
     def rows(self) -> list[dict[str, Any]]:
         """One table row per batch (`SweepPoint.row`)."""
         return [p.row() for p in self.points]
+
+    def summary(self) -> str:
+        """The batch-sweep chart in one sentence: tokens/s at batch 1 and at the largest batch that fits."""
+        first, fitting = self.points[0], [p for p in self.points if p.fits]
+        if not fitting:
+            return (
+                f"No batch of {self.fit.context_len:,}-token sequences fits on the {self.fit.gpu_name}; at batch "
+                f"{first.batch:,} the roofline would give {first.tokens_per_s:,.3g} decode tokens/s."
+            )
+        best = fitting[-1]
+        return (
+            f"Decode rises from {first.tokens_per_s:,.0f} tokens/s at batch {first.batch:,} to "
+            f"{best.tokens_per_s:,.0f} at batch {best.batch:,}, the largest batch that fits, where the KV cache is "
+            f"{best.kv_share_pct:.0f}% of the bytes moved."
+        )
 
 
 def batch_sweep(

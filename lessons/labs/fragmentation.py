@@ -238,6 +238,24 @@ class FragmentationReport:
         """Step-averaged shares of held memory per kind, one row per policy, with the paper's figure."""
         return [s.row() for s in self.shares()]
 
+    def area_summary(self) -> str:
+        """The stacked-area chart in one sentence (its text alternative): the busiest step of static Max."""
+        peak = self.peak
+        return (
+            f"Static Max reserving {self.max_model_len:,} tokens per request: at the busiest step "
+            f"{peak.running} requests held {peak.held:,} of {self.capacity_tokens:,} KV slots and only "
+            f"{peak.stored:,} stored a token; over the run {self.stored_fraction:.1%} of held KV stored tokens."
+        )
+
+    def waste_summary(self) -> str:
+        """The waste-by-policy chart in one sentence: the share of held KV wasted by each policy."""
+        paged = self.share("paged")
+        static = [f"static {s.key} {100 - s.stored_pct:.1f}%" for s in self.shares() if s.key != "paged"]
+        return (
+            f"Share of held KV memory wasted (reserved, internal or external fragmentation): paged "
+            f"{100 - paged.stored_pct:.1f}%, {', '.join(static)}."
+        )
+
     def series(self) -> tuple[list[float], dict[str, list[float]]]:
         """(x = seconds, {legend label: slots}) for the stacked-area chart."""
         return [r["time_s"] for r in self.rows], {label: [r[col] for r in self.rows] for col, label in SERIES.items()}

@@ -231,6 +231,20 @@ class KvByGroups:
             for fp in self.footprints
         ]
 
+    def summary(self, chosen: int) -> str:
+        """The group-count chart in one sentence (its text alternative): the chosen G against MHA and MQA."""
+        by = {fp.groups: fp for fp in self.footprints}
+        if chosen not in by:
+            raise ValueError(f"chosen group count {chosen} is not one of {list(by)}")
+        fp, mqa, mha = by[chosen], self.footprints[0], self.footprints[-1]
+        than_mha = (
+            "the most of any group count"
+            if fp is mha
+            else f"{fp.overcount:,.0f}× less than MHA's {mha.total_gib:,.2f} GiB (G = {mha.groups})"
+        )
+        mqa_part = "" if fp is mqa else f"; MQA (G = {mqa.groups}) would take {mqa.total_gib:,.2f} GiB"
+        return f"At G = {chosen} ({fp.kind}) the KV cache takes {fp.total_gib:,.2f} GiB, {than_mha}{mqa_part}."
+
 
 def kv_by_groups(model: str, kv_dtype: str = "bf16", context_len: int = 8192, users: int = 1) -> KvByGroups:
     """`footprint` at every valid group count of `model` (the divisors of its query heads)."""
@@ -246,6 +260,17 @@ def head_sharing_rows(num_heads: int, groups: int) -> list[dict[str, int]]:
         )
     per_group = num_heads // groups
     return [{"query head": h, "KV head": h // per_group} for h in range(num_heads)]
+
+
+def head_sharing_summary(num_heads: int, groups: int) -> str:
+    """The head-sharing diagram in one sentence: how many query heads read each cached KV head."""
+    rows = head_sharing_rows(num_heads, groups)  # checks the divisor
+    per_group = num_heads // groups
+    return (
+        f"{attention_kind(num_heads, groups)}: {num_heads} query heads read {groups} cached KV "
+        f"head{'s' if groups > 1 else ''}, {per_group} per KV head (query head {rows[-1]['query head']} reads "
+        f"KV head {rows[-1]['KV head']})."
+    )
 
 
 @dataclass(frozen=True)
@@ -330,6 +355,15 @@ class GqaRun:
                 "GB/s": self.gb_per_s("mha"),
             },
         ]
+
+
+def times_summary(decode: GqaRun, prefill: GqaRun) -> str:
+    """The timing chart in one sentence: GQA's speed-up over MHA with repeated heads, in decode and prefill."""
+    return (
+        f"Measured here, GQA takes {decode.gqa_ms:,.2f} ms against MHA's {decode.mha_ms:,.2f} ms in decode "
+        f"({decode.speedup:,.2f}× as fast) and {prefill.gqa_ms:,.2f} against {prefill.mha_ms:,.2f} ms in prefill "
+        f"({prefill.speedup:,.2f}× as fast)."
+    )
 
 
 @dataclass(frozen=True)

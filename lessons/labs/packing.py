@@ -126,6 +126,14 @@ class PaddingStats:
         """Padded / packed attention work: the best speed-up packing can give."""
         return self.padded_pairs / self.packed_pairs
 
+    def summary(self) -> str:
+        """The padded-vs-packed chart in one sentence (its text alternative): the padding a padded batch wastes."""
+        return (
+            f"Padding {self.num_requests} requests to the longest ({self.longest} tokens) takes "
+            f"{self.padded_slots:,} slots for {self.real_tokens:,} real tokens ({self.padding_pct:.0f}% padding); "
+            f"packing takes exactly {self.real_tokens:,}."
+        )
+
     def rows(self) -> list[dict]:
         """The page's comparison table."""
         return [
@@ -177,6 +185,21 @@ class MaskPicture:
     def cut(self) -> bool:
         """True when the mask is larger than what is drawn."""
         return self.drawn < self.total_tokens
+
+    @property
+    def visible_pct(self) -> float:
+        """Share of the drawn mask's cells a query may attend to, in %."""
+        return 100 * sum(map(sum, self.cells)) / self.drawn**2 if self.drawn else 0.0
+
+    def summary(self) -> str:
+        """The mask chart in one sentence: blocks, causality and the share of query-key pairs computed."""
+        drawn = f" (the first {self.drawn:,} drawn)" if self.cut else ""
+        kind = "causal triangles" if self.causal else "full squares"
+        pairs = "drawn query-key pairs" if self.cut else "query-key pairs"
+        return (
+            f"{len(self.lengths)} requests packed into {self.total_tokens:,} tokens{drawn}: each query sees only its "
+            f"own request's keys ({kind} on the diagonal), {self.visible_pct:.0f}% of the {pairs}."
+        )
 
     def rows(self) -> list[dict[str, Any]]:
         """The chart's table: each drawn query and the keys it may attend to."""
@@ -397,6 +420,20 @@ class PaddingSweep:
     def rows(self) -> list[dict[str, Any]]:
         """The sweep table: one row per point (`SweepPoint.row`)."""
         return [p.row() for p in self.points]
+
+    def summary(self, current_pct: float | None = None) -> str:
+        """The sweep chart in one sentence: where packed attention starts to beat the padded call."""
+        lo, hi = self.points[0], self.points[-1]
+        where = (
+            "packed was not faster at any measured padding"
+            if self.crossover_pct is None
+            else f"packed is faster from about {self.crossover_pct:.0f}% padding on"
+        )
+        yours = "" if current_pct is None else f"; your batch above has {current_pct:.0f}% padding"
+        return (
+            f"Measured here, {where} (packed {lo.packed_ms:,.2f} vs padded {lo.padded_ms:,.2f} ms at "
+            f"{lo.padding_pct:.0f}%, {hi.packed_ms:,.2f} vs {hi.padded_ms:,.2f} ms at {hi.padding_pct:.0f}%){yours}."
+        )
 
 
 def padding_sweep(causal: bool = True, repeats: int = 3, device: str | None = None) -> PaddingSweep:

@@ -288,6 +288,17 @@ class PlaygroundRun:
         """Highest fraction of KV blocks in use after any step."""
         return max((t.kv_usage for t in self.traces), default=0.0)
 
+    def timeline_summary(self) -> str:
+        """The batch-and-blocks chart in one sentence (its text alternative): the run's peaks."""
+        running = max((len(t.running) for t in self.traces), default=0)
+        waiting = max((len(t.waiting) for t in self.traces), default=0)
+        used = max((t.num_blocks - t.num_free_blocks for t in self.traces), default=0)
+        return (
+            f"Over {len(self.traces)} scheduler steps at most {running} request(s) ran at once and {waiting} "
+            f"waited; KV blocks in use peaked at {used} of {self.num_blocks} ({self.peak_kv_usage:.0%}), with "
+            f"{self.num_preemptions} preemption(s)."
+        )
+
 
 def live_line(trace: StepTrace, generated: int, elapsed_s: float) -> str:
     """One progress line while the engine runs: batch, queue, KV usage and tokens/s so far."""

@@ -10,7 +10,7 @@ def test_bar_labels_every_value_and_highlights_with_pattern():
     fig = charts.bar(["a", "b", "c"], [1.0, 20.5, 11277.6], "t", "y", highlight=1)
     (trace,) = fig.data
     assert list(trace.y) == [1.0, 20.5, 11277.6]
-    assert list(trace.text) == ["1", "20.5", "11,278"]  # readable labels, no e-notation
+    assert list(trace.text) == ["1", "20.5 (chosen)", "11,278"]  # readable labels, no e-notation, the highlight named
     shapes = list(trace.marker.pattern.shape)
     assert shapes[1] != "" and shapes[0] == shapes[2] == ""  # the highlight is not colour-only
     with pytest.raises(ValueError, match="2 labels but 3 values"):
