@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from engine.memory.catalog import MODELS
-from engine.memory.footprint import kv_bytes_per_token
+from engine.memory.footprint import embedding_params, kv_bytes_per_token
 from engine.memory.startup import cudagraph_capture_sizes
 from engine.memory.units import GiB
 from lessons.diagnosis.readlog import MAX_BYTES_PER_TOKEN, MAX_TOKENS, MIN_BYTES_PER_TOKEN, VllmLog, read_vllm_log
@@ -233,6 +233,17 @@ def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> lis
                 request_len,
             )
         )
+    if log.cuda_graph_gib and log.suggested_utilization and log.suggested_utilization <= 1:
+        rows.append(
+            _row(
+                f"--gpu-memory-utilization {log.suggested_utilization:g}",
+                "the value your log suggests: the KV cache a release without CUDA graph profiling gave, graphs "
+                "kept (only if nothing else runs on the card)",
+                kv + log.cuda_graph_gib,
+                per,
+                request_len,
+            )
+        )
     if log.cuda_graph_gib:
         rows.append(
             _row(
@@ -263,11 +274,14 @@ def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> lis
         )
     )
     if log.weights_gb:
+        # fp8 covers the linear layers; the embedding and lm_head stay bf16 (Fp8Config.get_quant_method)
+        linear = 1 - embedding_params(MODELS[model]) / MODELS[model].num_params if model in MODELS else 1.0
         rows.append(
             _row(
                 "--quantization fp8",
-                "fp8 weights from a bf16 checkpoint: half the weight memory (re-run your evals)",
-                kv + log.weights_gb / 2,
+                "fp8 linear layers from a bf16 checkpoint: about half the weight memory, the embedding and "
+                "lm_head stay bf16 (re-run your evals)",
+                kv + log.weights_gb / 2 * linear,
                 per,
                 request_len,
             )

@@ -56,6 +56,8 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"gpu_memory_utilization[=\s(]*(\d?\.\d+)",
         r"current --gpu-memory-utilization=(\d?\.\d+)",
     ),
+    # v0.21+'s CUDA graph profiling notice: the utilization that gives the KV cache of a release without it
+    "suggested_utilization": (r"increase --gpu-memory-utilization to (\d?\.\d+)",),
     "peak_torch_gib": (r"peak_torch_memory=" + _SIZE,),
     "non_torch_gib": (r"non_torch_memory(?: takes)?[=\s]*" + _SIZE,),
     "activation_gib": (r"PyTorch activation peak memory(?: takes)?\s*" + _SIZE,),
@@ -83,6 +85,7 @@ LIMITS: dict[str, tuple[float, float, str]] = {
     "cuda_graph_gib": _GPU,
     "total_gib": (1 / 1024, MAX_GPU_GIB, _GPU[2]),
     "gpu_memory_utilization": (0.01, 1.0, "the whole GPU (1.0)"),
+    "suggested_utilization": (0.01, 2.0, "twice the GPU (2.0)"),
     "peak_torch_gib": _GPU,
     "non_torch_gib": _GPU,
     "activation_gib": _GPU,
@@ -101,6 +104,7 @@ _WORDS = {
     "cuda_graph_gib": "the CUDA graph memory",
     "total_gib": "the total GPU memory",
     "gpu_memory_utilization": "gpu_memory_utilization",
+    "suggested_utilization": "the utilization the log suggests",
     "peak_torch_gib": "the peak torch memory",
     "non_torch_gib": "the non-torch memory",
     "activation_gib": "the activation peak",
@@ -115,6 +119,7 @@ _UNIT_WORDS = {
     "max_model_len": "tokens",
     "max_concurrency": "x",
     "gpu_memory_utilization": "",
+    "suggested_utilization": "",
 }
 MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 16.0, float(2**30)  # K and V of one token: a tiny model .. beyond any
 _ERRORS = (  # anchors; the whole line around each is the error reported
@@ -159,6 +164,7 @@ class VllmLog:
     cuda_graph_gib: float | None = None
     total_gib: float | None = None
     gpu_memory_utilization: float | None = None
+    suggested_utilization: float | None = None  # "increase --gpu-memory-utilization to U" (v0.21+)
     peak_torch_gib: float | None = None
     non_torch_gib: float | None = None
     activation_gib: float | None = None

@@ -20,6 +20,7 @@ FIELDS = (
     "cuda_graph_gib",
     "total_gib",
     "gpu_memory_utilization",
+    "suggested_utilization",
     "peak_torch_gib",
     "non_torch_gib",
     "activation_gib",
@@ -83,7 +84,7 @@ EXPECTED = {
     ),
     "gpustack-runner-251-v1-cuda-graph.log": (
         "V1",
-        dict(kv_cache_gib=6.87, cuda_graph_gib=0.36, gpu_memory_utilization=0.82),
+        dict(kv_cache_gib=6.87, cuda_graph_gib=0.36, gpu_memory_utilization=0.82, suggested_utilization=0.8352),
         (),
     ),
     "lmcache-3430-v1-cuda-graph-default-sizes.log": (
@@ -95,6 +96,7 @@ EXPECTED = {
             max_concurrency=2.83,
             cuda_graph_gib=0.52,
             gpu_memory_utilization=0.9764,
+            suggested_utilization=0.9984,
         ),
         (),
     ),
