@@ -26,6 +26,7 @@ from __future__ import annotations
 from engine.memory.footprint import ServingFootprint, serving_footprint
 from engine.memory.roofline import StepTimeModel
 from engine.memory.specs import GpuSpec, ModelSpec
+from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.sim.loop import ServingLoop, SimConfig
 from engine.sim.metrics import SimResult
 from engine.sim.policies import RESERVATIONS, MemoryPolicy, PagedBlocks
@@ -56,7 +57,7 @@ def simulate_model(
     block_size: int = 16,
     max_model_len: int = 2048,
     max_num_seqs: int = 256,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     weight_dtype: str = "bf16",
     kv_dtype: str = "bf16",
     tensor_parallel: int = 1,
