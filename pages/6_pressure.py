@@ -95,7 +95,7 @@ if run is not None:
     m5, m6, m7, m8 = st.columns(4)
     m5.metric("Recomputed tokens", f"{run.recomputed_tokens:,}", help="the engine's own counter; vLLM has none")
     m6.metric("TTFT p50 / p95", f"{run.ttft_ms(50):,.0f} / {run.ttft_ms(95):,.0f} ms", help=m["ttft"])
-    m7.metric("TPOT p50 / p95", f"{run.tpot_ms(50):.1f} / {run.tpot_ms(95):.1f} ms", help=m["tpot"])
+    m7.metric("TPOT p50 / p95", f"{run.tpot_ms(50):.0f} / {run.tpot_ms(95):.0f} ms", help=m["tpot"])
     m8.metric("Limit that binds", run.binding)
     st.markdown(run.binding_sentence())
     st.caption(
