@@ -73,7 +73,7 @@ def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
     if scenario.other_process_bytes:
         lines.append(
             f"nvidia-smi: embed_server.py {scenario.other_process_bytes // 2**20} MiB; "
-            f"total {fp.capacity_bytes // 2**20} MiB"
+            f"total {fp.gpu.memory_bytes // 2**20} MiB"  # nvidia-smi's figure; vLLM's errors show CUDA's total
         )
     if outcome.startup_error and "Free memory" in outcome.startup_error:
         return [*lines, f"ERROR {outcome.startup_error}"]
