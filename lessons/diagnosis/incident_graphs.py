@@ -104,8 +104,9 @@ def _diagnoses(sc: Scenario) -> tuple[Diagnosis, ...]:
             "activation-peak",
             "The 32K max length raises the profiled activation peak",
             False,
-            f"V1 profiles max_num_batched_tokens ({fp.max_num_batched_tokens}) tokens whatever max_model_len "
-            f"is: {fp.activation_bytes / GiB:.2f} GiB of activations.",
+            f"With chunked prefill on (the default), V1 profiles max_num_batched_tokens ({fp.max_num_batched_tokens}) "
+            f"tokens whatever max_model_len is: {fp.activation_bytes / GiB:.2f} GiB of activations. Only "
+            f"--no-enable-chunked-prefill would raise the budget to the 32K max length.",
         ),
         Diagnosis(
             "memory-leak",

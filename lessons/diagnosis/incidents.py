@@ -199,11 +199,13 @@ def default_128k(rng: random.Random | None, seed: int | None) -> Scenario:
         seed=seed,
     )
     fp = footprint_for(sc, cfg)
+    longest = fp.kv_token_capacity - fp.block_size
     pool = (
         f"One 131072-token sequence needs 16 GiB of KV (128 KiB/token); after {fp.weights_bytes / GiB:.1f} GiB of "
         f"weights, {fp.cuda_graph_bytes / GiB:.1f} GiB of CUDA graphs and the rest, the card holds "
-        f"{fp.kv_token_capacity:,} tokens. Any --max-model-len up to {fp.kv_token_capacity:,} starts: V1 profiles a "
-        f"fixed {fp.max_num_batched_tokens}-token batch whatever max_model_len is. (In vllm#10517 the V0 engine "
+        f"{fp.kv_token_capacity:,} tokens. Any --max-model-len up to {longest:,} starts (the pool less the one "
+        f"null block vLLM keeps back): with chunked prefill on, the default, V1 profiles a fixed "
+        f"{fp.max_num_batched_tokens}-token batch whatever max_model_len is. (In vllm#10517 the V0 engine "
         f"profiled a whole sequence below 32K, so 29,000 failed there while 35,000 started.)"
     )
     first = replace(sc.diagnoses[0], explanation=pool)
