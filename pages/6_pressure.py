@@ -142,15 +142,15 @@ show_chart(
     charts_pressure.budget_trade(budgets.rows(), "The token budget's trade, on a burst of prompts (real engine)"),
     f"The burst (4 requests decoding, then 8 arriving at once) in a {lab.GROWN_POOL}-block pool with "
     f"{prompt_len}-token prompts and max_num_seqs {max_num_seqs}, once per budget: TTFT p50 (solid), the "
-    "longest gap a decoding request saw between two tokens (dash-dot: the duration of the biggest step that "
-    "carried decodes) and TPOT p50 (dotted), in this CPU's milliseconds.",
+    "gap a decoding request saw between two tokens at the biggest step that carried decodes (dash-dot: that "
+    "step's duration, the median of such steps) and TPOT p50 (dotted), in this CPU's milliseconds.",
     budgets.rows(),
     f"pressure-budget-{prompt_len}-{max_num_seqs}",
     "pr_budget",
 )
 st.markdown(
     f"With a budget of **{small.traffic.budget}** tokens no step carrying a decode computed more than "
-    f"{small.max_step_tokens} tokens (longest gap {small.stall_ms:.0f} ms), and the median first token came "
+    f"{small.max_step_tokens} tokens (such a step took {small.stall_ms:.0f} ms), and the median first token came "
     f"after {small.ttft_steps(50):g} steps ({small.ttft_ms(50):.0f} ms). With **{large.traffic.budget}** "
     f"the burst's prompts went in together: a {large.max_step_tokens}-token step that its decodes waited "
     f"{large.stall_ms:.0f} ms for, and first tokens after {large.ttft_steps(50):g} steps "

@@ -59,18 +59,18 @@ def traffic_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
     for i, q in enumerate(("p50", "p95")):
         _line(fig, i, f"TTFT {q} (steps)", x, [r[f"TTFT {q} steps"] for r in rows], secondary_y=True)
     fig.update_yaxes(title_text="preemptions", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(title_text="TTFT (engine steps)", rangemode="tozero", secondary_y=True)
+    fig.update_yaxes(title_text="TTFT (engine steps)", rangemode="tozero", tickformat=".0f", secondary_y=True)
     fig.update_xaxes(title_text="new requests per engine step", type="category")
     return layout(fig, title, height=420)
 
 
 def budget_trade(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
-    """Per token budget: TTFT p50 (ms) and the longest gap between two tokens (ms: the biggest step that
-    carried decodes), with TPOT p50 for reference."""
+    """Per token budget: TTFT p50 (ms) and the gap between two tokens at the biggest step that carried decodes
+    (ms: that step's duration), with TPOT p50 for reference."""
     x = [str(r["max_num_batched_tokens"]) for r in rows]
     fig = go.Figure()
     _line(fig, 0, "TTFT p50 (ms)", x, [r["TTFT p50 ms"] for r in rows])
-    _line(fig, 3, "longest gap between two tokens (ms)", x, [r["its duration ms"] for r in rows])
+    _line(fig, 3, "gap between two tokens at the biggest step (ms)", x, [r["its duration ms"] for r in rows])
     _line(fig, 2, "TPOT p50 (ms)", x, [r["TPOT p50 ms"] for r in rows])
     fig.update_xaxes(type="category")
     fig.update_yaxes(rangemode="tozero")
@@ -93,6 +93,6 @@ def gpu_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
     _line(fig, 0, "p95 queue time, s (simulated)", x, [r["p95 queue time s"] for r in rows], secondary_y=True)
     _line(fig, 2, "peak KV usage % (simulated)", x, [r["peak KV usage %"] for r in rows], secondary_y=True)
     fig.update_yaxes(title_text="preemptions", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(title_text="seconds / %", rangemode="tozero", secondary_y=True)
+    fig.update_yaxes(title_text="seconds / %", rangemode="tozero", tickformat=".0f", secondary_y=True)
     fig.update_xaxes(title_text="requests per second", type="category")
     return layout(fig, title, height=420)

@@ -272,21 +272,23 @@ class PressureRun:
         step, so each decode of a step counts that step's duration (vllm:inter_token_latency_seconds)."""
         return percentile([s.step_ms for s in self.steps for _ in range(s.decode_tokens)], q)
 
-    def _biggest_decode_step(self) -> StepRow | None:
+    def _biggest_decode_steps(self) -> list[StepRow]:
+        """The steps that carried decodes and computed the most tokens of any such step."""
         decoding = [s for s in self.steps if s.decode_tokens]
-        return max(decoding, key=lambda s: (s.prefill_tokens + s.decode_tokens, s.step_ms)) if decoding else None
+        most = max((s.prefill_tokens + s.decode_tokens for s in decoding), default=0)
+        return [s for s in decoding if s.prefill_tokens + s.decode_tokens == most]
 
     @property
     def max_step_tokens(self) -> int:
         """The most tokens any step that carried a decode computed: what a decoding request waited on."""
-        s = self._biggest_decode_step()
-        return s.prefill_tokens + s.decode_tokens if s else 0
+        steps = self._biggest_decode_steps()
+        return steps[0].prefill_tokens + steps[0].decode_tokens if steps else 0
 
     @property
     def stall_ms(self) -> float:
-        """How long that step took (ms): the gap its decodes saw between two tokens."""
-        s = self._biggest_decode_step()
-        return s.step_ms if s else 0.0
+        """How long such a step takes (ms; the median when several computed that many tokens, so one step the
+        machine slowed down does not stand for all): the gap its decodes saw between two tokens."""
+        return percentile([s.step_ms for s in self._biggest_decode_steps()], 50)
 
     @property
     def binding(self) -> str:
