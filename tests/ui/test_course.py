@@ -15,8 +15,9 @@ def test_ids_are_unique_and_pages_holds_exactly_the_course_scripts():
     assert all(p.path.is_file() and p.title and p.icon.startswith(":material/") for p in COURSE)
 
 
-def test_lessons_are_the_seven_with_prose_and_a_check():
-    assert LESSON_IDS == ("bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis", "golden_rules")
+def test_lessons_are_the_eight_with_prose_and_a_check():
+    lessons = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "pressure", "diagnosis", "golden_rules")
+    assert LESSON_IDS == lessons
     for page_id in LESSON_IDS:
         assert quizzes.for_page(page_id), page_id
 
@@ -29,5 +30,6 @@ def test_prose_and_quizzes_use_course_ids():
 
 def test_page_lookup():
     assert page("paged").file == "pages/5_paged_attention.py"
+    assert page("diagnosis").file == "pages/6_diagnosis.py"  # renumbered in the navigation, not on disk (URLs)
     with pytest.raises(ValueError, match="unknown page id 'nope'; use one of welcome"):
         page("nope")
