@@ -52,6 +52,7 @@ _LABELS = {
     "cuda_graph_gib": "CUDA graphs (GiB)",
     "total_gib": "total GPU memory (GiB)",
     "gpu_memory_utilization": "gpu_memory_utilization",
+    "suggested_utilization": "suggested gpu_memory_utilization (same KV as before v0.21)",
     "peak_torch_gib": "peak torch memory (GiB)",
     "non_torch_gib": "non-torch memory (GiB)",
     "activation_gib": "activation peak (GiB)",

@@ -228,3 +228,16 @@ def test_a_kv_pool_with_impossible_bytes_per_token_has_no_size():
     parsed = own_log.read_paste("GPU KV cache size: 99,999 tokens\nAvailable KV cache memory: 0.0001 GiB")
     pool = own_log.kv_pool(parsed)
     assert pool.tokens == 99_999 and pool.bytes_per_token is None and own_log.suggestions(parsed, 4096) == []
+
+
+def test_every_figure_the_reader_can_find_has_a_label_on_the_page():
+    from dataclasses import fields
+
+    from lessons.diagnosis.readlog import VllmLog
+
+    numeric = [f.name for f in fields(VllmLog) if f.type in ("float | None", "int | None")]
+    assert "suggested_utilization" in numeric and len(numeric) >= 17
+    every = VllmLog(**{name: 1 for name in numeric}, found=tuple(numeric))
+    assert len(own_log.found_rows(every)) == len(numeric)  # a label for each (no KeyError)
+    rows = {r["figure"]: r["value"] for r in own_log.found_rows(log("gpustack-runner-251-v1-cuda-graph.log"))}
+    assert rows["suggested gpu_memory_utilization (same KV as before v0.21)"] == "0.8352"
