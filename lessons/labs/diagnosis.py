@@ -22,7 +22,7 @@ from lessons.diagnosis.scenarios import FIX_PARAMS, Grade, Outcome, Scenario, Se
 MAX_VARIANT = 999  # variant 0 is the incident as written; 1 … MAX_VARIANT are seeded variants
 FIX_LABELS: dict[str, str] = {
     "policy": "KV memory policy (static reservation or paged blocks)",
-    "block_size": "--block-size (tokens per KV block)",
+    "block_size": "--block-size (tokens per KV block; FlashAttention needs a multiple of 16)",
     "model": "Model",
     "quantization": "--quantization (weights)",
     "kv_cache_dtype": "--kv-cache-dtype",
