@@ -149,7 +149,7 @@ def test_quiz_and_prediction(at):
         "pressure.budget",
     }
     at.number_input(key="predict_pressure").set_value(4).run()
-    buttons = [b for b in at.button if "Check" in b.label]
-    if buttons:
-        buttons[0].click().run()
+    at.button(key="predict_pressure_check").click().run()
     assert not at.exception
+    assert any("Close" in m.value and "4 requests" in m.value for m in at.success)
+    assert at.session_state["progress"]["predict"]["pressure"]["close"] is True
