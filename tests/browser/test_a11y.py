@@ -97,6 +97,32 @@ def move_one_widget(page) -> str:
     return ""
 
 
+# Chart text axe does not judge: every label plotly draws on the chart's own background (titles, ticks, axis
+# titles, legends, annotations, point and outside bar labels), with its contrast against that background.
+CHART_TEXT_JS = """() => {
+  const rgb = (s) => (s.match(/[\\d.]+/g) || []).slice(0, 4).map(Number);
+  const lin = (v) => (v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+  const lum = ([r, g, b]) => 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
+  const app = getComputedStyle(document.querySelector('[data-testid="stApp"]')).backgroundColor;
+  const out = [];
+  for (const chart of document.querySelectorAll('[data-testid="stPlotlyChart"]')) {
+    const paper = chart.querySelector('.main-svg');
+    let bg = paper ? getComputedStyle(paper).backgroundColor : app;
+    if (rgb(bg).length === 4 && rgb(bg)[3] === 0) bg = app;
+    for (const t of chart.querySelectorAll('svg text')) {
+      if (!t.textContent.trim() || t.closest('.bartext-inside, .hm, .heatmaplayer') ||
+          (t.getAttribute('class') || '').includes('bartext-inside')) continue;
+      const fill = getComputedStyle(t).fill;
+      const [a, b] = [lum(rgb(fill)), lum(rgb(bg))];
+      const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+      const text = t.textContent.trim().slice(0, 60);
+      if (ratio < 4.5) out.push({text, fill, background: bg, ratio: +ratio.toFixed(2)});
+    }
+  }
+  return out;
+}"""
+
+
 def describe(violations: list[dict]) -> str:
     """One line per violation and node: impact, rule, where and why."""
     lines = []
@@ -159,6 +185,7 @@ def test_axe_finds_no_serious_violation(scheme_page, axe_script, course_page: Co
     assert is_dark(page.evaluate(BACKGROUND_JS)) == (scheme == "dark"), f"the app did not follow the {scheme} scheme"
     report: dict[str, object] = {"page": course_page.id, "scheme": scheme, "route": route(course_page), "axe": TAGS}
     report["defaults"] = axe_violations(page, axe_script)
+    report["chart text under 4.5:1"] = page.evaluate(CHART_TEXT_JS)
     if scheme == "light":
         report["shots"] = [str(p.relative_to(ROOT)) for p in grey_shots(page, course_page.id)]
     report["moved"] = move_one_widget(page)
@@ -174,3 +201,112 @@ def test_axe_finds_no_serious_violation(scheme_page, axe_script, course_page: Co
     text = "\n".join(f"{state}:\n{describe(report[state])}" for state in report["counts"] if report[state])
     blocking = sum(c["serious or critical"] for c in report["counts"].values())
     assert blocking == 0, f"{name}: {blocking} serious or critical axe violations {report['counts']}:\n{text}"
+    assert not report["chart text under 4.5:1"], f"{name}: chart labels under 4.5:1: {report['chart text under 4.5:1']}"
+
+
+def test_playground_after_a_run_has_no_serious_violation(page, axe_script):
+    # the playground draws its charts (timeline, block tables, pool) only once the engine has run
+    page.goto("/playground")
+    settle(page)
+    main = page.locator('[data-testid="stMain"]')
+    main.get_by_role("button", name="Generate").click()
+    main.locator('[data-testid="stMetric"]', has_text="Generated tokens").wait_for(timeout=120_000)
+    settle(page, timeout_ms=120_000)
+    assert error_texts(page) == []
+    found = axe_violations(page, axe_script)
+    report = {"page": "playground", "state": "after Generate", "axe": TAGS, "after a run": found}
+    report["chart text under 4.5:1"] = page.evaluate(CHART_TEXT_JS)
+    report["shots"] = [str(p.relative_to(ROOT)) for p in grey_shots(page, "playground")]
+    (A11Y / "axe-playground-run.json").write_text(json.dumps(report, indent=2))
+    assert len(report["shots"]) == 3
+    assert count(found, BLOCKING) == 0, f"playground after a run:\n{describe(found)}"
+    assert not report["chart text under 4.5:1"], report["chart text under 4.5:1"]
+
+
+# --- keyboard and screen reader -----------------------------------------------------------------------
+
+ACTIVE_JS = """() => {
+  const e = document.activeElement;
+  if (!e) return {};
+  const box = e.closest('[data-testid]');
+  return {
+    tag: e.tagName, type: e.type || '', role: e.getAttribute('role') || '', label: e.getAttribute('aria-label') || '',
+    text: (e.innerText || '').trim().slice(0, 80), box: box ? box.getAttribute('data-testid') : '',
+  };
+}"""
+
+
+def tab_to(page, wanted, what: str, max_tabs: int = 600) -> dict:
+    """Press Tab until the focused element satisfies `wanted(info)` (ACTIVE_JS's description of it)."""
+    seen = []
+    for _ in range(max_tabs):
+        page.keyboard.press("Tab")
+        info = page.evaluate(ACTIVE_JS)
+        if wanted(info):
+            return info
+        seen.append(f"{info.get('box')}:{info.get('tag')}:{info.get('text') or info.get('label')}"[:60])
+    raise AssertionError(f"Tab never reached {what} in {max_tabs} presses; focus went through: {seen[-40:]}")
+
+
+def key_and_wait(page, key: str) -> None:
+    """Press `key` on whatever has the focus and wait for the re-run it triggers."""
+    before = runs_finished(page)
+    page.keyboard.press(key)
+    wait_for_runs(page, before)
+
+
+def test_a_lesson_works_with_the_keyboard_alone(page, shoot):
+    # open lesson 1 from the navigation
+    tab_to(page, lambda i: i["tag"] == "A" and "Memory bandwidth" in i["text"], "the lesson's navigation link")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/bandwidth**")
+    settle(page)
+    assert page.locator('[data-testid="stMain"] h1').first.inner_text().strip() != ""
+    # move its slider with the arrow keys
+    slider = slider_input_named(page, "Sequences decoding together")
+    start = slider.get_attribute("aria-valuetext")
+    tab_to(page, lambda i: i["role"] == "slider" or i["type"] == "range", "the batch slider")
+    assert page.evaluate("() => document.activeElement.getAttribute('aria-valuetext')") == start
+    key_and_wait(page, "ArrowRight")
+    key_and_wait(page, "ArrowRight")
+    settle(page)
+    assert slider.get_attribute("aria-valuetext") != start, "the arrow keys did not move the slider"
+    # answer the first check question: Tab into its radio group, Space picks the focused option
+    main = page.locator('[data-testid="stMain"]')
+    tab_to(page, lambda i: i["type"] == "radio", "the first check question")
+    key_and_wait(page, "Space")
+    settle(page)
+    verdict = main.locator('[data-testid="stAlertContentSuccess"], [data-testid="stAlertContentWarning"]')
+    assert verdict.count() >= 1, "answering with the keyboard showed no feedback"
+    assert re.search(r"Correct|Not quite", verdict.first.inner_text()), verdict.first.inner_text()
+    # type a prediction, then check it with the keyboard
+    tab_to(page, lambda i: i["tag"] == "INPUT" and i["label"].startswith("Your prediction"), "the prediction input")
+    page.keyboard.type("5")
+    key_and_wait(page, "Enter")
+    tab_to(page, lambda i: i["tag"] == "BUTTON" and i["text"] == "Check", "the Check button")
+    key_and_wait(page, "Enter")
+    settle(page)
+    feedback = main.locator('[data-testid="stAlertContentSuccess"], [data-testid="stAlertContentWarning"]').last
+    assert re.search(r"\b(Close|Off)\b", feedback.inner_text()), feedback.inner_text()
+    assert error_texts(page) == []
+    feedback.scroll_into_view_if_needed()
+    shoot(page, "a11y-keyboard-walk")
+
+
+def slider_input_named(page, label_prefix: str):
+    """The range input of the main block's slider whose label starts with `label_prefix` (case-insensitive)."""
+    sliders = page.locator('[data-testid="stMain"] [data-testid="stSlider"]')
+    for i in range(sliders.count()):
+        if sliders.nth(i).inner_text().lower().startswith(label_prefix.lower()):
+            return sliders.nth(i).locator('input[type="range"]')
+    raise AssertionError(f"no slider labelled {label_prefix!r}")
+
+
+def test_navigation_names_are_the_page_titles_without_icon_words(page):
+    # Streamlit draws a material icon as ligature text ("school"); it must stay out of the accessible name
+    nav = page.locator('[data-testid="stSidebarNav"]')
+    names = re.findall(r'link "([^"]+)"', nav.aria_snapshot())
+    assert names == [p.title for p in COURSE], names
+    icons = nav.locator('[data-testid="stIconMaterial"]')
+    assert icons.count() == len(COURSE)
+    assert all(icons.nth(i).get_attribute("aria-hidden") == "true" for i in range(icons.count()))
