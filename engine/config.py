@@ -19,6 +19,7 @@ from engine.core.scheduler import SchedulerConfig
 from engine.core.sequence import check_block_size
 from engine.core.sliding_window import kv_blocks_per_seq
 from engine.memory import ModelSpec, kv_blocks_from_budget, kv_budget_bytes, kv_bytes_per_token, model_from_config
+from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.model.config import ModelConfig
 from engine.worker.device import resolve_device
 from kernels.backend import resolve_backend
@@ -96,7 +97,7 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     dtype: torch.dtype | str | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's default (0.92 since v0.21)
     kv_cache_dtype: str = "auto"
     kv_cache_memory_bytes: int | None = None
 
@@ -108,7 +109,7 @@ class EngineConfig:
         _check_int("num_gpu_blocks", self.num_gpu_blocks, "or None to size it", optional=True)
         util = self.gpu_memory_utilization
         if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
-            raise ValueError(f"gpu_memory_utilization={util!r} must be a fraction in (0, 1], e.g. 0.9")
+            raise ValueError(f"gpu_memory_utilization={util!r} must be a fraction in (0, 1], e.g. 0.92")
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError(f"enable_prefix_caching={self.enable_prefix_caching!r} must be True or False")
         kv_cache_dtype(self.kv_cache_dtype, torch.float32)  # a bad name fails before the model loads

@@ -34,6 +34,7 @@ from engine.config import EngineConfig
 from engine.core.block_manager import BlockManager
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import Sequence
+from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.model.loader import load_model
 from engine.model.tokenizer import ByteBPETokenizer
 from engine.outputs import RequestOutput, StepTrace
@@ -76,7 +77,7 @@ class LLM:
         max_num_seqs: int = 64,
         max_num_batched_tokens: int = 2048,
         dtype: torch.dtype | str | None = None,
-        gpu_memory_utilization: float = 0.9,
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
         preloaded: tuple | None = None,
         kv_cache_dtype: str = "auto",
         kv_cache_memory_bytes: int | None = None,

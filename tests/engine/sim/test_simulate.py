@@ -1,7 +1,6 @@
 """Serving simulator: hand-computed replays, invariants over random traces, the vLLM paper's waste gap, speed."""
 
 import math
-import time
 from collections import Counter
 
 import pytest
@@ -191,13 +190,12 @@ def test_paper_waste_gap_on_sharegpt():
     assert set(paged.columns) == set(COLUMNS)
 
 
-def test_thousand_requests_on_80gb_simulate_fast():
+def test_thousand_requests_on_80gb_all_finish():
+    # speed is the benchmarks' business (bench/), never a timed assertion here
     trace = generate_trace("sharegpt", 1000, seed=1)
     for policy in ("static", "paged"):
-        start = time.perf_counter()
         res = simulate_model(trace, "llama-3-8b", "a100-80gb", policy)
-        assert time.perf_counter() - start < 1.0, policy  # typically ~0.1 s; generous for a shared CI core
-        assert res.summary.num_finished == 1000
+        assert res.summary.num_finished == 1000 and res.summary.generated_tokens == sum(r.output_len for r in trace)
 
 
 def test_traces_are_seeded_and_follow_the_paper_means():
