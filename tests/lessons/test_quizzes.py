@@ -31,7 +31,7 @@ STABLE_IDS = {
     *("golden_rules.calculator", "golden_rules.decode", "golden_rules.engine", "golden_rules.gqa"),
     *("golden_rules.padding", "golden_rules.static", "gqa.kv_formula", "gqa.mqa", "gqa.read_once"),
     *("packing.mask", "packing.waste", "paged.block_size", "paged.sharing", "paged.waste", "playground.join"),
-    *("paged.v1_sampling", "paged.prefix_hash"),
+    *("paged.v1_sampling", "paged.prefix_hash", "pressure.binding", "pressure.preempt", "pressure.budget"),
 }
 
 
