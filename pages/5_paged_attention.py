@@ -1,4 +1,4 @@
-"""Lesson 5 — PagedAttention: block-size sweep, block tables from the real allocator, sharing and copy-on-write."""
+"""Lesson 5 — PagedAttention: block-size sweep, block tables from the real allocator, copy-on-write, V1 prefix cache."""
 
 from typing import Any
 
@@ -78,8 +78,8 @@ block_size = c1.select_slider(
     "Block size (tokens per KV block)",
     options=paged_kernel.BLOCK_SIZES,
     key=view.keys["block_size"],
-    help="vLLM's default is 16; its --block-size takes 1, 8, 16, 32, 64, 128 (and 256 in recent releases), and "
-    "its FlashAttention backend needs a multiple of 16. Use the arrow keys to move the slider.",
+    help="vLLM's default is 16. Its --block-size takes any positive number (v0.29), but FlashAttention, the "
+    "default on NVIDIA GPUs, needs a multiple of 16 (ROCm's kernel: 16 or 32). Use the arrow keys to move the slider.",
 )
 max_context = c2.select_slider(
     "Max context (max_model_len)",
@@ -109,12 +109,8 @@ m7.metric("Best block size here", f"{best.block_size}")
 m8.metric("vLLM accepts this block size", row.vllm_accepts)
 if row.vllm_accepts != "yes":
     st.warning(
-        f"vLLM would not run {block_size}-token blocks on a GPU: "
-        + (
-            "its `--block-size` takes only 1, 8, 16, 32, 64, 128 (256 in recent releases)."
-            if row.vllm_accepts == "no"
-            else "its FlashAttention backend needs a multiple of 16."
-        )
+        f"vLLM would not run {block_size}-token blocks on an NVIDIA GPU: its config takes any positive block size, "
+        "but its FlashAttention backend, the default there, needs a multiple of 16."
     )
 st.markdown(
     f"With **{block_size}-token blocks**, only the last block of a sequence can be partly empty: at most "
@@ -142,9 +138,8 @@ show_chart(
     f"the fitted time over the cheapest block size; the raw timings are in the table below; {kernel.seqs} "
     f"sequences × {kernel.context:,} cached tokens, the demo model's heads, blocks scattered over the pool; "
     "on a CPU one thread, charged its CPU time). "
-    f"Peak here: {best.block_size}-token blocks. Grey hatched bars: block sizes vLLM refuses; dotted: "
-    "accepted by its config but not by its FlashAttention backend. The left axis starts near the lowest bar, "
-    "not at zero.",
+    f"Peak here: {best.block_size}-token blocks. Dotted bars: not a multiple of 16, so accepted by vLLM's config "
+    "but not by its FlashAttention backend. The left axis starts near the lowest bar, not at zero.",
     swept.rows(),
     f"paged-block-size-throughput-{max_context}",
     "paged_throughput",
@@ -187,7 +182,7 @@ st.caption(
     "blocks at any length (engine/core/sliding_window.py, which counts them the same way as vLLM V1)."
 )
 
-st.subheader("Sharing: fork, copy-on-write and the prefix cache")
+st.subheader("Sharing: the paper's copy-on-write and V1's prefix cache")
 prose(PAGE, "Sharing")
 stages = run_or_stop(_sharing, block_size)
 show_table([s.row() for s in stages], f"sharing-{block_size}", "paged_sharing", "sharing steps")

@@ -49,7 +49,7 @@ class BlockSizeRow:
     """One block size of the sweep: waste, block-table size, and throughput with and without the kernel's cost."""
 
     block_size: int
-    vllm_accepts: str  # "yes", "no" or "not on FlashAttention" (paged_kernel.vllm_accepts)
+    vllm_accepts: str  # "yes" or "not on FlashAttention" (paged_kernel.vllm_accepts)
     internal_waste_pct: float  # % of allocated slots holding no token, step-averaged
     utilization_pct: float  # % of held KV slots storing a token, step-averaged
     entries_per_sequence: float  # block-table entries per request at its end, mean over the trace
@@ -353,7 +353,7 @@ class SharingStage:
 
 
 def sharing_demo(block_size: int) -> list[SharingStage]:
-    """Fork a request (parallel sampling), let both write (copy-on-write), then a prefix-cache hit, for real."""
+    """The paper's (and V0's) fork with copy-on-write, then V1's sharing, a prefix-cache hit, on the real allocator."""
     bs = check_block_size(block_size)
     prompt_len = 2 * bs + max(1, bs // 2) if bs > 1 else 3  # two full blocks and a partial one (if bs > 1)
     prompt = list(range(1, prompt_len + 1))
@@ -365,7 +365,13 @@ def sharing_demo(block_size: int) -> list[SharingStage]:
     a.num_computed_tokens = prompt_len
     stages.append(SharingStage(f"1. A's {prompt_len}-token prompt is prefilled", _picture(bm, seqs, []), []))
     bm.fork(a, b)
-    stages.append(SharingStage("2. B is forked from A: same blocks, ref count 2", _picture(bm, seqs, []), []))
+    stages.append(
+        SharingStage(
+            "2. B is forked from A: the paper's / V0's copy-on-write (V1 has none), ref count 2",
+            _picture(bm, seqs, []),
+            [],
+        )
+    )
     copies = _decode(bm, a, 7001)
     note = (
         "A's last block was shared and partial, so it was copied before A wrote"
@@ -381,7 +387,10 @@ def sharing_demo(block_size: int) -> list[SharingStage]:
     c.num_computed_tokens = prompt_len
     stages.append(
         SharingStage(
-            f"5. C arrives with the same prompt: {hit} tokens come from the prefix cache", _picture(bm, seqs, []), []
+            f"5. C, same prompt: {hit} tokens of full blocks hit the prefix cache "
+            "(V1's sharing; n > 1 children share this way)",
+            _picture(bm, seqs, []),
+            [],
         )
     )
     return stages

@@ -19,19 +19,17 @@ from engine.memory.measure import default_device, time_interleaved
 from kernels import ops
 
 BLOCK_SIZES: tuple[int, ...] = tuple(1 << i for i in range(9))  # 1, 2, 4, ..., 256 (engine.core.sequence's range)
-# vLLM's CacheConfig types block_size as Literal[1, 8, 16, 32, 64, 128] (vllm/config.py, 2025) and later
-# Literal[1, 8, 16, 32, 64, 128, 256] (vllm/config/cache.py); 2 and 4 were never accepted. On CUDA its
-# FlashAttention backend declares kernel block sizes that are multiples of 16 (get_supported_kernel_block_sizes).
-VLLM_BLOCK_SIZES: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
+# vLLM v0.29's CacheConfig takes any positive block size (vllm/config/cache.py: `block_size: int`, gt=0); each
+# attention backend limits the kernel block sizes it runs: FlashAttention, the default on NVIDIA GPUs, needs a
+# multiple of 16 (get_supported_kernel_block_sizes). Releases before 2026 typed it Literal[1, 8, 16, 32, 64, 128].
+FLASH_ATTENTION_MULTIPLE = 16
 # The timed decode batch: the demo model's attention shape (the model this engine runs here), fp32 on CPU.
 KERNEL_SEQS, KERNEL_CONTEXT, KERNEL_REPEATS = 8, 2048, 25
 
 
 def vllm_accepts(block_size: int) -> str:
-    """Whether vLLM takes this --block-size: "yes", "not on FlashAttention" (not a multiple of 16) or "no"."""
-    if block_size not in VLLM_BLOCK_SIZES:
-        return "no"
-    return "yes" if block_size % 16 == 0 else "not on FlashAttention"
+    """Whether vLLM v0.29 runs this --block-size on a GPU: "yes" or "not on FlashAttention" (not a multiple of 16)."""
+    return "yes" if block_size % FLASH_ATTENTION_MULTIPLE == 0 else "not on FlashAttention"
 
 
 def kernel_inputs(

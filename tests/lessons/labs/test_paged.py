@@ -126,10 +126,10 @@ def test_one_token_blocks_never_need_a_copy():
     assert len(a) == 4 and a[:3] == stages[1].picture.tables["B"]  # A's new token went to a fresh block
 
 
-def test_vllm_verdicts_follow_its_block_size_literal():
+def test_vllm_verdicts_follow_flash_attentions_multiple_of_16():
     verdicts = {bs: paged_kernel.vllm_accepts(bs) for bs in BLOCK_SIZES}
-    assert [bs for bs, v in verdicts.items() if v == "no"] == [2, 4]
-    assert [bs for bs, v in verdicts.items() if v == "not on FlashAttention"] == [1, 8]
+    assert set(verdicts.values()) == {"yes", "not on FlashAttention"}  # v0.29's config takes any positive size
+    assert [bs for bs, v in verdicts.items() if v == "not on FlashAttention"] == [1, 2, 4, 8]
     assert all(verdicts[bs] == "yes" for bs in (16, 32, 64, 128, 256))
 
 
