@@ -1,4 +1,4 @@
-"""Lesson 6 — Production diagnosis: an OOM incident's symptoms, the learner's diagnosis and fixes, a graded re-run,
+"""Lesson 7 — Production diagnosis: an OOM incident's symptoms, the learner's diagnosis and fixes, a graded re-run,
 and "diagnose your own server" (a pasted vLLM log read into a memory bar, room for requests and flag changes)."""
 
 from typing import Any

@@ -1,4 +1,4 @@
-"""Lesson 7 — golden rules: the course's closing rules as a quiz with immediate, explained feedback."""
+"""Lesson 8 — golden rules: the course's closing rules as a quiz with immediate, explained feedback."""
 
 import streamlit as st
 

@@ -233,7 +233,7 @@ def pool_summary(blocks: Sequence[Mapping[str, object]]) -> str:
 def memory_summary(rows: Sequence[Mapping[str, object]]) -> str:
     """`memory_breakdown`'s chart in one sentence (its text alternative): the total and every part, in GiB.
 
-    Page 6 draws it for an incident and for a learner's pasted log; the parts are the course's words."""
+    Page 7 draws it for an incident and for a learner's pasted log; the parts are the course's words."""
     if not rows:
         raise ValueError("memory_summary: no rows")
     parts = [(str(r["part"]), max(float(r["GiB"]), 0.0)) for r in rows]  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""The KV-precision section's widgets, shared by lessons 2 and 6: choose the KV cache precision, see a real run.
+"""The KV-precision section's widgets, shared by lessons 2 and 7: choose the KV cache precision, see a real run.
 
 `kv_precision_section(page_id)` lays out what lessons/labs/kv_precision.py measures (cached per process):
 the demo model run twice on the same prompts and the same KV byte budget, once with a full-precision cache

@@ -223,7 +223,7 @@ def show_chart(
 
 
 def lesson_check(page_id: str, title: str = "Check your understanding") -> tuple[int, int]:
-    """The page's 1–3 questions as radios with explained feedback, then its prediction exercise (lessons 1–6).
+    """The page's 1–3 questions as radios with explained feedback, then its prediction exercise (lessons 1–7).
 
     Returns the quiz's (correct, total)."""
     questions = quizzes.for_page(page_id)

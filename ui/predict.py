@@ -1,4 +1,4 @@
-"""The predict-then-observe exercise at the end of lessons 1–6 (the logic and the numbers: lessons/predictions.py).
+"""The predict-then-observe exercise at the end of lessons 1–7 (the logic and the numbers: lessons/predictions.py).
 
 `prediction_teaser(page_id)` asks the question under the lesson's intro (ui/page.py's `page_header` calls it),
 before the page shows any number; `prediction_exercise(page_id)` (from ui/page.py's `lesson_check`) asks it

@@ -1,4 +1,4 @@
-"""The OOM incidents of lesson 6: stories, candidate diagnoses and randomised variants, in course order.
+"""The OOM incidents of lesson 7: stories, candidate diagnoses and randomised variants, in course order.
 
 Each builder returns a `lessons.diagnosis.scenarios.Scenario`; with a `random.Random` it perturbs traffic and
 sizes within ranges where the do-nothing deployment still fails and the reference fix still resolves (the

@@ -1,4 +1,4 @@
-"""Page 6's "Diagnose your own server": a learner's pasted vLLM log -> memory bar, room for requests, flag changes.
+"""Page 7's "Diagnose your own server": a learner's pasted vLLM log -> memory bar, room for requests, flag changes.
 
 `memory_rows` turns a `VllmLog` (lessons/diagnosis/readlog.py) into the GPU memory bar's parts; `kv_pool` finds how
 many KV tokens the server holds and what one token costs; `room_for` says how many requests of a given length fit

@@ -1,6 +1,6 @@
-"""Lesson 6's lab: incident variants, the fix widgets' options, grading by re-simulation, and what to record.
+"""Lesson 7's lab: incident variants, the fix widgets' options, grading by re-simulation, and what to record.
 
-The incidents, their replay and their grading are the `lessons.diagnosis` package; this module is what page 6
+The incidents, their replay and their grading are the `lessons.diagnosis` package; this module is what page 7
 needs on top (no Streamlit): `scenario_for` picks an incident or a seeded variant, `current_values` and
 `options_for` feed the fix widgets, `changed_fixes` keeps only what the learner changed, and `graded_run`
 grades a diagnosis with its fixes into a `GradedRun` the page lays out (verdict, before / after table, the
@@ -89,7 +89,7 @@ def run_grade(scenario_id: str, variant: int, diagnosis_ids: tuple[str, ...], fi
 
 @dataclass(frozen=True)
 class GradedRun:
-    """One graded re-run as page 6 shows it: the verdict in words, what happened, and what to record."""
+    """One graded re-run as page 7 shows it: the verdict in words, what happened, and what to record."""
 
     verdict: str  # one line, "RESOLVED — …" or "NOT RESOLVED — …" (never colour alone)
     resolved: bool

@@ -1,4 +1,4 @@
-"""Page 8's logic: validate the learner's prompts and model folder, run the real engine, and turn its step
+"""Page 9's logic: validate the learner's prompts and model folder, run the real engine, and turn its step
 traces into rows and pictures (no Streamlit).
 
 The engine is `engine.LLM`: continuous batching (Orca, Yu et al., OSDI 2022) over a paged KV cache

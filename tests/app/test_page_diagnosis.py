@@ -1,4 +1,4 @@
-"""Lesson 6 page (AppTest): symptoms render, the reference fix resolves an incident and doing nothing does not,
+"""Lesson 7 page (AppTest): symptoms render, the reference fix resolves an incident and doing nothing does not,
 fix widgets at their extremes never crash, the result is recorded; a pasted vLLM log is read into numbers."""
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Lesson 7 page (AppTest): every question gives immediate, explained feedback; score; start over."""
+"""Lesson 8 page (AppTest): every question gives immediate, explained feedback; score; start over."""
 
 import pytest
 from streamlit.testing.v1 import AppTest

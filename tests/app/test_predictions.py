@@ -1,4 +1,4 @@
-"""Lessons 1–7 open with their objective; lessons 1–6 end with the predict-then-observe exercise (AppTest).
+"""Lessons 1–8 open with their objective; lessons 1–7 end with the predict-then-observe exercise (AppTest).
 
 For each lesson: the objective is the first thing under the title, a prediction typed into `predict_<page>` and
 checked gets feedback saying how far off it was (with the working), bad input gets a clear message, and the

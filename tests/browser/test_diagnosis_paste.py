@@ -1,4 +1,4 @@
-"""Lesson 6's "Diagnose your own server" in a real browser: paste a real vLLM log, read the numbers back.
+"""Lesson 7's "Diagnose your own server" in a real browser: paste a real vLLM log, read the numbers back.
 
 The log is a fixture from a public vLLM issue (tests/lessons/diagnosis/fixtures/); the learner pastes it into
 the text area, submits with Ctrl+Enter (Streamlit's shortcut for text areas) and the page must show the pool

@@ -1,4 +1,4 @@
-"""Page 6's "diagnose your own server" logic on real logs: memory bar parts, room for requests, flag changes;
+"""Page 7's "diagnose your own server" logic on real logs: memory bar parts, room for requests, flag changes;
 absurd figures (beyond any GPU, negative, contradicting each other) give notes, and no log ever raises."""
 
 import math
