@@ -85,9 +85,12 @@ def mask_heatmap(mask: Sequence[Sequence[bool]], seqlens: Sequence[int], title: 
             hovertemplate="query %{y}, key %{x}: %{z}<extra>1 = visible</extra>",
         )
     )
-    edge = 0
+    edge, boundaries = 0, 0
     for n in list(seqlens)[:-1]:
         edge += n
+        if edge >= min(n_q, n_k):  # past the drawn corner of a large mask: a line there would stretch the axes
+            break
+        boundaries += 1
         for kind in ("v", "h"):
             fig.add_shape(
                 type="line",
@@ -98,7 +101,7 @@ def mask_heatmap(mask: Sequence[Sequence[bool]], seqlens: Sequence[int], title: 
                 y1=n_q - 0.5 if kind == "v" else edge - 0.5,
             )
     legend_key(fig, [("may attend (■)", PALETTE[0]), ("masked", "#FFFFFF")])
-    if len(seqlens) > 1:
+    if boundaries:
         fig.add_scatter(
             name="request boundary",
             x=[None],

@@ -31,6 +31,16 @@ def test_mask_heatmap_matches_reference_mask_and_marks_cells():
     assert len(fig.layout.shapes) == 2  # one vertical + one horizontal boundary between the two requests
 
 
+def test_a_cut_mask_draws_only_the_boundaries_inside_it_and_names_its_colours():
+    lengths = [3, 3, 100, 200]  # drawn: the first 8 tokens, so only the boundaries at 3 and 6
+    mask = block_diagonal_mask(lengths, causal="top_left")[:8, :8].tolist()
+    fig = ca.mask_heatmap(mask, lengths, "m")
+    edges = sorted({s.x0 for s in fig.layout.shapes if s.x0 > -0.5})
+    assert edges == [2.5, 5.5] and len(fig.layout.shapes) == 4
+    assert [t.name for t in fig.data[1:]] == ["may attend (■)", "masked", "request boundary"]
+    assert [t.name for t in ca.mask_heatmap([[True]], [1], "t").data[1:]] == ["may attend (■)", "masked"]
+
+
 def test_kv_by_groups_and_padding_chart():
     fig = ca.kv_by_groups([1, 2, 4], [1.0, 2.0, 4.0], 2, "kv", "GiB")
     assert list(fig.data[0].x) == ["G=1", "G=2", "G=4"]
