@@ -112,7 +112,8 @@ def mask_heatmap(mask: Sequence[Sequence[bool]], seqlens: Sequence[int], title: 
         )
     fig.update_yaxes(autorange="reversed", title="query token (packed index)")
     fig.update_xaxes(title="key token (packed index)")
-    return layout(fig, title, height=min(660, max(360, 12 * n_q + 180)))
+    layout(fig, title, height=min(680, max(380, 12 * n_q + 200)))
+    return fig.update_layout(margin={"t": 80})  # room for the legend between the title and the mask
 
 
 def padding_vs_packed(real_tokens: int, padded_slots: int, title: str = "Token slots: padded vs packed") -> go.Figure:
