@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from engine.memory.footprint import NCCL_EXTRA_BYTES, non_torch_bytes
 from engine.memory.units import GiB
 from lessons import content
 from lessons.labs import choices
@@ -45,7 +46,7 @@ def tensor_parallel_section(page_id: str) -> None:
         st.caption(f"TP {tp}: {why}")
     st.caption(
         "One row per TP size on GPUs of this type, with vLLM V1's start-up sizing per GPU; 'tokens in the pool' "
-        f"is 0 where the weights leave no room. Non-torch memory: {lab.non_torch_bytes(1) / GiB:.2f} GiB, plus "
-        f"{lab.NCCL_EXTRA_BYTES / GiB:.2f} GiB of NCCL buffers per GPU from TP 2 on (one published pair of logs: "
+        f"is 0 where the weights leave no room. Non-torch memory: {non_torch_bytes(1) / GiB:.2f} GiB, plus "
+        f"{NCCL_EXTRA_BYTES / GiB:.2f} GiB of NCCL buffers per GPU from TP 2 on (one published pair of logs: "
         "an estimate)."
     )

@@ -19,6 +19,7 @@ from engine.memory.catalog import (
     resolve_model,
 )
 from engine.memory.footprint import (
+    NCCL_EXTRA_BYTES,
     NON_TORCH_BYTES,
     ServingFootprint,
     activation_bytes,
@@ -47,6 +48,7 @@ __all__ = [
     "DTYPE_BYTES",
     "GPUS",
     "MODELS",
+    "NCCL_EXTRA_BYTES",
     "NON_TORCH_BYTES",
     "Catalog",
     "GiB",

@@ -26,9 +26,18 @@ from engine.memory.startup import (
 )
 from engine.memory.units import GiB, dtype_bytes, kv_bytes
 
-# CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM reports as non-torch memory: vllm#10517 logs
-# non_torch_memory=0.35GiB on one RTX 3090 (tensor parallelism adds NCCL buffers: vllm PR #10511 logs 1.79 GiB).
+# CUDA context, cuBLAS workspaces and allocator slack that vLLM reports as non-torch memory: vllm#10517 logs
+# non_torch_memory=0.35GiB on one RTX 3090.
 NON_TORCH_BYTES = int(0.35 * GiB)
+# Tensor parallelism adds NCCL's buffers on every GPU, outside torch's allocator too: vLLM PR #10511's two start-up
+# logs of Llama-3-8B on one 80 GB GPU show non_torch_memory 1.79 GiB at TP 1 and 3.58 GiB at TP 2. The difference is
+# charged to every GPU for any TP > 1 (one pair of logs: an estimate).
+NCCL_EXTRA_BYTES = int((3.58 - 1.79) * GiB)
+
+
+def non_torch_bytes(tensor_parallel: int = 1) -> int:
+    """Memory outside torch's allocator on each GPU: CUDA context and workspaces, plus NCCL's buffers under TP."""
+    return NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tensor_parallel > 1 else 0)
 
 
 def _check_tokens(name: str, value: object, minimum: int = 0, hint: str = "") -> int:
@@ -235,7 +244,7 @@ def serving_footprint(
     block_size: int = 16,
     tensor_parallel: int = 1,
     other_process_bytes: int = 0,
-    overhead_bytes: int = NON_TORCH_BYTES,
+    overhead_bytes: int | None = None,
     cuda_graph_bytes: int = 0,
     kv_cache_memory_bytes: int | None = None,
     total_bytes: int | None = None,
@@ -247,8 +256,11 @@ def serving_footprint(
     `startup.token_budget(..., enable_chunked_prefill=False)`, at least max_model_len). cuda_graph_bytes: vLLM's
     CUDA-graph estimate when it profiles graphs. kv_cache_memory_bytes, when set, is the KV size itself (vLLM's
     --kv-cache-memory-bytes). total_bytes: the device total CUDA reports (None: the catalog's CUDA figure).
+    overhead_bytes: non-torch memory per GPU (None: `non_torch_bytes(tensor_parallel)`, NCCL's buffers included).
     """
     m, g = resolve_model(model), resolve_gpu(gpu)
+    if overhead_bytes is None:
+        overhead_bytes = non_torch_bytes(tensor_parallel) if isinstance(tensor_parallel, int) else NON_TORCH_BYTES
     check_startup_args(
         gpu_memory_utilization,
         block_size,

@@ -10,9 +10,26 @@ from __future__ import annotations
 from typing import Any
 
 from engine.memory.catalog import MODELS
+from engine.memory.parallel import kv_head_replicas, kv_heads_per_gpu
+from engine.memory.specs import ModelSpec
 from engine.memory.units import GiB
 from lessons.diagnosis.replay import run_outcome
 from lessons.diagnosis.scenarios import Grade, Outcome, Scenario, vllm_command
+
+
+def tp_kv_note(model: ModelSpec, before_tp: int, after_tp: int) -> str:
+    """What a wider tensor-parallel split does to each GPU's KV per token: thins it, or no longer (copied heads)."""
+    a, b = kv_heads_per_gpu(model, before_tp), kv_heads_per_gpu(model, after_tp)
+    if b < a:
+        return (
+            f"{model.name}'s {model.num_kv_heads} KV heads split {a} -> {b} per GPU, so each GPU stores {a // b}x "
+            "less KV per token"
+        )
+    return (
+        f"{model.name} has only {model.num_kv_heads} KV heads, so at TP {after_tp} each GPU still keeps {b} "
+        f"(each head copied on {kv_head_replicas(model, after_tp)} GPUs): KV per token per GPU stays the same and "
+        "only the weight memory freed grows the pool"
+    )
 
 
 def _costs(before: Outcome, after: Outcome) -> list[str]:
@@ -43,7 +60,8 @@ def _costs(before: Outcome, after: Outcome) -> list[str]:
     if a.tensor_parallel_size > b.tensor_parallel_size:
         costs.append(
             f"{a.tensor_parallel_size} GPUs instead of {b.tensor_parallel_size}: "
-            f"{a.tensor_parallel_size // b.tensor_parallel_size}x the hardware, plus all-reduces per layer"
+            f"{a.tensor_parallel_size // b.tensor_parallel_size}x the hardware, plus all-reduces per layer and "
+            f"NCCL buffers on every GPU; {tp_kv_note(MODELS[a.model], b.tensor_parallel_size, a.tensor_parallel_size)}"
         )
     if a.model != b.model:
         costs.append(

@@ -17,39 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.memory.catalog import resolve_gpu, resolve_model
-from engine.memory.footprint import NON_TORCH_BYTES, serving_footprint
-from engine.memory.specs import ModelSpec
+from engine.memory.footprint import serving_footprint
+from engine.memory.parallel import check_tensor_parallel, kv_head_replicas, kv_heads_per_gpu
 from engine.memory.units import GiB, KiB
 
 TP_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
-# vLLM PR #10511's two start-up logs of Llama-3-8B on one 80 GB GPU: non_torch_memory 1.79 GiB at TP 1 and
-# 3.58 GiB at TP 2. The difference is what TP added per GPU there; the lab charges it for every TP > 1 (one log,
-# one machine: an estimate, labelled as such on the page).
-NCCL_EXTRA_BYTES = int((3.58 - 1.79) * GiB)
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3-70b", "h100-sxm"
-
-
-def check_tp(model: ModelSpec, tensor_parallel: int) -> None:
-    """vLLM's rules for a TP size: it divides the query heads, and divides or is a multiple of the KV heads."""
-    if isinstance(tensor_parallel, bool) or not isinstance(tensor_parallel, int) or tensor_parallel < 1:
-        raise ValueError(f"tensor parallel size must be a whole number >= 1, got {tensor_parallel!r}")
-    if model.num_heads % tensor_parallel:
-        raise ValueError(
-            f"{model.name} has {model.num_heads} query heads, not divisible by TP {tensor_parallel}: "
-            f"vLLM refuses it; pick a divisor of {model.num_heads}"
-        )
-    kv = model.num_kv_heads
-    if (tensor_parallel < kv and kv % tensor_parallel) or (tensor_parallel >= kv and tensor_parallel % kv):
-        raise ValueError(
-            f"{model.name} has {kv} KV heads: TP {tensor_parallel} neither divides them nor is a multiple of them, "
-            "so vLLM cannot split or replicate them evenly; pick a divisor or a multiple of "
-            f"{kv}"
-        )
-
-
-def non_torch_bytes(tensor_parallel: int) -> int:
-    """Memory outside torch's allocator per GPU: CUDA context and workspaces, plus NCCL's buffers under TP."""
-    return NON_TORCH_BYTES + (NCCL_EXTRA_BYTES if tensor_parallel > 1 else 0)
 
 
 @dataclass(frozen=True)
@@ -133,17 +106,16 @@ def tp_table(model: str = DEFAULT_MODEL, gpu: str = DEFAULT_GPU, kv_dtype: str =
     points, refused = [], []
     for tp in TP_SIZES:
         try:
-            check_tp(m, tp)
+            check_tensor_parallel(m, tp)
         except ValueError as exc:
             refused.append((tp, str(exc)))
             continue
-        fp = serving_footprint(m, g, kv_dtype=kv_dtype, tensor_parallel=tp, overhead_bytes=non_torch_bytes(tp))
-        heads = max(1, m.num_kv_heads // tp)
+        fp = serving_footprint(m, g, kv_dtype=kv_dtype, tensor_parallel=tp)  # non-torch memory: non_torch_bytes(tp)
         points.append(
             TpRow(
                 tensor_parallel=tp,
-                kv_heads_per_gpu=heads,
-                kv_head_replicas=max(1, tp // m.num_kv_heads),
+                kv_heads_per_gpu=kv_heads_per_gpu(m, tp),
+                kv_head_replicas=kv_head_replicas(m, tp),
                 kv_bytes_per_token_per_gpu=fp.kv_bytes_per_token,
                 weights_bytes_per_gpu=fp.weights_bytes,
                 non_torch_bytes_per_gpu=fp.overhead_bytes,
@@ -152,22 +124,3 @@ def tp_table(model: str = DEFAULT_MODEL, gpu: str = DEFAULT_GPU, kv_dtype: str =
             )
         )
     return TpTable(m.name, g.name, m.num_kv_heads, tuple(points), tuple(refused))
-
-
-def tp_fix_note(model: str, before_tp: int, after_tp: int, kv_dtype: str = "bf16") -> str:
-    """Why a wider TP does (or no longer does) shrink each GPU's KV per token: the grader's words for the fix."""
-    m = resolve_model(model)
-    check_tp(m, before_tp)
-    check_tp(m, after_tp)
-    table = {tp: max(1, m.num_kv_heads // tp) for tp in (before_tp, after_tp)}
-    a, b = table[before_tp], table[after_tp]
-    if b < a:
-        return (
-            f"TP {before_tp} -> {after_tp} splits {m.name}'s {m.num_kv_heads} KV heads {a} -> {b} per GPU: each GPU "
-            f"stores {a // b}x less KV per token and holds 1/{after_tp} of the weights"
-        )
-    return (
-        f"TP {before_tp} -> {after_tp} leaves {b} KV head per GPU: {m.name} has only {m.num_kv_heads}, so each is "
-        f"copied on {after_tp // m.num_kv_heads} GPUs and each GPU's KV per token stays the same; the gain is the "
-        "weight memory freed for the pool"
-    )

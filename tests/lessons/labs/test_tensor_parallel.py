@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 
 from engine.memory.catalog import MODELS
-from engine.memory.footprint import NON_TORCH_BYTES
+from engine.memory.footprint import NCCL_EXTRA_BYTES, NON_TORCH_BYTES, non_torch_bytes, serving_footprint
+from engine.memory.parallel import check_tensor_parallel, kv_head_replicas, kv_heads_per_gpu
 from engine.memory.units import GiB
 from lessons import content
+from lessons.diagnosis import get_scenario, grade
+from lessons.diagnosis.grading import tp_kv_note
 from lessons.labs import tensor_parallel as lab
 
 
@@ -36,13 +39,13 @@ def test_llama_3_70b_stops_thinning_its_kv_at_8_gpus():
 
 
 def test_nccl_buffers_are_charged_per_gpu_from_tp_2():
-    assert lab.non_torch_bytes(1) == NON_TORCH_BYTES
-    assert lab.non_torch_bytes(2) == lab.non_torch_bytes(16) == NON_TORCH_BYTES + int(1.79 * GiB)
+    assert non_torch_bytes(1) == NON_TORCH_BYTES
+    assert non_torch_bytes(2) == non_torch_bytes(16) == NON_TORCH_BYTES + int(1.79 * GiB)
     table = lab.tp_table("llama-3-8b", "h100-sxm")
     one, two = table.at(1), table.at(2)
     assert (one.non_torch_bytes_per_gpu, two.non_torch_bytes_per_gpu) == (
-        lab.non_torch_bytes(1),
-        lab.non_torch_bytes(2),
+        non_torch_bytes(1),
+        non_torch_bytes(2),
     )
 
 
@@ -56,28 +59,41 @@ def test_nccl_buffers_are_charged_per_gpu_from_tp_2():
 )
 def test_tp_sizes_vllm_refuses_are_named(model, tp, words):
     with pytest.raises(ValueError, match=words):
-        lab.check_tp(MODELS[model], tp)
+        check_tensor_parallel(MODELS[model], tp)
 
 
 def test_kv_heads_must_split_or_replicate_evenly():
     spec = MODELS["llama-3-8b"].with_kv_heads(4)  # 32 query heads, 4 KV heads
-    lab.check_tp(spec, 2)
-    lab.check_tp(spec, 8)  # each KV head copied twice
+    check_tensor_parallel(spec, 2)
+    check_tensor_parallel(spec, 8)  # each KV head copied twice
     with pytest.raises(ValueError, match="neither divides them nor is a multiple"):
-        lab.check_tp(MODELS["qwen2.5-7b"], 7)  # 28 query heads split 7 ways, but 4 KV heads cannot be
+        check_tensor_parallel(MODELS["qwen2.5-7b"], 7)  # 28 query heads split 7 ways, but 4 KV heads cannot be
     with pytest.raises(ValueError, match="neither divides them nor is a multiple"):
-        lab.check_tp(MODELS["llama-2-13b"].with_kv_heads(8), 20)  # 40 query heads; 20 GPUs, 8 KV heads
+        check_tensor_parallel(MODELS["llama-2-13b"].with_kv_heads(8), 20)  # 40 query heads; 20 GPUs, 8 KV heads
     refused = dict(lab.tp_table("qwen2.5-0.5b", "l4").refused)
     assert sorted(refused) == [4, 8, 16] and "pick a divisor of 14" in refused[4]
 
 
-def test_the_fix_note_says_when_wider_tp_stops_thinning_kv():
-    assert "8 KV heads 2 -> 1 per GPU" in lab.tp_fix_note("llama-3-70b", 4, 8)
-    assert "2x less KV per token" in lab.tp_fix_note("llama-3-70b", 4, 8)
-    same = lab.tp_fix_note("llama-3-70b", 8, 16)
-    assert "copied on 2 GPUs" in same and "stays the same" in same
+def test_the_graders_tp_note_says_when_wider_tp_stops_thinning_kv():
+    m = MODELS["llama-3-70b"]
+    assert "8 KV heads split 2 -> 1 per GPU, so each GPU stores 2x less KV per token" in tp_kv_note(m, 4, 8)
+    same = tp_kv_note(m, 8, 16)
+    assert "each head copied on 2 GPUs" in same and "stays the same" in same
     with pytest.raises(ValueError, match="query heads"):
-        lab.tp_fix_note("qwen2.5-0.5b", 1, 4)
+        tp_kv_note(MODELS["qwen2.5-0.5b"], 1, 4)
+    assert (kv_heads_per_gpu(m, 16), kv_head_replicas(m, 16), kv_head_replicas(m, 4)) == (1, 2, 1)
+    # the grader puts it beside the hardware cost of a TP fix
+    graded = grade(get_scenario("chat-oom"), [], {"tensor_parallel_size": 2})
+    (cost,) = [c for c in graded.costs if "GPUs instead of" in c]
+    assert "NCCL buffers on every GPU" in cost and "8 KV heads split 8 -> 4 per GPU" in cost
+
+
+def test_the_calculator_charges_nccl_from_tp_2_unless_told_otherwise():
+    one = serving_footprint("llama-3-8b", "h100-sxm", tensor_parallel=1)
+    two = serving_footprint("llama-3-8b", "h100-sxm", tensor_parallel=2)
+    assert one.overhead_bytes == NON_TORCH_BYTES and two.overhead_bytes == NON_TORCH_BYTES + NCCL_EXTRA_BYTES
+    pinned = serving_footprint("llama-3-8b", "h100-sxm", tensor_parallel=2, overhead_bytes=NON_TORCH_BYTES)
+    assert pinned.kv_budget_bytes - two.kv_budget_bytes == NCCL_EXTRA_BYTES
 
 
 def test_the_section_prose_cites_its_sources():
