@@ -17,6 +17,7 @@ from ui.page import (
     show_table,
     sources,
 )
+from ui.tensor_parallel import tensor_parallel_section
 
 PAGE = "gqa"
 
@@ -151,6 +152,7 @@ show_chart(
 )
 
 kv_precision_section(PAGE)
+tensor_parallel_section(PAGE)
 
 sources(PAGE)
 lesson_check(PAGE)
