@@ -136,6 +136,12 @@ else:
     m3.metric("Scheduler steps", f"{len(run.traces):,}")
     m4.metric("Preemptions", f"{run.num_preemptions}")
     m5.metric("Peak KV usage", f"{run.peak_kv_usage:.0%}")
+    if run.prefix_cache_queries:
+        st.caption(
+            f"Prefix cache: {run.prefix_cache_hits:,} of {run.prefix_cache_queries:,} prompt tokens looked up were "
+            f"found in full cached blocks, a hit rate of {run.prefix_cache_hit_rate:.0%} "
+            "(vllm:prefix_cache_hits / vllm:prefix_cache_queries, in tokens)."
+        )
     show_table(lab.output_rows(run), "playground-outputs", "pg_outputs", "outputs")
 
     st.subheader("Step through the scheduler")

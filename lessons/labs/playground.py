@@ -267,6 +267,13 @@ class PlaygroundRun:
     wall_s: float
     block_size: int
     num_blocks: int
+    prefix_cache_queries: int = 0  # prompt tokens this run's admissions looked up in the prefix cache
+    prefix_cache_hits: int = 0  # ... and found there (vLLM's vllm:prefix_cache_queries / _hits, in tokens)
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """Hits over queries in tokens, as vLLM's dashboards compute it (0 when nothing was looked up)."""
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
     @property
     def generated_tokens(self) -> int:
@@ -343,6 +350,8 @@ def generate(
     """
     abort_all(llm)
     traces: list[StepTrace] = []
+    bm = llm.block_manager
+    queries, hits = bm.prefix_cache_queries, bm.prefix_cache_hits
     start = time.perf_counter()
     generated = 0
 
@@ -371,7 +380,15 @@ def generate(
         abort_all(llm, also=seen)
         raise
     wall = time.perf_counter() - start
-    return PlaygroundRun(outputs, traces, wall, llm.block_size, llm.num_gpu_blocks)
+    return PlaygroundRun(
+        outputs,
+        traces,
+        wall,
+        llm.block_size,
+        llm.num_gpu_blocks,
+        bm.prefix_cache_queries - queries,
+        bm.prefix_cache_hits - hits,
+    )
 
 
 def _name(request_id: int, first_id: int) -> str:

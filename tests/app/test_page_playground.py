@@ -147,6 +147,22 @@ def test_knobs_at_extremes(at, tiny):
     assert not at.exception
 
 
+def test_the_prefix_cache_hit_rate_of_a_repeated_prompt(at, tiny):
+    at.radio(key="pg_source").set_value("folder")
+    at.text_input(key="pg_path").set_value(tiny)
+    at.text_area(key="pg_prompts").set_value("def add(a, b): return a + b")
+    at.select_slider(key="pg_block").set_value(4)
+    at.slider(key="pg_blocks").set_value(64)
+    at.toggle(key="pg_prefix").set_value(True)
+    generate(at)
+    generate(at)  # the same engine and prompt: its full blocks are in the prefix cache now
+    run = at.session_state["pg_run"]
+    assert not at.error and run.prefix_cache_hits > 0
+    (line,) = [c.value for c in at.caption if c.value.startswith("Prefix cache:")]
+    assert f"{run.prefix_cache_hits:,} of {run.prefix_cache_queries:,} prompt tokens" in line
+    assert f"hit rate of {run.prefix_cache_hit_rate:.0%}" in line
+
+
 def test_folders_switched_off_by_the_operator(app_test, monkeypatch, tiny):
     monkeypatch.setenv(lab.MODEL_DIRS_ENV, "")
     app = app_test("playground", timeout=120)

@@ -331,3 +331,19 @@ def test_a_prompt_longer_than_the_pool_is_named_in_the_page_words(tiny):
     ):
         lab.generate(llm, prompts, lab.sampling_params(2, 0.0, 1.0, 0, 0))
     assert not llm.has_unfinished_requests() and llm.block_manager.num_free_blocks == 4
+
+
+def test_a_run_reports_its_own_prefix_cache_hits_in_tokens(tiny):
+    loaded = lab.load(tiny, "cpu", policy_for(Path(tiny).parent))
+    llm = lab.new_engine(loaded, tiny, lab.EngineSettings(block_size=4, num_blocks=64, enable_prefix_caching=True))
+    params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    first = lab.generate(llm, ["def add(a, b): return a + b"], params)
+    assert first.prefix_cache_hits == 0 and first.prefix_cache_queries == len(first.outputs[0].prompt_token_ids)
+    again = lab.generate(llm, ["def add(a, b): return a + b"], params)  # the same engine: its blocks are cached
+    n = len(again.outputs[0].prompt_token_ids)
+    # only full blocks hit, and never the block holding the last prompt token (it must be computed)
+    assert again.prefix_cache_queries == n and again.prefix_cache_hits == again.outputs[0].num_cached_tokens
+    assert 0 < again.prefix_cache_hits <= 4 * ((n - 1) // 4)
+    assert again.prefix_cache_hit_rate == again.prefix_cache_hits / n
+    off = lab.new_engine(loaded, tiny, lab.EngineSettings(block_size=4, num_blocks=64))
+    assert lab.generate(off, ["def add(a, b): return a + b"], params).prefix_cache_queries == 0  # caching off
