@@ -304,13 +304,14 @@ class LinkedView:
         link = links.link(self.spec, self.values())
         with self._top.expander("Copy link to this view", icon=":material/link:"):
             st.caption("Add this to the app's address (for example `https://kvlab.example.org/`):")
-            st.code(link, language=None)
+            st.code(link, language=None, wrap_lines=True)  # no sideways scrolling a keyboard cannot reach
             st.caption("To embed this view in a course page (`embed=true`: no Streamlit toolbar or footer):")
             embed = links.link(self.spec, self.values(), embed="true")
             st.code(
                 f'<iframe src="https://kvlab.example.org/{embed}" width="100%" height="900" '
                 'style="border:0" title="KV Lab"></iframe>',
                 language=None,  # Streamlit's syntax colours are under 4.5:1 on the code background
+                wrap_lines=True,
             )
         return link
 
