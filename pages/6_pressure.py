@@ -111,6 +111,7 @@ if run is not None:
         [s.row() for s in run.steps],
         f"pressure-steps-{rate:g}-{num_blocks}",
         "pr_steps",
+        summary=run.chart_summary(),
     )
     with st.expander("Every request: TTFT, TPOT and preemptions", expanded=False):
         show_table([r.row() for r in run.requests], f"pressure-requests-{rate:g}-{num_blocks}", "pr_reqs", "requests")
@@ -127,6 +128,7 @@ if run is not None:
         rows,
         f"pressure-traffic-{num_blocks}-{prompt_len}",
         "pr_sweep",
+        summary=sweep.summary(),
     )
 
 st.subheader("Two limits: the KV pool or max_num_seqs")
@@ -147,6 +149,7 @@ show_chart(
     budgets.rows(),
     f"pressure-budget-{prompt_len}-{max_num_seqs}",
     "pr_budget",
+    summary=budgets.summary(),
 )
 st.markdown(
     f"With a budget of **{small.traffic.budget}** tokens no step carrying a decode computed more than "
@@ -177,6 +180,7 @@ show_chart(
     sim.rows(),
     f"pressure-gpu-{gpu}",
     "pr_gpu",
+    summary=sim.summary(),
 )
 
 st.subheader("Read your server's /metrics")

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ui.charts import DASHES, PALETTE, PATTERNS, layout
+from ui.charts import DASHES, MARKS, OUTLINE, PATTERNS, layout
 
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
 
@@ -21,7 +21,7 @@ def _line(fig: go.Figure, i: int, name: str, x: Sequence[float], y: Sequence[flo
         x=list(x),
         y=list(y),
         mode="lines+markers" if len(x) <= 60 else "lines",
-        line={"color": PALETTE[i % len(PALETTE)], "dash": DASHES[i % len(DASHES)], "width": 2},
+        line={"color": MARKS[i % len(MARKS)], "dash": DASHES[i % len(DASHES)], "width": 2},
         marker={"symbol": SYMBOLS[i % len(SYMBOLS)], "size": 7},
         **kw,
     )
@@ -53,7 +53,7 @@ def traffic_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
         y=[r["preemptions"] for r in rows],
         text=[str(r["preemptions"]) for r in rows],
         textposition="outside",
-        marker={"color": PALETTE[3], "pattern": {"shape": PATTERNS[1]}},
+        marker={"color": MARKS[3], "pattern": {"shape": PATTERNS[1]}, "line": OUTLINE},
         secondary_y=False,
     )
     for i, q in enumerate(("p50", "p95")):
@@ -87,7 +87,7 @@ def gpu_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
         y=[r["preemptions"] for r in rows],
         text=[str(r["preemptions"]) for r in rows],
         textposition="outside",
-        marker={"color": PALETTE[3], "pattern": {"shape": PATTERNS[1]}},
+        marker={"color": MARKS[3], "pattern": {"shape": PATTERNS[1]}, "line": OUTLINE},
         secondary_y=False,
     )
     _line(fig, 0, "p95 queue time, s (simulated)", x, [r["p95 queue time s"] for r in rows], secondary_y=True)

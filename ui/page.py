@@ -200,7 +200,7 @@ def show_chart(
     name: str,
     key: str,
     *,
-    summary: str | None = None,
+    summary: str,
 ) -> None:
     """A plotly figure with its one-sentence summary, caption, a data-table alternative and downloads.
 
@@ -208,11 +208,10 @@ def show_chart(
     about; the labs compute it). Screen readers get it twice: in the chart's accessible name (`alt`, after
     its title) and as the text under it; the table under it holds every number the chart draws. Every
     course chart passes one (tests/ui/test_chart_summaries.py)."""
-    if summary is not None and not summary.strip():
-        raise ValueError(f"chart {key!r}: give a one-sentence summary of what it shows, or None")
+    if not summary.strip():
+        raise ValueError(f"chart {key!r}: give a one-sentence summary of what it shows")
     st.plotly_chart(fig, key=f"{key}_chart", config=CHART_CONFIG, alt=chart_alt(fig, summary))
-    if summary:
-        st.markdown(f"**{SUMMARY_LEAD}** {summary}")
+    st.markdown(f"**{SUMMARY_LEAD}** {summary}")
     st.caption(caption)
     with st.expander("Data behind this chart (table)", expanded=False):
         st.dataframe(list(rows), hide_index=True, key=f"{key}_data")

@@ -296,6 +296,14 @@ class PressureRun:
         held = [(n, limit) for limit, n in self.limit_steps if n]
         return max(held)[1] if held else "neither"
 
+    def chart_summary(self) -> str:
+        """The dashboard chart in one sentence: its peak usage, its preemptions and the limit that binds."""
+        return (
+            f"KV-cache usage peaks at {self.peak_kv_usage:.0%} of {self.traffic.num_blocks} blocks, the scheduler "
+            f"preempts {self.preemptions} time{'s' * (self.preemptions != 1)}, at most {self.peak_running} requests "
+            f"run and {self.peak_waiting} wait; the limit that binds: {self.binding}."
+        )
+
     def binding_sentence(self) -> str:
         """How an operator tells which limit binds, in this run's numbers."""
         t = self.traffic
@@ -479,6 +487,15 @@ class RateSweep:
     def preemptions(self) -> list[int]:
         return [r.preemptions for r in self.runs]
 
+    def summary(self) -> str:
+        """The traffic chart in one sentence: preemptions and TTFT p95 at the lightest and the heaviest traffic."""
+        lo, hi = self.runs[0], self.runs[-1]
+        return (
+            f"At {lo.traffic.rate:g} new requests per step the engine preempts {lo.preemptions} times (TTFT p95 "
+            f"{lo.ttft_steps(95):g} steps); at {hi.traffic.rate:g} it preempts {hi.preemptions} times (TTFT p95 "
+            f"{hi.ttft_steps(95):g} steps)."
+        )
+
 
 def rate_settings(traffic: Traffic) -> tuple[Traffic, ...]:
     """The "traffic grows" runs: `traffic` at each of SWEEP_RATES."""
@@ -503,6 +520,15 @@ class BudgetSweep:
     @property
     def smallest(self) -> PressureRun:
         return self.runs[0]
+
+    def summary(self) -> str:
+        """The budget chart in one sentence: first tokens against the longest step a decode waited for."""
+        a, b = self.smallest, self.largest
+        return (
+            f"A budget of {a.traffic.budget} tokens gives a median first token after {a.ttft_ms(50):.0f} ms and "
+            f"steps of at most {a.max_step_tokens} tokens ({a.stall_ms:.0f} ms); {b.traffic.budget} gives "
+            f"{b.ttft_ms(50):.0f} ms and a {b.max_step_tokens}-token step ({b.stall_ms:.0f} ms)."
+        )
 
     @property
     def largest(self) -> PressureRun:
@@ -572,6 +598,21 @@ class GpuSweep:
 
     def rows(self) -> list[dict[str, float | int]]:
         return [p.row() for p in self.points]
+
+    def summary(self) -> str:
+        """The simulated chart in one sentence: the first rate that preempts, and the heaviest rate's count."""
+        first = next((p for p in self.points if p.preemptions), None)
+        last = self.points[-1]
+        if first is None:
+            return (
+                f"Simulated: {self.model_name} on {self.gpu_name} preempts nothing up to {last.rate:g} requests/s "
+                f"(peak KV usage {last.peak_kv_usage:.0%})."
+            )
+        return (
+            f"Simulated: {self.model_name} on {self.gpu_name} first preempts at {first.rate:g} requests/s "
+            f"({first.preemptions} times) and {last.preemptions} times at {last.rate:g} requests/s, p95 queue time "
+            f"{last.p95_wait_s:.1f} s."
+        )
 
 
 def gpu_sweep(gpu: str = GPU_DEFAULT) -> GpuSweep:

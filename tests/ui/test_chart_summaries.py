@@ -17,7 +17,7 @@ from tests.app.conftest import make_app_test
 from ui import charts_memory
 from ui.page import SUMMARY_LEAD, chart_alt
 
-CHART_PAGES = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "diagnosis", "playground")
+CHART_PAGES = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "pressure", "diagnosis", "playground")
 LEAD = f"**{SUMMARY_LEAD}** "
 
 
