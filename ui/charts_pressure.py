@@ -15,6 +15,12 @@ from ui.charts import DASHES, MARKS, OUTLINE, PATTERNS, layout
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
 
 
+def _count_axis(counts: Sequence[int]) -> dict[str, object]:
+    """A y-axis for a count: whole-number ticks from 0, about five of them (never 0.5 preemptions)."""
+    top = max(counts, default=0)
+    return {"rangemode": "tozero", "tick0": 0, "dtick": max(1, -(-top // 5)), "tickformat": "d"}
+
+
 def _line(fig: go.Figure, i: int, name: str, x: Sequence[float], y: Sequence[float], **kw: object) -> None:
     fig.add_scatter(
         name=name,
@@ -40,7 +46,8 @@ def dashboard(rows: Sequence[Mapping[str, float]], metrics: Mapping[str, str], t
     fig.update_yaxes(title_text="KV usage %", range=[0, 105], row=1, col=1)
     fig.update_yaxes(title_text="requests / count", rangemode="tozero", row=2, col=1)
     fig.update_xaxes(title_text="engine step", row=2, col=1)
-    return layout(fig, title, height=520)
+    # four long legend names wrap to two rows: give them room under the title instead of over it
+    return layout(fig, title, height=560).update_layout(margin={"t": 120}, title={"y": 0.98, "yanchor": "top"})
 
 
 def traffic_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
@@ -58,7 +65,7 @@ def traffic_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
     )
     for i, q in enumerate(("p50", "p95")):
         _line(fig, i, f"TTFT {q} (steps)", x, [r[f"TTFT {q} steps"] for r in rows], secondary_y=True)
-    fig.update_yaxes(title_text="preemptions", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text="preemptions", secondary_y=False, **_count_axis([r["preemptions"] for r in rows]))
     fig.update_yaxes(title_text="TTFT (engine steps)", rangemode="tozero", tickformat=".0f", secondary_y=True)
     fig.update_xaxes(title_text="new requests per engine step", type="category")
     return layout(fig, title, height=420)
@@ -92,7 +99,7 @@ def gpu_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
     )
     _line(fig, 0, "p95 queue time, s (simulated)", x, [r["p95 queue time s"] for r in rows], secondary_y=True)
     _line(fig, 2, "peak KV usage % (simulated)", x, [r["peak KV usage %"] for r in rows], secondary_y=True)
-    fig.update_yaxes(title_text="preemptions", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text="preemptions", secondary_y=False, **_count_axis([r["preemptions"] for r in rows]))
     fig.update_yaxes(title_text="seconds / %", rangemode="tozero", tickformat=".0f", secondary_y=True)
     fig.update_xaxes(title_text="requests per second", type="category")
     return layout(fig, title, height=420)

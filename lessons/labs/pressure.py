@@ -106,6 +106,11 @@ def gpu_choices() -> tuple[str, ...]:
 GPU_CHOICES: tuple[str, ...] = tuple(g for g in gpu_choices() if g != "cpu")  # the simulated part's select box
 
 
+def count_times(n: int) -> str:
+    """'1 time', '2 times': a count of preemptions in words."""
+    return f"{n} time{'s' * (n != 1)}"
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The nearest-rank q-th percentile (q in 0 … 100) of values; 0.0 for none."""
     if not values:
@@ -300,7 +305,7 @@ class PressureRun:
         """The dashboard chart in one sentence: its peak usage, its preemptions and the limit that binds."""
         return (
             f"KV-cache usage peaks at {self.peak_kv_usage:.0%} of {self.traffic.num_blocks} blocks, the scheduler "
-            f"preempts {self.preemptions} time{'s' * (self.preemptions != 1)}, at most {self.peak_running} requests "
+            f"preempts {count_times(self.preemptions)}, at most {self.peak_running} requests "
             f"run and {self.peak_waiting} wait; the limit that binds: {self.binding}."
         )
 
@@ -491,8 +496,8 @@ class RateSweep:
         """The traffic chart in one sentence: preemptions and TTFT p95 at the lightest and the heaviest traffic."""
         lo, hi = self.runs[0], self.runs[-1]
         return (
-            f"At {lo.traffic.rate:g} new requests per step the engine preempts {lo.preemptions} times (TTFT p95 "
-            f"{lo.ttft_steps(95):g} steps); at {hi.traffic.rate:g} it preempts {hi.preemptions} times (TTFT p95 "
+            f"At {lo.traffic.rate:g} new requests per step the engine preempts {count_times(lo.preemptions)} (TTFT p95 "
+            f"{lo.ttft_steps(95):g} steps); at {hi.traffic.rate:g} it preempts {count_times(hi.preemptions)} (TTFT p95 "
             f"{hi.ttft_steps(95):g} steps)."
         )
 
@@ -610,8 +615,8 @@ class GpuSweep:
             )
         return (
             f"Simulated: {self.model_name} on {self.gpu_name} first preempts at {first.rate:g} requests/s "
-            f"({first.preemptions} times) and {last.preemptions} times at {last.rate:g} requests/s, p95 queue time "
-            f"{last.p95_wait_s:.1f} s."
+            f"({count_times(first.preemptions)}) and {count_times(last.preemptions)} at {last.rate:g} requests/s, "
+            f"p95 queue time {last.p95_wait_s:.1f} s."
         )
 
 

@@ -172,18 +172,22 @@ def test_claims_hold_at_the_defaults():
 def test_chart_summaries_say_the_numbers_the_charts_draw(loaded, default_run):
     said = default_run.chart_summary()
     assert f"peaks at {default_run.peak_kv_usage:.0%} of {lab.Traffic().num_blocks} blocks" in said
-    assert f"preempts {default_run.preemptions} times" in said and f"binds: {default_run.binding}." in said
+    assert f"preempts {lab.count_times(default_run.preemptions)}," in said and f"binds: {default_run.binding}." in said
+    assert (lab.count_times(1), lab.count_times(0), lab.count_times(3)) == ("1 time", "0 times", "3 times")
     sweep = lab.rate_sweep(lab.Traffic(), loaded)
     lo, hi = sweep.runs[0], sweep.runs[-1]
-    assert f"At {lo.traffic.rate:g} new requests per step the engine preempts {lo.preemptions} times" in sweep.summary()
-    assert f"at {hi.traffic.rate:g} it preempts {hi.preemptions} times" in sweep.summary()
+    assert (
+        f"At {lo.traffic.rate:g} new requests per step the engine preempts {lab.count_times(lo.preemptions)}"
+        in sweep.summary()
+    )
+    assert f"at {hi.traffic.rate:g} it preempts {lab.count_times(hi.preemptions)}" in sweep.summary()
     budgets = lab.budget_sweep(lab.Traffic(), loaded)
     a, b = budgets.smallest, budgets.largest
     assert f"A budget of {a.traffic.budget} tokens" in budgets.summary()
     assert f"a {b.max_step_tokens}-token step" in budgets.summary()
     small, big = lab.gpu_sweep("a100-40gb"), lab.gpu_sweep("a100-80gb")
     first = next(p for p in small.points if p.preemptions)
-    assert f"first preempts at {first.rate:g} requests/s ({first.preemptions} times)" in small.summary()
+    assert f"first preempts at {first.rate:g} requests/s ({lab.count_times(first.preemptions)})" in small.summary()
     assert big.summary().startswith("Simulated: ") and big.summary().endswith(".")
     if not any(p.preemptions for p in big.points):
         assert "preempts nothing up to" in big.summary()
