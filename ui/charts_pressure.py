@@ -21,6 +21,21 @@ def _count_axis(counts: Sequence[int]) -> dict[str, object]:
     return {"rangemode": "tozero", "tick0": 0, "dtick": max(1, -(-top // 5)), "tickformat": "d"}
 
 
+def _preemption_bars(x: Sequence[str], counts: Sequence[int], name: str) -> go.Figure:
+    """A figure with a right axis and hatched, labelled preemption bars on the left one (whole-number ticks)."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_bar(
+        name=name,
+        x=list(x),
+        y=list(counts),
+        text=[str(n) for n in counts],
+        textposition="outside",
+        marker={"color": MARKS[3], "pattern": {"shape": PATTERNS[1]}, "line": OUTLINE},
+        secondary_y=False,
+    )
+    return fig.update_yaxes(title_text="preemptions", secondary_y=False, **_count_axis(counts))
+
+
 def _line(fig: go.Figure, i: int, name: str, x: Sequence[float], y: Sequence[float], **kw: object) -> None:
     fig.add_scatter(
         name=name,
@@ -53,19 +68,9 @@ def dashboard(rows: Sequence[Mapping[str, float]], metrics: Mapping[str, str], t
 def traffic_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
     """Preemptions (bars, left axis) and TTFT p50 / p95 in steps (lines, right axis) per arrival rate."""
     x = [str(r["requests per step"]) for r in rows]
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_bar(
-        name="preemptions (vllm:num_preemptions_total)",
-        x=x,
-        y=[r["preemptions"] for r in rows],
-        text=[str(r["preemptions"]) for r in rows],
-        textposition="outside",
-        marker={"color": MARKS[3], "pattern": {"shape": PATTERNS[1]}, "line": OUTLINE},
-        secondary_y=False,
-    )
+    fig = _preemption_bars(x, [r["preemptions"] for r in rows], "preemptions (vllm:num_preemptions_total)")
     for i, q in enumerate(("p50", "p95")):
         _line(fig, i, f"TTFT {q} (steps)", x, [r[f"TTFT {q} steps"] for r in rows], secondary_y=True)
-    fig.update_yaxes(title_text="preemptions", secondary_y=False, **_count_axis([r["preemptions"] for r in rows]))
     fig.update_yaxes(title_text="TTFT (engine steps)", rangemode="tozero", tickformat=".0f", secondary_y=True)
     fig.update_xaxes(title_text="new requests per engine step", type="category")
     return layout(fig, title, height=420)
@@ -87,19 +92,9 @@ def budget_trade(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
 def gpu_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
     """The simulator per request rate: preemptions (bars) and p95 queue time (line, right axis)."""
     x = [str(r["requests/s"]) for r in rows]
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_bar(
-        name="preemptions (simulated)",
-        x=x,
-        y=[r["preemptions"] for r in rows],
-        text=[str(r["preemptions"]) for r in rows],
-        textposition="outside",
-        marker={"color": MARKS[3], "pattern": {"shape": PATTERNS[1]}, "line": OUTLINE},
-        secondary_y=False,
-    )
+    fig = _preemption_bars(x, [r["preemptions"] for r in rows], "preemptions (simulated)")
     _line(fig, 0, "p95 queue time, s (simulated)", x, [r["p95 queue time s"] for r in rows], secondary_y=True)
     _line(fig, 2, "peak KV usage % (simulated)", x, [r["peak KV usage %"] for r in rows], secondary_y=True)
-    fig.update_yaxes(title_text="preemptions", secondary_y=False, **_count_axis([r["preemptions"] for r in rows]))
     fig.update_yaxes(title_text="seconds / %", rangemode="tozero", tickformat=".0f", secondary_y=True)
     fig.update_xaxes(title_text="requests per second", type="category")
     return layout(fig, title, height=420)
