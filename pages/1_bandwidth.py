@@ -6,6 +6,7 @@ from lessons.labs import bandwidth as lab
 from lessons.labs import choices
 from ui import charts, charts_bandwidth
 from ui.page import (
+    figure,
     lesson_check,
     linked_view,
     page_header,
@@ -91,7 +92,7 @@ st.markdown(result.verdict())
 
 g = result.gpu
 show_chart(
-    charts_bandwidth.roofline(g.bf16_flops, g.bandwidth_bytes_per_s, result.points(), f"Roofline of {g.name}"),
+    figure(charts_bandwidth.roofline, g.bf16_flops, g.bandwidth_bytes_per_s, result.points(), f"Roofline of {g.name}"),
     f"Roofline of {g.name} ({result.bandwidth_tb_per_s:,.2f} TB/s, {result.peak_tflops:,.0f} TFLOP/s bf16; "
     f"source: {g.source}). Points left of the dotted ridge line are bandwidth-bound.",
     result.summary_rows(),
@@ -101,7 +102,8 @@ show_chart(
 )
 per_op = result.bytes_per_op()
 show_chart(
-    charts.bar(
+    figure(
+        charts.bar,
         [o.op for o in per_op],
         [o.mb_per_token for o in per_op],
         "Bytes moved per generated token",
@@ -118,8 +120,11 @@ prose(PAGE, "Batching")
 sweep = _sweep(model, gpu, int(context), dtype)
 big = sweep.largest
 show_chart(
-    charts_bandwidth.batch_sweep(
-        sweep.rows(), fit.max_batch, f"Decode throughput as the batch grows ({int(context):,} tokens)"
+    figure(
+        charts_bandwidth.batch_sweep,
+        sweep.rows(),
+        fit.max_batch,
+        f"Decode throughput as the batch grows ({int(context):,} tokens)",
     ),
     f"Throughput rises while the batch shares the weight reads, then levels off: attention reads every sequence's "
     f"KV cache each step, and its intensity stays at {sweep.attention_intensity:,.1f} FLOP/byte "

@@ -8,6 +8,7 @@ from ui import charts_attention
 from ui.kv_precision import kv_precision_section
 from ui.page import (
     backend_info,
+    figure,
     lesson_check,
     linked_view,
     page_header,
@@ -77,7 +78,8 @@ if fp.beyond_training:
 
 table = lab.kv_by_groups(model, kv_dtype, int(context), int(users))
 show_chart(
-    charts_attention.kv_by_groups(
+    figure(
+        charts_attention.kv_by_groups,
         table.groups,
         table.total_gib,
         groups,
@@ -95,7 +97,7 @@ show_chart(
 st.subheader("Who reads which KV head")
 prose(PAGE, "Head sharing")
 show_chart(
-    charts_attention.head_sharing(shape.num_heads, groups),
+    figure(charts_attention.head_sharing, shape.num_heads, groups),
     f"Each of the {shape.num_heads} query heads (top) reads one of {groups} cached KV heads (bottom); "
     f"{shape.heads_per_group(groups)} query heads share each KV head (same line colour and dash).",
     lab.head_sharing_rows(shape.num_heads, groups),
@@ -136,7 +138,8 @@ view.publish()
 with st.spinner("Running memory_efficient_attention in [B, M, G, H, K] and MHA with repeated heads …"):
     run = run_or_stop(_run, shape.num_heads, groups, shape.head_dim, seq_len)
 show_chart(
-    charts_attention.gqa_times(
+    figure(
+        charts_attention.gqa_times,
         [f"decode ({lab.DECODE_BATCH} x 1 query over {context_tokens:,})", f"prefill ({seq_len} tokens)"],
         [dec.gqa_ms, run.gqa_ms],
         [dec.mha_ms, run.mha_ms],

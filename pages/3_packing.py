@@ -6,6 +6,7 @@ from lessons.labs import packing as lab
 from ui import charts_attention
 from ui.page import (
     backend_info,
+    figure,
     lesson_check,
     linked_view,
     page_header,
@@ -56,7 +57,7 @@ m2.metric("Padded slots", f"{stats.padded_slots:,}")
 m3.metric("Padding wasted", f"{stats.padding_pct:.0f}%")
 m4.metric("Attention work saved by packing", f"{stats.ideal_speedup:,.2f}×")
 show_chart(
-    charts_attention.padding_vs_packed(stats.real_tokens, stats.padded_slots),
+    figure(charts_attention.padding_vs_packed, stats.real_tokens, stats.padded_slots),
     f"Padding {stats.num_requests} requests to the longest ({stats.longest} tokens) needs {stats.padded_slots:,} "
     f"slots for {stats.real_tokens:,} real tokens; packing stores exactly the real tokens (hatched = padding).",
     stats.rows(),
@@ -72,7 +73,7 @@ title = f"{'Causal b' if causal else 'B'}lock-diagonal mask over {mask.total_tok
 if mask.cut:
     title += f" (first {mask.drawn} tokens drawn)"
 show_chart(
-    charts_attention.mask_heatmap(mask.cells, lengths, title),
+    figure(charts_attention.mask_heatmap, mask.cells, lengths, title),
     "Dark cells (■ on small masks) mark the keys (columns) each query (rows) may attend to; white cells are "
     "masked; dashed lines separate requests. "
     "Everything outside a request's own block is masked, so packing changes no result. "
@@ -108,7 +109,8 @@ with st.spinner("Timing packed vs padded as the padding grows …"):
     sweep = run_or_stop(_sweep, causal)
 cross = sweep.crossover_pct
 show_chart(
-    charts_attention.packing_sweep(
+    figure(
+        charts_attention.packing_sweep,
         sweep.padding_pct,
         sweep.packed_ms,
         sweep.padded_ms,

@@ -7,7 +7,7 @@ import streamlit as st
 from lessons.labs import choices
 from lessons.labs import fragmentation as lab
 from ui import charts, charts_memory
-from ui.page import lesson_check, linked_view, page_header, prose, run_or_stop, show_chart, show_table, sources
+from ui.page import figure, lesson_check, linked_view, page_header, prose, run_or_stop, show_chart, show_table, sources
 
 PAGE = "fragmentation"
 
@@ -103,7 +103,7 @@ show_chart(
 prose(PAGE, "What it costs")
 waste_rows = rep.waste_rows()
 show_chart(
-    charts_memory.waste_by_policy(waste_rows, "Where held KV memory goes: three static policies vs paged"),
+    figure(charts_memory.waste_by_policy, waste_rows, "Where held KV memory goes: three static policies vs paged"),
     "One bar per server, the same trace and the same KV bytes: stored tokens (solid), reserved slots for tokens "
     "still to come (/), internal fragmentation (x) and external fragmentation (.), as step-averaged shares of the "
     "slots held while requests run. The table adds the paper's Fig. 2 share for each policy.",

@@ -11,7 +11,7 @@ from lessons.labs import choices
 from lessons.labs import pressure as lab
 from ui import charts_pressure
 from ui.inert import prose_md
-from ui.page import lesson_check, linked_view, page_header, prose, show_chart, show_error, show_table, sources
+from ui.page import figure, lesson_check, linked_view, page_header, prose, show_chart, show_error, show_table, sources
 
 PAGE = "pressure"
 PASTE_CHARS = 300_000  # a real scrape is tens of KB; the reader itself refuses more than MAX_SCRAPE_BYTES
@@ -122,7 +122,7 @@ if run is not None:
         sweep = lab.RateSweep(tuple(_of(t) for t in lab.rate_settings(traffic)))
     rows = sweep.rows()
     show_chart(
-        charts_pressure.traffic_sweep(rows, f"Preemptions and TTFT as traffic grows ({num_blocks} KV blocks)"),
+        figure(charts_pressure.traffic_sweep, rows, f"Preemptions and TTFT as traffic grows ({num_blocks} KV blocks)"),
         "One run of the real engine per traffic level, the other settings as above: preemptions (hatched bars, "
         "left axis) and TTFT p50 (solid) and p95 (dashed) in engine steps (right axis).",
         rows,
@@ -141,7 +141,9 @@ with st.spinner("Running the burst at each token budget …"):
     budgets = lab.BudgetSweep(tuple(_of(t, burst=True) for t in settings))
 small, large = budgets.smallest, budgets.largest
 show_chart(
-    charts_pressure.budget_trade(budgets.rows(), "The token budget's trade, on a burst of prompts (real engine)"),
+    figure(
+        charts_pressure.budget_trade, budgets.rows(), "The token budget's trade, on a burst of prompts (real engine)"
+    ),
     f"The burst (4 requests decoding, then 8 arriving at once) in a {lab.GROWN_POOL}-block pool with "
     f"{prompt_len}-token prompts and max_num_seqs {max_num_seqs}, once per budget: TTFT p50 (solid), the "
     "gap a decoding request saw between two tokens at the biggest step that carried decodes (dash-dot: that "
@@ -173,7 +175,7 @@ gpu = st.selectbox(
 view.publish()
 sim = _gpu(gpu)
 show_chart(
-    charts_pressure.gpu_sweep(sim.rows(), f"Simulated: {sim.model_name} on {sim.gpu_name}"),
+    figure(charts_pressure.gpu_sweep, sim.rows(), f"Simulated: {sim.model_name} on {sim.gpu_name}"),
     f"The simulator (engine.sim over the engine's BlockManager and preemption rule, roofline step time; not "
     f"measured): {sim.capacity_tokens:,} KV tokens, the same trace at each request rate. Preemptions (hatched "
     "bars), p95 queue time (solid) and peak KV usage (dashed).",

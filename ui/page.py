@@ -34,6 +34,19 @@ from ui.progress import ensure_progress, mark_visited, record_quiz
 T = TypeVar("T")
 
 
+@st.cache_resource(show_spinner=False, max_entries=512)
+def _built_figure(name: str, args: tuple, kwargs: dict, _builder: Callable[..., Any]) -> Any:
+    return _builder(*args, **kwargs)
+
+
+def figure(builder: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``builder(*args, **kwargs)`` (a ui.charts* figure builder: a pure function of its arguments) built once
+    per process for each set of arguments and shared by every learner, read-only: building a plotly figure
+    costs far more than the page's arithmetic. The cache is keyed by the builder's name and its arguments
+    (hashed by value); st.plotly_chart only reads a figure (it serialises a copy)."""
+    return _built_figure(f"{builder.__module__}.{builder.__qualname__}", args, kwargs, builder)
+
+
 @st.cache_resource(show_spinner=False)
 def backend_info() -> dict:
     """kernels.backend.describe() computed once per process (read-only)."""
@@ -148,13 +161,20 @@ def download_rows(rows: Sequence[Mapping[str, Any]], name: str, key: str, label:
     """Two download buttons (CSV and JSON) for a table of rows; `key` must be unique on the page."""
     if not rows:
         return
+    # The files are made when a learner asks for one (Streamlit calls ``data`` on the click), not on every
+    # run: most runs never download, and every chart on every page has both buttons.
+    rows = list(rows)
     c1, c2 = st.columns(2)
     c1.download_button(
-        f"Download {label} (CSV)", rows_to_csv(rows), file_name=f"{name}.csv", mime="text/csv", key=f"{key}_csv"
+        f"Download {label} (CSV)",
+        lambda: rows_to_csv(rows),
+        file_name=f"{name}.csv",
+        mime="text/csv",
+        key=f"{key}_csv",
     )
     c2.download_button(
         f"Download {label} (JSON)",
-        to_json(list(rows)),
+        lambda: to_json(rows),
         file_name=f"{name}.json",
         mime="application/json",
         key=f"{key}_json",
