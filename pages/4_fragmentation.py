@@ -7,7 +7,18 @@ import streamlit as st
 from lessons.labs import choices
 from lessons.labs import fragmentation as lab
 from ui import charts, charts_memory
-from ui.page import figure, lesson_check, linked_view, page_header, prose, run_or_stop, show_chart, show_table, sources
+from ui.page import (
+    figure,
+    frozen_figure,
+    lesson_check,
+    linked_view,
+    page_header,
+    prose,
+    run_or_stop,
+    show_chart,
+    show_table,
+    sources,
+)
 
 PAGE = "fragmentation"
 
@@ -27,7 +38,7 @@ def _area_fig(model: str, gpu: str, max_len: int, dataset: str, num_requests: in
     title = f"KV slots of a static server: {rep.model_name} on {rep.gpu_name}, max_model_len {max_len:,}"
     fig = charts.stacked_area(x, ys, title, "time (s, simulated)", "KV slots (tokens)")
     # five long legend names wrap to three rows: give them room below the title instead of over it
-    return fig.update_layout(margin={"t": 130}, title={"y": 0.98, "yanchor": "top"}, height=460)
+    return frozen_figure(fig.update_layout(margin={"t": 130}, title={"y": 0.98, "yanchor": "top"}, height=460))
 
 
 page_header(PAGE)

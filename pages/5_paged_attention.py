@@ -7,7 +7,17 @@ import streamlit as st
 from lessons.labs import paged as lab
 from lessons.labs import paged_kernel
 from ui import charts_memory
-from ui.page import lesson_check, linked_view, page_header, prose, run_or_stop, show_chart, show_table, sources
+from ui.page import (
+    frozen_figure,
+    lesson_check,
+    linked_view,
+    page_header,
+    prose,
+    run_or_stop,
+    show_chart,
+    show_table,
+    sources,
+)
 
 PAGE = "paged"
 
@@ -38,24 +48,25 @@ def _sharing(block_size: int) -> list[lab.SharingStage]:
 # mutates them after this point). Building a plotly figure costs more than the page's cached calculations.
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _sweep_fig(max_context: int, block_size: int) -> Any:
-    return charts_memory.block_size_sweep(_sweep(max_context).rows(), block_size)
+    return frozen_figure(charts_memory.block_size_sweep(_sweep(max_context).rows(), block_size))
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def _throughput_fig(max_context: int, block_size: int) -> Any:
-    return charts_memory.block_size_throughput(_sweep(max_context).rows(), block_size)
+    return frozen_figure(charts_memory.block_size_throughput(_sweep(max_context).rows(), block_size))
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
 def _tables_fig(block_size: int) -> Any:
     p = _picture(block_size)
-    return charts_memory.block_table_picture(p.tables, p.fills, block_size, f"Block tables ({block_size}-token blocks)")
+    title = f"Block tables ({block_size}-token blocks)"
+    return frozen_figure(charts_memory.block_table_picture(p.tables, p.fills, block_size, title))
 
 
 @st.cache_resource(show_spinner=False, max_entries=128)
 def _pool_fig(block_size: int, stage: int | None, title: str) -> Any:
     p = _picture(block_size) if stage is None else _sharing(block_size)[stage].picture
-    return charts_memory.block_pool_grid(p.blocks, p.block_size, title, columns=8)
+    return frozen_figure(charts_memory.block_pool_grid(p.blocks, p.block_size, title, columns=8))
 
 
 def _pool(picture: lab.PoolPicture, stage: int | None, title: str, name: str, key: str) -> None:

@@ -13,6 +13,7 @@ from ui.inert import prose_md
 from ui.kv_precision import kv_precision_section
 from ui.page import (
     download_rows,
+    frozen_figure,
     lesson_check,
     linked_view,
     page_header,
@@ -35,7 +36,7 @@ def _symptoms(scenario_id: str, variant: int) -> Any:
 @st.cache_resource(show_spinner=False, max_entries=32)  # a figure, shared read-only
 def _memory_fig(scenario_id: str, variant: int) -> Any:
     title = lab.memory_title(lab.scenario_for(scenario_id, variant))
-    return charts_memory.memory_breakdown(_symptoms(scenario_id, variant).memory, title)
+    return frozen_figure(charts_memory.memory_breakdown(_symptoms(scenario_id, variant).memory, title))
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

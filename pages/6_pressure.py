@@ -11,7 +11,18 @@ from lessons.labs import choices
 from lessons.labs import pressure as lab
 from ui import charts_pressure
 from ui.inert import prose_md
-from ui.page import figure, lesson_check, linked_view, page_header, prose, show_chart, show_error, show_table, sources
+from ui.page import (
+    figure,
+    frozen_figure,
+    lesson_check,
+    linked_view,
+    page_header,
+    prose,
+    show_chart,
+    show_error,
+    show_table,
+    sources,
+)
 
 PAGE = "pressure"
 PASTE_CHARS = 300_000  # a real scrape is tens of KB; the reader itself refuses more than MAX_SCRAPE_BYTES
@@ -42,7 +53,7 @@ def _gpu(gpu: str) -> lab.GpuSweep:
 def _dashboard_fig(rate: float, prompt_len: int, num_blocks: int, max_num_seqs: int, budget: int) -> Any:
     run = _run(rate, prompt_len, num_blocks, max_num_seqs, budget, False)
     title = f"One run: {lab.NUM_REQUESTS} requests at {rate:g} per step into {num_blocks} KV blocks (real engine)"
-    return charts_pressure.dashboard([s.row() for s in run.steps], lab.METRICS, title)
+    return frozen_figure(charts_pressure.dashboard([s.row() for s in run.steps], lab.METRICS, title))
 
 
 page_header(PAGE)

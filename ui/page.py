@@ -34,17 +34,48 @@ from ui.progress import ensure_progress, mark_visited, record_quiz
 T = TypeVar("T")
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is built only of str / int / float / bool / None in tuples, lists and dicts: then its
+    repr is exact and cheap (Streamlit's hashing of a few hundred table cells costs milliseconds)."""
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def frozen_figure(fig: Any) -> Any:
+    """``fig`` with its plotly dict computed once: st.plotly_chart serialises ``fig.to_dict()`` on every run,
+    a deep copy of the whole figure; a shared, never mutated figure can hand out the same dict."""
+    spec = fig.to_dict()
+    fig.to_dict = lambda: spec
+    return fig
+
+
 @st.cache_resource(show_spinner=False, max_entries=512)
-def _built_figure(name: str, args: tuple, kwargs: dict, _builder: Callable[..., Any]) -> Any:
-    return _builder(*args, **kwargs)
+def _built_figure(key: str, _args: tuple, _kwargs: dict, _builder: Callable[..., Any]) -> Any:
+    return frozen_figure(_builder(*_args, **_kwargs))  # key: the builder's name and the arguments' repr
+
+
+@st.cache_resource(show_spinner=False, max_entries=512)
+def _built_figure_hashed(name: str, args: tuple, kwargs: dict, _builder: Callable[..., Any]) -> Any:
+    return frozen_figure(_builder(*args, **kwargs))  # other arguments (arrays, objects): Streamlit's own hashing
 
 
 def figure(builder: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``builder(*args, **kwargs)`` (a ui.charts* figure builder: a pure function of its arguments) built once
     per process for each set of arguments and shared by every learner, read-only: building a plotly figure
-    costs far more than the page's arithmetic. The cache is keyed by the builder's name and its arguments
-    (hashed by value); st.plotly_chart only reads a figure (it serialises a copy)."""
-    return _built_figure(f"{builder.__module__}.{builder.__qualname__}", args, kwargs, builder)
+    costs far more than the page's arithmetic. The cache is keyed by the builder's name and its arguments'
+    values; st.plotly_chart only reads a figure (it serialises its ``to_dict()``, computed once here)."""
+    name = f"{builder.__module__}.{builder.__qualname__}"
+    if _plain(args) and _plain(kwargs):
+        return _built_figure(f"{name}{args!r}{sorted(kwargs.items())!r}", args, kwargs, builder)
+    return _built_figure_hashed(name, args, kwargs, builder)
 
 
 @st.cache_resource(show_spinner=False)
