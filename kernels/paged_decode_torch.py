@@ -50,7 +50,9 @@ class SparseIndex(NamedTuple):
     crow int64 [R + 1], cols int64 [nnz], zeros float32 [nnz]: the CSR pattern, the padded rows or (with pad)
     the real tokens only; rows int64 [R * max_len], offsets int64 [R]: the padded rows (padding repeats the
     row's first token); pad int64 [R * max_len]: padded position -> real score, or None; bias float32
-    [S, 1, max_len]: 0 at real tokens, -inf at padding, or None when there is none."""
+    [S, 1, max_len]: 0 at real tokens, -inf at padding, or None when there is none; patterns: the CSR
+    pattern tensor per score-matrix size, built by the step's first layer and reused by the others (every
+    layer's cache has the same number of rows)."""
 
     num_heads: int
     num_kv_heads: int
@@ -61,6 +63,7 @@ class SparseIndex(NamedTuple):
     offsets: torch.Tensor
     pad: torch.Tensor | None
     bias: torch.Tensor | None
+    patterns: dict[tuple[int, int], torch.Tensor]
 
 
 class TokenSlots(NamedTuple):
@@ -93,15 +96,20 @@ def token_slots(
     `sparse_decode_applies`); None: the gather path."""
     lens = seq_lens.tolist() if lens is None else lens
     max_len, device = max(lens), block_tables.device
-    blocks = block_tables[:, : -(-max_len // block_size)].long() * block_size  # [S, blocks] first slot of each
-    slots = (blocks[:, :, None] + torch.arange(block_size, device=device)).flatten(1)[:, :max_len]  # [S, max_len]
-    valid = torch.arange(max_len, device=device) < seq_lens.long()[:, None]  # [num_seqs, max_len]
+    num_blocks = -(-max_len // block_size)
+    offsets = torch.arange(block_size, device=device)
+    # [S, blocks, block_size] -> [S, max_len]: the first slot of each block plus the offsets within it.
+    slots = (block_tables[:, :num_blocks, None].long() * block_size + offsets).flatten(1)
+    if num_blocks * block_size != max_len:
+        slots = slots[:, :max_len]
+    # The additive mask SDPA would otherwise build in every call (i.e. in every layer): 0 at real tokens.
+    bias = torch.zeros(len(lens), 1, 1, max_len, device=device)  # [S, 1, 1, max_len] float32
     if min(lens) < max_len:
+        valid = torch.arange(max_len, device=device) < seq_lens[:, None]  # [num_seqs, max_len]
         # Positions past seq_len re-read the sequence's first token: a finite value that the mask then hides
         # (a NaN under a -inf mask would still poison the softmax).
         slots = torch.where(valid, slots, slots[:, :1])
-    # The additive mask SDPA would otherwise build from `valid` in every call (i.e. in every layer).
-    bias = torch.where(valid, 0.0, float("-inf"))[:, None, None, :]  # [S, 1, 1, max_len] float32
+        bias.masked_fill_(~valid[:, None, None, :], float("-inf"))
     sparse = _sparse_index(slots, bias, seq_lens, lens, heads) if heads is not None else None
     return TokenSlots(slots, bias, max_len, block_size, sparse)
 
@@ -133,7 +141,7 @@ def _sparse_index(
         pad = (row_start[:, :, None] + last[:, None, :]).view(-1)  # [R * max_len]
         row_bias = bias.view(num_seqs, 1, max_len)
     zeros = torch.zeros(cols.numel(), device=device)
-    return SparseIndex(num_heads, num_kv_heads, crow, cols, zeros, rows.view(-1), offsets, pad, row_bias)
+    return SparseIndex(num_heads, num_kv_heads, crow, cols, zeros, rows.view(-1), offsets, pad, row_bias, {})
 
 
 def decode_attention(
@@ -201,7 +209,10 @@ def _attend_sparse(
     # Columns are neither sorted nor distinct within a row (shuffled blocks, repeated padding) as CSR's
     # invariants ask: sampled_addmm's CPU kernel computes every entry on its own (the kernel tests cover both).
     size = (num_seqs * num_heads, len(flat_k))
-    pattern = torch.sparse_csr_tensor(index.crow, index.cols, index.zeros, size=size, check_invariants=False)
+    pattern = index.patterns.get(size)
+    if pattern is None:  # the step's first layer; the others reuse it (the pattern depends only on the step)
+        pattern = torch.sparse_csr_tensor(index.crow, index.cols, index.zeros, size=size, check_invariants=False)
+        index.patterns[size] = pattern
     scores = torch.sparse.sampled_addmm(pattern, q.reshape(-1, head_dim), flat_k.t(), beta=0.0, alpha=scale)
     scores = scores.values()  # [nnz]: q_r . k at every real token of row r
     if index.pad is not None:

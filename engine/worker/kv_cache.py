@@ -75,8 +75,20 @@ def _check_positive(**values: object) -> None:
 
 
 def slots_of(block_table: Sequence[int], start: int, stop: int, block_size: int) -> list[int]:
-    """Cache slots of a sequence's positions start..stop-1: block_table[p // bs] * bs + p % bs each."""
-    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, stop)]
+    """Cache slots of a sequence's positions start..stop-1: block_table[p // bs] * bs + p % bs each.
+
+    Built a block at a time (one `range` per block the positions touch, not one Python expression per token):
+    a 2,048-token prompt chunk is 128 ranges at 16-token blocks."""
+    if start >= stop:
+        return []
+    if stop - start == 1:  # a decode step's one token
+        return [block_table[start // block_size] * block_size + start % block_size]
+    slots: list[int] = []
+    for b in range(start // block_size, (stop - 1) // block_size + 1):
+        base = block_table[b] * block_size
+        lo, hi = max(start, b * block_size), min(stop, (b + 1) * block_size)
+        slots.extend(range(base + lo - b * block_size, base + hi - b * block_size))
+    return slots
 
 
 class PagedKVCache:

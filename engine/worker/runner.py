@@ -100,7 +100,8 @@ class ModelRunner:
         sampled: list[int | None] = [None] * len(scheduled)
         if rows:
             seqs = [scheduled[i].seq for i in rows]
-            tokens = sample(logits[rows], [s.sampling_params for s in seqs], [s.generator for s in seqs])
+            picked = logits if len(rows) == len(scheduled) else logits[rows]  # a decode step samples every row
+            tokens = sample(picked, [s.sampling_params for s in seqs], [s.generator for s in seqs])
             for i, token in zip(rows, tokens, strict=True):
                 sampled[i] = token
         return sampled
