@@ -15,6 +15,7 @@ from ui.page import (
     figure,
     frozen_figure,
     lesson_check,
+    lesson_section,
     linked_view,
     page_header,
     prose,
@@ -57,171 +58,190 @@ def _dashboard_fig(rate: float, prompt_len: int, num_blocks: int, max_num_seqs: 
 
 
 page_header(PAGE)
-view = linked_view(PAGE)  # the settings come from the URL (defaults in lessons/links.py) and are written back
 
-c1, c2, c3 = st.columns(3)
-rate = c1.select_slider(
-    "Traffic (new requests per engine step)",
-    options=lab.RATES,
-    key=view.keys["rate"],
-    help="Poisson arrivals, counted in engine steps so the run is the same on every machine. "
-    f"{lab.NUM_REQUESTS} requests, each generating {lab.OUTPUT_TOKENS} tokens.",
-)
-prompt_len = c2.select_slider("Prompt length (tokens)", options=lab.PROMPT_LENS, key=view.keys["prompt_len"])
-num_blocks = c3.select_slider(
-    "KV pool (blocks of 16 tokens)",
-    options=lab.POOL_BLOCKS,
-    key=view.keys["kv_blocks"],
-    help="The engine's num_gpu_blocks: on a GPU, what gpu_memory_utilization leaves for KV after the weights.",
-)
-c4, c5 = st.columns(2)
-max_num_seqs = c4.select_slider(
-    "max_num_seqs (requests in the batch at most)", options=lab.MAX_NUM_SEQS, key=view.keys["max_num_seqs"]
-)
-budget = c5.select_slider(
-    "max_num_batched_tokens (token budget)",
-    options=lab.BUDGETS,
-    key=view.keys["max_num_batched_tokens"],
-    help="Tokens one step may compute: one per decode, the rest for prompt chunks (chunked prefill).",
-)
 
-traffic = lab.Traffic(float(rate), int(prompt_len), int(num_blocks), int(max_num_seqs), int(budget))
-run: lab.PressureRun | None = None
-try:
-    traffic.check()
-except ValueError as exc:
-    show_error(exc, "move the slider it names; the sections below that need the engine wait until then.")
-else:
-    with st.spinner("Pushing the traffic through the engine (demo model, CPU) …"):
-        run = _of(traffic)
+def _calculator() -> None:
+    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.page.lesson_section)."""
+    view = linked_view(PAGE)  # the settings come from the URL (defaults in lessons/links.py) and are written back
 
-if run is not None:
-    st.subheader("The dashboard")
-    m = lab.METRICS
-    m1, m2, m3, m4 = st.columns(4)
-    m1.metric("Preemptions", f"{run.preemptions}", help=f"{m['preemptions']} at the end of the run")
-    m2.metric("Peak KV-cache usage", f"{run.peak_kv_usage:.0%}", help=m["kv_usage"])
-    m3.metric("Peak running", f"{run.peak_running}", help=m["running"])
-    m4.metric("Peak waiting", f"{run.peak_waiting}", help=m["waiting"])
-    m5, m6, m7, m8 = st.columns(4)
-    m5.metric("Recomputed tokens", f"{run.recomputed_tokens:,}", help="the engine's own counter; vLLM has none")
-    m6.metric("TTFT p50 / p95", f"{run.ttft_ms(50):,.0f} / {run.ttft_ms(95):,.0f} ms", help=m["ttft"])
-    m7.metric("TPOT p50 / p95", f"{run.tpot_ms(50):.0f} / {run.tpot_ms(95):.0f} ms", help=m["tpot"])
-    m8.metric("Limit that binds", run.binding)
-    st.markdown(run.binding_sentence())
-    st.caption(
-        f"{run.num_steps} engine steps in {run.wall_s:.2f} s on this machine's CPU (one thread). TTFT in steps: "
-        f"p50 {run.ttft_steps(50):g}, p95 {run.ttft_steps(95):g} (the same on every machine); milliseconds "
-        "come from the engine's own timestamps of this run (arrival, first token, finish)."
+    c1, c2, c3 = st.columns(3)
+    rate = c1.select_slider(
+        "Traffic (new requests per engine step)",
+        options=lab.RATES,
+        key=view.keys["rate"],
+        help="Poisson arrivals, counted in engine steps so the run is the same on every machine. "
+        f"{lab.NUM_REQUESTS} requests, each generating {lab.OUTPUT_TOKENS} tokens.",
     )
-    prose(PAGE, "What an operator watches")
-    show_chart(
-        _dashboard_fig(traffic.rate, traffic.prompt_len, traffic.num_blocks, traffic.max_num_seqs, traffic.budget),
-        "Top: the KV pool's blocks in use. Bottom: requests running (solid) and waiting (dashed), and the "
-        "preemption counter (dash-dot), after every engine step: what a dashboard scraping the engine would draw.",
-        [s.row() for s in run.steps],
-        f"pressure-steps-{rate:g}-{num_blocks}",
-        "pr_steps",
-        summary=run.chart_summary(),
+    prompt_len = c2.select_slider("Prompt length (tokens)", options=lab.PROMPT_LENS, key=view.keys["prompt_len"])
+    num_blocks = c3.select_slider(
+        "KV pool (blocks of 16 tokens)",
+        options=lab.POOL_BLOCKS,
+        key=view.keys["kv_blocks"],
+        help="The engine's num_gpu_blocks: on a GPU, what gpu_memory_utilization leaves for KV after the weights.",
     )
-    with st.expander("Every request: TTFT, TPOT and preemptions", expanded=False):
-        show_table([r.row() for r in run.requests], f"pressure-requests-{rate:g}-{num_blocks}", "pr_reqs", "requests")
-
-    st.subheader("Traffic grows")
-    prose(PAGE, "Traffic grows")
-    with st.spinner("Running the same settings at each traffic level …"):
-        sweep = lab.RateSweep(tuple(_of(t) for t in lab.rate_settings(traffic)))
-    rows = sweep.rows()
-    show_chart(
-        figure(charts_pressure.traffic_sweep, rows, f"Preemptions and TTFT as traffic grows ({num_blocks} KV blocks)"),
-        "One run of the real engine per traffic level, the other settings as above: preemptions (hatched bars, "
-        "left axis) and TTFT p50 (solid) and p95 (dashed) in engine steps (right axis).",
-        rows,
-        f"pressure-traffic-{num_blocks}-{prompt_len}",
-        "pr_sweep",
-        summary=sweep.summary(),
+    c4, c5 = st.columns(2)
+    max_num_seqs = c4.select_slider(
+        "max_num_seqs (requests in the batch at most)", options=lab.MAX_NUM_SEQS, key=view.keys["max_num_seqs"]
+    )
+    budget = c5.select_slider(
+        "max_num_batched_tokens (token budget)",
+        options=lab.BUDGETS,
+        key=view.keys["max_num_batched_tokens"],
+        help="Tokens one step may compute: one per decode, the rest for prompt chunks (chunked prefill).",
     )
 
-st.subheader("Two limits: the KV pool or max_num_seqs")
-prose(PAGE, "Two limits")
-
-st.subheader("The token budget")
-prose(PAGE, "The token budget")
-settings = lab.budget_settings(traffic)
-with st.spinner("Running the burst at each token budget …"):
-    budgets = lab.BudgetSweep(tuple(_of(t, burst=True) for t in settings))
-small, large = budgets.smallest, budgets.largest
-show_chart(
-    figure(
-        charts_pressure.budget_trade, budgets.rows(), "The token budget's trade, on a burst of prompts (real engine)"
-    ),
-    f"The burst (4 requests decoding, then 8 arriving at once) in a {lab.GROWN_POOL}-block pool with "
-    f"{prompt_len}-token prompts and max_num_seqs {max_num_seqs}, once per budget: TTFT p50 (solid), the "
-    "gap a decoding request saw between two tokens at the biggest step that carried decodes (dash-dot: that "
-    "step's duration, the median of such steps) and TPOT p50 (dotted), in this CPU's milliseconds.",
-    budgets.rows(),
-    f"pressure-budget-{prompt_len}-{max_num_seqs}",
-    "pr_budget",
-    summary=budgets.summary(),
-)
-st.markdown(
-    f"With a budget of **{small.traffic.budget}** tokens no step carrying a decode computed more than "
-    f"{small.max_step_tokens} tokens (such a step took {small.stall_ms:.0f} ms), and the median first token came "
-    f"after {small.ttft_steps(50):g} steps ({small.ttft_ms(50):.0f} ms). With **{large.traffic.budget}** "
-    f"the burst's prompts went in together: a {large.max_step_tokens}-token step that its decodes waited "
-    f"{large.stall_ms:.0f} ms for, and first tokens after {large.ttft_steps(50):g} steps "
-    f"({large.ttft_ms(50):.0f} ms)."
-)
-
-st.subheader("At GPU scale (simulated)")
-prose(PAGE, "At GPU scale")
-gpu = st.selectbox(
-    "GPU (simulator)",
-    lab.GPU_CHOICES,
-    key=view.keys["gpu"],
-    format_func=choices.gpu_name,
-    help=f"{lab.GPU_REQUESTS} ShareGPT-like requests of {lab.GPU_MODEL}, max_model_len {lab.GPU_MAX_MODEL_LEN:,}, "
-    f"gpu_memory_utilization {lab.GPU_UTILIZATION}.",
-)
-view.publish()
-sim = _gpu(gpu)
-show_chart(
-    figure(charts_pressure.gpu_sweep, sim.rows(), f"Simulated: {sim.model_name} on {sim.gpu_name}"),
-    f"The simulator (engine.sim over the engine's BlockManager and preemption rule, roofline step time; not "
-    f"measured): {sim.capacity_tokens:,} KV tokens, the same trace at each request rate. Preemptions (hatched "
-    "bars), p95 queue time (solid) and peak KV usage (dashed).",
-    sim.rows(),
-    f"pressure-gpu-{gpu}",
-    "pr_gpu",
-    summary=sim.summary(),
-)
-
-st.subheader("Read your server's /metrics")
-prose(PAGE, "Your server's /metrics")
-scrape = st.text_area(
-    "Paste a /metrics scrape",
-    key="pr_scrape",
-    max_chars=PASTE_CHARS,
-    height=160,
-    placeholder="# HELP vllm:num_requests_running ...",
-)
-with st.expander("Optional: an earlier scrape of the same server, and its max_num_seqs"):
-    earlier = st.text_area("Earlier scrape", key="pr_earlier", max_chars=PASTE_CHARS, height=120)
-    seats = st.number_input("--max-num-seqs (0 = not known)", min_value=0, max_value=1_000_000, step=1, key="pr_seats")
-if scrape.strip():
-    result = read_vllm_metrics(scrape, max_num_seqs=int(seats) or None, earlier=earlier if earlier.strip() else None)
-    if result.error:
-        st.warning(prose_md(result.error), icon=":material/data_alert:")
+    traffic = lab.Traffic(float(rate), int(prompt_len), int(num_blocks), int(max_num_seqs), int(budget))
+    run: lab.PressureRun | None = None
+    try:
+        traffic.check()
+    except ValueError as exc:
+        show_error(exc, "move the slider it names; the sections below that need the engine wait until then.")
     else:
-        rows = metrics_rows(result)
-        if rows:
-            st.dataframe(rows, hide_index=True, key="pr_metrics_table")
-        binds = lab.SCRAPE_BINDING.get(result.binding, lab.SCRAPE_BINDING[lab.BINDS_UNKNOWN])
-        st.info(f"**Limit that binds: {binds}.** {prose_md(result.reason)}", icon=":material/speed:")
-        st.markdown(f"**What to change:** {prose_md(result.fix)}")
-    for note in result.notes:
-        st.caption(prose_md(note))
-    st.caption(f"The reader takes up to {MAX_SCRAPE_BYTES // 1_000_000} MB; this box up to {PASTE_CHARS:,} characters.")
+        with st.spinner("Pushing the traffic through the engine (demo model, CPU) …"):
+            run = _of(traffic)
+
+    if run is not None:
+        st.subheader("The dashboard")
+        m = lab.METRICS
+        m1, m2, m3, m4 = st.columns(4)
+        m1.metric("Preemptions", f"{run.preemptions}", help=f"{m['preemptions']} at the end of the run")
+        m2.metric("Peak KV-cache usage", f"{run.peak_kv_usage:.0%}", help=m["kv_usage"])
+        m3.metric("Peak running", f"{run.peak_running}", help=m["running"])
+        m4.metric("Peak waiting", f"{run.peak_waiting}", help=m["waiting"])
+        m5, m6, m7, m8 = st.columns(4)
+        m5.metric("Recomputed tokens", f"{run.recomputed_tokens:,}", help="the engine's own counter; vLLM has none")
+        m6.metric("TTFT p50 / p95", f"{run.ttft_ms(50):,.0f} / {run.ttft_ms(95):,.0f} ms", help=m["ttft"])
+        m7.metric("TPOT p50 / p95", f"{run.tpot_ms(50):.0f} / {run.tpot_ms(95):.0f} ms", help=m["tpot"])
+        m8.metric("Limit that binds", run.binding)
+        st.markdown(run.binding_sentence())
+        st.caption(
+            f"{run.num_steps} engine steps in {run.wall_s:.2f} s on this machine's CPU (one thread). TTFT in steps: "
+            f"p50 {run.ttft_steps(50):g}, p95 {run.ttft_steps(95):g} (the same on every machine); milliseconds "
+            "come from the engine's own timestamps of this run (arrival, first token, finish)."
+        )
+        prose(PAGE, "What an operator watches")
+        show_chart(
+            _dashboard_fig(traffic.rate, traffic.prompt_len, traffic.num_blocks, traffic.max_num_seqs, traffic.budget),
+            "Top: the KV pool's blocks in use. Bottom: requests running (solid) and waiting (dashed), and the "
+            "preemption counter (dash-dot), after every engine step: what a dashboard scraping the engine would draw.",
+            [s.row() for s in run.steps],
+            f"pressure-steps-{rate:g}-{num_blocks}",
+            "pr_steps",
+            summary=run.chart_summary(),
+        )
+        with st.expander("Every request: TTFT, TPOT and preemptions", expanded=False):
+            show_table(
+                [r.row() for r in run.requests], f"pressure-requests-{rate:g}-{num_blocks}", "pr_reqs", "requests"
+            )
+
+        st.subheader("Traffic grows")
+        prose(PAGE, "Traffic grows")
+        with st.spinner("Running the same settings at each traffic level …"):
+            sweep = lab.RateSweep(tuple(_of(t) for t in lab.rate_settings(traffic)))
+        rows = sweep.rows()
+        show_chart(
+            figure(
+                charts_pressure.traffic_sweep, rows, f"Preemptions and TTFT as traffic grows ({num_blocks} KV blocks)"
+            ),
+            "One run of the real engine per traffic level, the other settings as above: preemptions (hatched bars, "
+            "left axis) and TTFT p50 (solid) and p95 (dashed) in engine steps (right axis).",
+            rows,
+            f"pressure-traffic-{num_blocks}-{prompt_len}",
+            "pr_sweep",
+            summary=sweep.summary(),
+        )
+
+    st.subheader("Two limits: the KV pool or max_num_seqs")
+    prose(PAGE, "Two limits")
+
+    st.subheader("The token budget")
+    prose(PAGE, "The token budget")
+    settings = lab.budget_settings(traffic)
+    with st.spinner("Running the burst at each token budget …"):
+        budgets = lab.BudgetSweep(tuple(_of(t, burst=True) for t in settings))
+    small, large = budgets.smallest, budgets.largest
+    show_chart(
+        figure(
+            charts_pressure.budget_trade,
+            budgets.rows(),
+            "The token budget's trade, on a burst of prompts (real engine)",
+        ),
+        f"The burst (4 requests decoding, then 8 arriving at once) in a {lab.GROWN_POOL}-block pool with "
+        f"{prompt_len}-token prompts and max_num_seqs {max_num_seqs}, once per budget: TTFT p50 (solid), the "
+        "gap a decoding request saw between two tokens at the biggest step that carried decodes (dash-dot: that "
+        "step's duration, the median of such steps) and TPOT p50 (dotted), in this CPU's milliseconds.",
+        budgets.rows(),
+        f"pressure-budget-{prompt_len}-{max_num_seqs}",
+        "pr_budget",
+        summary=budgets.summary(),
+    )
+    st.markdown(
+        f"With a budget of **{small.traffic.budget}** tokens no step carrying a decode computed more than "
+        f"{small.max_step_tokens} tokens (such a step took {small.stall_ms:.0f} ms), and the median first token came "
+        f"after {small.ttft_steps(50):g} steps ({small.ttft_ms(50):.0f} ms). With **{large.traffic.budget}** "
+        f"the burst's prompts went in together: a {large.max_step_tokens}-token step that its decodes waited "
+        f"{large.stall_ms:.0f} ms for, and first tokens after {large.ttft_steps(50):g} steps "
+        f"({large.ttft_ms(50):.0f} ms)."
+    )
+
+    st.subheader("At GPU scale (simulated)")
+    prose(PAGE, "At GPU scale")
+    gpu = st.selectbox(
+        "GPU (simulator)",
+        lab.GPU_CHOICES,
+        key=view.keys["gpu"],
+        format_func=choices.gpu_name,
+        help=f"{lab.GPU_REQUESTS} ShareGPT-like requests of {lab.GPU_MODEL}, max_model_len {lab.GPU_MAX_MODEL_LEN:,}, "
+        f"gpu_memory_utilization {lab.GPU_UTILIZATION}.",
+    )
+    view.publish()
+    sim = _gpu(gpu)
+    show_chart(
+        figure(charts_pressure.gpu_sweep, sim.rows(), f"Simulated: {sim.model_name} on {sim.gpu_name}"),
+        f"The simulator (engine.sim over the engine's BlockManager and preemption rule, roofline step time; not "
+        f"measured): {sim.capacity_tokens:,} KV tokens, the same trace at each request rate. Preemptions (hatched "
+        "bars), p95 queue time (solid) and peak KV usage (dashed).",
+        sim.rows(),
+        f"pressure-gpu-{gpu}",
+        "pr_gpu",
+        summary=sim.summary(),
+    )
+
+    st.subheader("Read your server's /metrics")
+    prose(PAGE, "Your server's /metrics")
+    scrape = st.text_area(
+        "Paste a /metrics scrape",
+        key="pr_scrape",
+        max_chars=PASTE_CHARS,
+        height=160,
+        placeholder="# HELP vllm:num_requests_running ...",
+    )
+    with st.expander("Optional: an earlier scrape of the same server, and its max_num_seqs"):
+        earlier = st.text_area("Earlier scrape", key="pr_earlier", max_chars=PASTE_CHARS, height=120)
+        seats = st.number_input(
+            "--max-num-seqs (0 = not known)", min_value=0, max_value=1_000_000, step=1, key="pr_seats"
+        )
+    if scrape.strip():
+        result = read_vllm_metrics(
+            scrape, max_num_seqs=int(seats) or None, earlier=earlier if earlier.strip() else None
+        )
+        if result.error:
+            st.warning(prose_md(result.error), icon=":material/data_alert:")
+        else:
+            rows = metrics_rows(result)
+            if rows:
+                st.dataframe(rows, hide_index=True, key="pr_metrics_table")
+            binds = lab.SCRAPE_BINDING.get(result.binding, lab.SCRAPE_BINDING[lab.BINDS_UNKNOWN])
+            st.info(f"**Limit that binds: {binds}.** {prose_md(result.reason)}", icon=":material/speed:")
+            st.markdown(f"**What to change:** {prose_md(result.fix)}")
+        for note in result.notes:
+            st.caption(prose_md(note))
+        st.caption(
+            f"The reader takes up to {MAX_SCRAPE_BYTES // 1_000_000} MB; this box up to {PASTE_CHARS:,} characters."
+        )
+
+
+lesson_section(_calculator)
 
 sources(PAGE)
 lesson_check(PAGE)

@@ -15,6 +15,7 @@ State rules (Streamlit runs each learner's session in its own thread):
 
 from __future__ import annotations
 
+import functools
 import html
 import logging
 import re
@@ -133,6 +134,26 @@ def run_page(page: Any) -> None:
     except Exception:
         logging.getLogger("kvlab").exception("page %r failed", getattr(page, "url_path", page))
         st.error(PAGE_FAILED, icon=":material/restart_alt:")
+
+
+def lesson_section(body: Callable[[], None]) -> None:
+    """Run ``body`` (a lesson's calculator: its linked view, widgets, numbers and charts) as an ``st.fragment``.
+
+    A widget inside it re-runs ``body`` alone: not app.py's navigation and sidebar, not the page's header,
+    sources or end-of-lesson check, none of which depend on those widgets (the learner's progress changes
+    only in the full runs that draw the header and the check). A full run (opening the page, a quiz answer)
+    still runs everything in page order. An exception inside a fragment run never reaches ``run_page``, so it
+    is handled here the same way: the clear message and a logged traceback."""
+
+    @functools.wraps(body)
+    def section() -> None:
+        try:
+            body()
+        except Exception:
+            logging.getLogger("kvlab").exception("lesson section %r failed", body.__qualname__)
+            st.error(PAGE_FAILED, icon=":material/restart_alt:")
+
+    st.fragment(section)()
 
 
 OBJECTIVE = "Objective"  # the `## Objective` section: what the learner will be able to do after the lesson

@@ -43,7 +43,7 @@ def sidebar_progress(slot: Any) -> None:
             st.dataframe(rows, hide_index=True, key="sidebar_progress_table")
             st.download_button(
                 "Download progress (JSON)",
-                to_json(progress),
+                lambda: to_json(progress),  # made on the click: progress changes only in runs, which redraw this
                 file_name="kvlab-progress.json",
                 mime="application/json",
                 key="sidebar_progress_json",

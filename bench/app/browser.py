@@ -3,7 +3,8 @@
 The browser is Debian's ``chromium`` (scripts/install_browser.sh) driven by Playwright through
 ``executable_path``; Playwright never downloads one here. ``RUNS_FINISHED_JS`` brings the protocol
 client's rule for a finished run (bench/app/client.py) into the page: an init script that counts the
-finished full-app runs the page receives, read off its websocket frames, for drivers that must know
+finished runs the page receives (full-app runs, and fragment runs: a widget inside an ``st.fragment``
+re-runs only that fragment), read off its websocket frames, for drivers that must know
 when the re-run a key press caused has finished (see its comment for why the DOM cannot tell).
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from bench.app.client import FULL_RUN_ENDS, SCRIPT_FINISHED_FIELD
+from bench.app.client import FRAGMENT_RUN_ENDS, SCRIPT_FINISHED_FIELD
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -42,8 +43,9 @@ def find_chromium() -> str | None:
     return None
 
 
-# `window.__kvFinished` counts the ForwardMsgs whose `script_finished` status ends a full-app run
-# (bench/app/client.py: FULL_RUN_ENDS) that reach the page, found by walking each frame's top-level
+# `window.__kvFinished` counts the ForwardMsgs whose `script_finished` status ends a full-app run or a
+# fragment's run (bench/app/client.py: FRAGMENT_RUN_ENDS, which holds FULL_RUN_ENDS) that reach the page,
+# found by walking each frame's top-level
 # protobuf fields (the field number and statuses come from the installed Streamlit's ForwardMsg, so they
 # cannot drift). Why not watch stApp's `data-test-script-state` attribute (APP_IDLE): when a busy server's
 # whole run reaches the browser in one burst, React batches the state updates of all its messages into one
@@ -83,4 +85,4 @@ RUNS_FINISHED_JS = """
     }
   };
 }
-""".replace("@FIELD@", str(SCRIPT_FINISHED_FIELD)).replace("@DONE@", str(sorted(FULL_RUN_ENDS)))
+""".replace("@FIELD@", str(SCRIPT_FINISHED_FIELD)).replace("@DONE@", str(sorted(FRAGMENT_RUN_ENDS)))
