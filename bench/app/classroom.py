@@ -216,7 +216,8 @@ async def protocol_learner(url: str, idx: int, path, moves: int, timeout_ms: flo
                     await think(out, idx, move)
                     direction = -1 if pos >= high else 1 if pos <= low else direction
                     pos += direction * step
-                    res = await session.run(route, [slider_value(slider, pos)])
+                    # a slider inside an st.fragment re-runs only that fragment, as in a browser
+                    res = await session.run(route, [slider_value(slider, pos)], fragment_id=first.fragment_of(slider))
                     shown = next((s for text, s in res.sliders.items() if text.startswith(label)), None)
                     # The server sends a slider's value only when it overrides the client's (set_value);
                     # an override to another value, or no slider at all, loses the learner's move.

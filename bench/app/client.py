@@ -66,6 +66,11 @@ class PageRun:
     exceptions: list[str] = field(default_factory=list)  # exception messages in full
     sidebar_tables: list[list[dict[str, Any]]] = field(default_factory=list)  # st.dataframe rows, decoded
     fragments: list[str] = field(default_factory=list)  # ids of the fragments that sent elements
+    widget_fragments: dict[str, str] = field(default_factory=dict)  # widget id -> id of the fragment it is in
+
+    def fragment_of(self, proto: Any) -> str:
+        """The fragment a widget was drawn in ("" outside any): a browser moving it asks for that fragment's run."""
+        return self.widget_fragments.get(proto.id, "")
 
     @property
     def sliders(self) -> dict[str, Any]:
@@ -180,6 +185,12 @@ class StreamlitSession:
                     shown.fragments.append(fwd.delta.fragment_id)
                 in_sidebar = bool(fwd.metadata.delta_path) and fwd.metadata.delta_path[0] == SIDEBAR
                 collect(fwd.delta.new_element, in_sidebar, shown)
+                if (
+                    fwd.delta.fragment_id
+                    and shown.widgets
+                    and shown.widgets[-1][1] is _element_proto(fwd.delta.new_element)
+                ):
+                    shown.widget_fragments[shown.widgets[-1][1].id] = fwd.delta.fragment_id
             elif kind == "session_event" and fwd.session_event.WhichOneof("type") == "script_compilation_exception":
                 exc = fwd.session_event.script_compilation_exception
                 shown.errors.append(f"compile error: {exc.type} {exc.message[:200]}".strip())
@@ -227,6 +238,11 @@ def collect(element: Any, in_sidebar: bool, shown: PageRun) -> None:
         shown.exceptions.append(proto.message)
     elif kind == "dataframe" and in_sidebar:
         shown.sidebar_tables.append(arrow_rows(proto.arrow_data.data))
+
+
+def _element_proto(element: Any) -> Any:
+    kind = element.WhichOneof("type")
+    return getattr(element, kind) if kind else None
 
 
 def arrow_rows(data: bytes) -> list[dict[str, Any]]:

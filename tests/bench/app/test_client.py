@@ -183,6 +183,11 @@ def test_a_fragment_request_ends_at_its_fragment_run(probe):
     assert part.runs == 1 and part.texts == ["fragment ran"]  # the fragment's run sends only its own elements
     assert part.fragments == first.fragments and part.widget("button", "Fragment button")
     assert after.runs == 1 and "run 0 of 0" in after.texts  # the session goes on with full runs
+    # which fragment each widget was drawn in: a browser moving it asks for that fragment's run
+    [fragment] = first.fragments
+    button = first.widget("button", "Fragment button")
+    assert first.fragment_of(button) == fragment and part.fragment_of(button) == fragment
+    assert first.fragment_of(first.widget("slider", "Restarts")) == ""
 
 
 def test_a_script_that_does_not_compile_ends_its_run(tmp_path):
