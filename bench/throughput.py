@@ -18,9 +18,14 @@ tokens. On a GPU a decode step costs about the same at batch 1 or 64 (it streams
 wider steps are almost free speed. On one CPU core a step's cost grows with every sequence in it (the
 matmuls and the attention are compute- and cache-bound), so fewer steps buy less than on a GPU.
 
-`decode_step_cost` measures one decode step of B sequences on each side at the same context length.
+`decode_step_cost` measures one decode step of B sequences on each side at the same context length; its
+`ratio` is engine / transformers per batch size (<= 1: the engine's step costs no more).
+
+`--quick` runs a tiny version (4 short requests, one timed round, step costs at batch 1 and 2 over a short
+context) that only shows the benchmark runs and what its JSON holds; its timings mean nothing.
 
     python -m bench.throughput --json [--repeats 5] [--warmup 1] [--threads 1] [--no-step-costs] [--save]
+    python -m bench.throughput --json --quick
 """
 
 from __future__ import annotations
@@ -52,11 +57,21 @@ MODEL = dict(
 )
 
 
-def workload() -> tuple[list[list[int]], list[int]]:
-    """32 prompts (token ids) and their output lengths, drawn from a fixed seed."""
+# --quick: a tiny workload and step-cost setting, only to show the benchmark runs (tests/bench).
+QUICK = dict(num_requests=4, prompt_lens=(8, 32), output_lens=(4, 12))
+QUICK_STEP_COSTS = dict(batches=(1, 2), context=16, new_tokens=4, repeats=1)
+
+
+def workload(
+    num_requests: int = NUM_REQUESTS,
+    prompt_lens: tuple[int, int] = PROMPT_LENS,
+    output_lens: tuple[int, int] = OUTPUT_LENS,
+) -> tuple[list[list[int]], list[int]]:
+    """32 prompts (token ids) and their output lengths, drawn from a fixed seed (other sizes for --quick)."""
     g = torch.Generator().manual_seed(SEED)
-    prompt_lens = torch.randint(PROMPT_LENS[0], PROMPT_LENS[1] + 1, (NUM_REQUESTS,), generator=g).tolist()
-    output_lens = torch.randint(OUTPUT_LENS[0], OUTPUT_LENS[1] + 1, (NUM_REQUESTS,), generator=g).tolist()
+    lo, hi = prompt_lens
+    prompt_lens = torch.randint(lo, hi + 1, (num_requests,), generator=g).tolist()
+    output_lens = torch.randint(output_lens[0], output_lens[1] + 1, (num_requests,), generator=g).tolist()
     prompts = [torch.randint(3, MODEL["vocab_size"], (n,), generator=g).tolist() for n in prompt_lens]
     return prompts, output_lens
 
@@ -146,6 +161,7 @@ def decode_step_costs(llm_like, hf, batches=(1, 8, 16), context=240, new_tokens=
         "repeats": repeats,
         "engine_ms": {},
         "hf_static_ms": {},
+        "ratio": {},
     }
     for b in batches:
         prompts = torch.randint(3, MODEL["vocab_size"], (b, context), generator=g)
@@ -176,7 +192,11 @@ def decode_step_costs(llm_like, hf, batches=(1, 8, 16), context=240, new_tokens=
         )
         costs["engine_ms"][b] = round((times["ours_n"] - times["ours_1"]) / new_tokens * 1e3, 3)
         costs["hf_static_ms"][b] = round((times["hf_n"] - times["hf_1"]) / new_tokens * 1e3, 3)
-        log(f"decode step, batch {b}: engine {costs['engine_ms'][b]} ms, transformers {costs['hf_static_ms'][b]} ms")
+        costs["ratio"][b] = round(costs["engine_ms"][b] / costs["hf_static_ms"][b], 3)  # engine / transformers
+        log(
+            f"decode step, batch {b}: engine {costs['engine_ms'][b]} ms, transformers {costs['hf_static_ms'][b]} "
+            f"ms, ratio {costs['ratio'][b]}"
+        )
     return costs
 
 
@@ -189,8 +209,13 @@ def main() -> None:
         "--budget-seqs", type=int, default=HF_BUDGET_BATCH, help="KV budget in max-length sequences (static batch)"
     )
     p.add_argument("--no-step-costs", action="store_true", help="skip measuring ms per decode step at batch 1 / 8 / 16")
+    p.add_argument("--quick", action="store_true", help="a tiny run that only shows the benchmark works (no --save)")
     p.set_defaults(repeats=5, warmup=1)
     args = p.parse_args()
+    if args.quick and args.save:
+        p.error("--quick timings mean nothing; run without --quick to --save bench/results/throughput-*.json")
+    if args.quick:
+        args.repeats, args.warmup = 1, 0
     torch.set_num_threads(args.threads)
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
@@ -201,8 +226,9 @@ def main() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    prompts, output_lens = workload()
-    max_len = PROMPT_LENS[1] + OUTPUT_LENS[1]
+    sizes = QUICK if args.quick else dict(num_requests=NUM_REQUESTS, prompt_lens=PROMPT_LENS, output_lens=OUTPUT_LENS)
+    prompts, output_lens = workload(**sizes)
+    max_len = sizes["prompt_lens"][1] + sizes["output_lens"][1]
     torch.manual_seed(SEED)
     hf = LlamaForCausalLM(LlamaConfig(**MODEL, eos_token_id=None, bos_token_id=None, pad_token_id=0)).eval()
     hf.generation_config.eos_token_id = None  # ignore EOS: every request produces exactly its max_tokens
@@ -225,21 +251,23 @@ def main() -> None:
         stats.update(steps=llm.num_steps - steps, preemptions=llm.scheduler.num_preemptions - preemptions)
 
     steps_engine = engine_steps(llm, prompts, params)  # untimed: step traces cost time
-    log(f"workload: {NUM_REQUESTS} requests, {useful} output tokens; budget {budget / 2**20:.1f} MiB")
-    log(f"engine: {num_blocks} blocks of {BLOCK_SIZE}; transformers: batches of {hf_batch} (and one of {NUM_REQUESTS})")
+    log(f"workload: {len(prompts)} requests, {useful} output tokens; budget {budget / 2**20:.1f} MiB")
+    log(f"engine: {num_blocks} blocks of {BLOCK_SIZE}; transformers: batches of {hf_batch} (and one of {len(prompts)})")
     started = time.perf_counter()
     times = time_interleaved(
         {
             "engine": engine,
             "hf": lambda: hf_generate(hf, prompts, output_lens, hf_batch),
             "hf_dynamic": lambda: hf_generate(hf, prompts, output_lens, hf_batch, cache=None),
-            "hf_unbudgeted": lambda: hf_generate(hf, prompts, output_lens, NUM_REQUESTS),
+            "hf_unbudgeted": lambda: hf_generate(hf, prompts, output_lens, len(prompts)),
         },
         repeats=args.repeats,
         warmup=args.warmup,
     )
     log(f"timed in {time.perf_counter() - started:.0f} s: " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()))
-    step_costs = None if args.no_step_costs else decode_step_costs(llm, hf)
+    step_costs = None
+    if not args.no_step_costs:
+        step_costs = decode_step_costs(llm, hf, **(QUICK_STEP_COSTS if args.quick else {}))
     result = {
         "benchmark": "throughput",
         "engine_tok_s": useful / times["engine"],
@@ -251,9 +279,9 @@ def main() -> None:
         "speedup_vs_unbudgeted": times["hf_unbudgeted"] / times["engine"],
         "seconds": times,
         "workload": {
-            "num_requests": NUM_REQUESTS,
-            "prompt_lens": f"uniform {PROMPT_LENS[0]}-{PROMPT_LENS[1]}",
-            "output_lens": f"uniform {OUTPUT_LENS[0]}-{OUTPUT_LENS[1]}",
+            "num_requests": len(prompts),
+            "prompt_lens": "uniform {}-{}".format(*sizes["prompt_lens"]),
+            "output_lens": "uniform {}-{}".format(*sizes["output_lens"]),
             "seed": SEED,
             "prompt_tokens": sum(len(p) for p in prompts),
             "output_tokens": useful,
@@ -274,6 +302,7 @@ def main() -> None:
         "decode_step_cost": step_costs,
         "repeats": args.repeats,
         "warmup": args.warmup,
+        "quick": args.quick,
         "env": env_info(),
     }
     if args.save:
