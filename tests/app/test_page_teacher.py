@@ -55,7 +55,7 @@ def test_teacher_page_lists_class_and_exports_csv(app_test):
     # Two learners, one visited all 8 lessons and one visited 1: mean completion 100 x (8 + 1) / (2 x 8) = 56.25 %.
     assert len(LESSON_IDS) == 8
     assert [m.value for m in at.metric] == ["2", "1", "56 %"]
-    assert "2 learners in class `room 7`; completion counts the 7 lesson pages." in [c.value for c in at.caption]
+    assert "2 learners in class `room 7`; completion counts the 8 lesson pages." in [c.value for c in at.caption]
     table = at.dataframe[0].value
     assert list(table["learner"]) == ["Ana", "Bob"] and list(table["completion_pct"]) == [100.0, round(100 / 7, 1)]
     assert list(table["predictions"]) == [0, 0]
