@@ -57,7 +57,7 @@ def test_teacher_page_lists_class_and_exports_csv(app_test):
     assert [m.value for m in at.metric] == ["2", "1", "56 %"]
     assert "2 learners in class `room 7`; completion counts the 8 lesson pages." in [c.value for c in at.caption]
     table = at.dataframe[0].value
-    assert list(table["learner"]) == ["Ana", "Bob"] and list(table["completion_pct"]) == [100.0, round(100 / 7, 1)]
+    assert list(table["learner"]) == ["Ana", "Bob"] and list(table["completion_pct"]) == [100.0, round(100 / 8, 1)]
     assert list(table["predictions"]) == [0, 0]
     assert "No learner in this class has checked a prediction yet." in [c.value for c in at.caption]
     at.text_input(key="teacher_class_code").input("room'; --").run()
