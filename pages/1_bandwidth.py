@@ -5,6 +5,7 @@ import streamlit as st
 from lessons.labs import bandwidth as lab
 from lessons.labs import choices
 from ui import charts, charts_bandwidth
+from ui.memo import memo
 from ui.page import (
     figure,
     lesson_check,
@@ -24,17 +25,17 @@ MEASURE_KEY = "bw_measurements"  # this learner's live measurements (session sta
 DEMO_KEY = "bw_demo_measurement"
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _lesson(model: str, gpu: str, batch: int, context: int, dtype: str) -> lab.BandwidthLesson:
     return lab.lesson(model, gpu, batch, context, dtype)
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _sweep(model: str, gpu: str, context: int, dtype: str) -> lab.BatchSweep:
     return lab.batch_sweep(model, gpu, context, dtype)
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _fit(model: str, gpu: str, context: int, dtype: str) -> lab.BatchFit:
     return lab.batch_fit(model, gpu, context, dtype)
 

@@ -6,6 +6,7 @@ from lessons.labs import choices
 from lessons.labs import gqa as lab
 from ui import charts_attention
 from ui.kv_precision import kv_precision_section
+from ui.memo import memo
 from ui.page import (
     backend_info,
     figure,
@@ -24,12 +25,12 @@ from ui.tensor_parallel import tensor_parallel_section
 PAGE = "gqa"
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _run(num_heads: int, groups: int, head_dim: int, seq_len: int) -> lab.GqaRun:
     return lab.run_gqa(num_heads, groups, head_dim, seq_len, repeats=3)
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _decode(num_heads: int, groups: int, head_dim: int) -> lab.GqaRun:
     return lab.run_gqa_decode(num_heads, groups, head_dim, repeats=3)
 

@@ -4,6 +4,7 @@ import streamlit as st
 
 from lessons.labs import packing as lab
 from ui import charts_attention
+from ui.memo import memo
 from ui.page import (
     backend_info,
     figure,
@@ -21,17 +22,17 @@ from ui.page import (
 PAGE = "packing"
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _visibility(lengths: tuple[int, ...], causal: bool) -> lab.MaskPicture:
     return lab.visibility(list(lengths), causal)
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _run(lengths: tuple[int, ...], causal: bool) -> lab.PackingRun:
     return lab.run_packed_vs_padded(list(lengths), causal, repeats=3)
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _sweep(causal: bool) -> lab.PaddingSweep:
     return lab.padding_sweep(causal)
 

@@ -7,6 +7,7 @@ import streamlit as st
 from lessons.labs import choices
 from lessons.labs import fragmentation as lab
 from ui import charts, charts_memory
+from ui.memo import memo
 from ui.page import (
     figure,
     frozen_figure,
@@ -24,7 +25,7 @@ from ui.page import (
 PAGE = "fragmentation"
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@memo(max_entries=64)
 def _report(
     model: str, gpu: str, max_len: int, dataset: str, num_requests: int, rate: float
 ) -> lab.FragmentationReport:
@@ -32,7 +33,7 @@ def _report(
 
 
 # Built once per setting and shared read-only (nothing mutates a figure after it is built).
-@st.cache_resource(show_spinner=False, max_entries=64)
+@memo(max_entries=64)
 def _area_fig(model: str, gpu: str, max_len: int, dataset: str, num_requests: int, rate: float) -> Any:
     rep = _report(model, gpu, max_len, dataset, num_requests, rate)
     x, ys = rep.series()

@@ -7,6 +7,7 @@ import streamlit as st
 from lessons.labs import paged as lab
 from lessons.labs import paged_kernel
 from ui import charts_memory
+from ui.memo import memo
 from ui.page import (
     frozen_figure,
     lesson_check,
@@ -23,48 +24,48 @@ from ui.page import (
 PAGE = "paged"
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _kernel() -> lab.KernelFit:
     """The paged kernel timed once per block size on this machine (shared by every learner of this server)."""
     return lab.measure_kernel()
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _sweep(max_context: int) -> lab.BlockSizeSweep:
     # a + b / block size fitted to the timings: one noisy point cannot move it
     return lab.sweep(max_context, kernel=_kernel().fitted)
 
 
-@st.cache_data(show_spinner=False)
+@memo
 def _picture(block_size: int) -> lab.PoolPicture:
     return lab.allocator_picture(block_size)
 
 
-@st.cache_data(show_spinner=False)
-def _sharing(block_size: int) -> list[lab.SharingStage]:
-    return lab.sharing_demo(block_size)
+@memo
+def _sharing(block_size: int) -> tuple[lab.SharingStage, ...]:
+    return tuple(lab.sharing_demo(block_size))
 
 
-# Figures are built once per setting and shared read-only (st.cache_resource: no copy on each re-run; nothing
-# mutates them after this point). Building a plotly figure costs more than the page's cached calculations.
-@st.cache_resource(show_spinner=False, max_entries=64)
+# Figures are built once per setting and shared read-only (ui.memo: no copy on each re-run; nothing mutates
+# them after this point). Building a plotly figure costs more than the page's cached calculations.
+@memo(max_entries=64)
 def _sweep_fig(max_context: int, block_size: int) -> Any:
     return frozen_figure(charts_memory.block_size_sweep(_sweep(max_context).rows(), block_size))
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
+@memo(max_entries=64)
 def _throughput_fig(max_context: int, block_size: int) -> Any:
     return frozen_figure(charts_memory.block_size_throughput(_sweep(max_context).rows(), block_size))
 
 
-@st.cache_resource(show_spinner=False, max_entries=32)
+@memo(max_entries=32)
 def _tables_fig(block_size: int) -> Any:
     p = _picture(block_size)
     title = f"Block tables ({block_size}-token blocks)"
     return frozen_figure(charts_memory.block_table_picture(p.tables, p.fills, block_size, title))
 
 
-@st.cache_resource(show_spinner=False, max_entries=128)
+@memo(max_entries=128)
 def _pool_fig(block_size: int, stage: int | None, title: str) -> Any:
     p = _picture(block_size) if stage is None else _sharing(block_size)[stage].picture
     return frozen_figure(charts_memory.block_pool_grid(p.blocks, p.block_size, title, columns=8))

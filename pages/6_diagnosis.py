@@ -11,6 +11,7 @@ from lessons.labs import diagnosis as lab
 from ui import charts_memory
 from ui.inert import prose_md
 from ui.kv_precision import kv_precision_section
+from ui.memo import memo
 from ui.page import (
     download_rows,
     frozen_figure,
@@ -29,18 +30,18 @@ from ui.progress import record_diagnosis
 PAGE = "diagnosis"
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@memo(max_entries=32)
 def _symptoms(scenario_id: str, variant: int) -> Any:
     return symptoms(lab.scenario_for(scenario_id, variant))
 
 
-@st.cache_resource(show_spinner=False, max_entries=32)  # a figure, shared read-only
+@memo(max_entries=32)  # a figure, shared read-only
 def _memory_fig(scenario_id: str, variant: int) -> Any:
     title = lab.memory_title(lab.scenario_for(scenario_id, variant))
     return frozen_figure(charts_memory.memory_breakdown(_symptoms(scenario_id, variant).memory, title))
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@memo(max_entries=64)
 def _grade(
     scenario_id: str, variant: int, diagnoses: tuple[str, ...], fixes: tuple[tuple[str, Any], ...]
 ) -> lab.GradedRun:

@@ -11,6 +11,7 @@ from lessons.labs import choices
 from lessons.labs import pressure as lab
 from ui import charts_pressure
 from ui.inert import prose_md
+from ui.memo import memo
 from ui.page import (
     figure,
     frozen_figure,
@@ -35,7 +36,7 @@ def _model() -> tuple[Any, Any, Any]:
     return lab.load_demo()
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
+@memo(max_entries=256)
 def _run(rate: float, prompt_len: int, num_blocks: int, max_num_seqs: int, budget: int, burst: bool) -> lab.PressureRun:
     """One engine run per setting, shared by every learner of this server (the runs are seeded)."""
     return lab.run(lab.Traffic(rate, prompt_len, num_blocks, max_num_seqs, budget), _model(), burst)
@@ -45,12 +46,12 @@ def _of(t: lab.Traffic, burst: bool = False) -> lab.PressureRun:
     return _run(t.rate, t.prompt_len, t.num_blocks, t.max_num_seqs, t.budget, burst)
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@memo(max_entries=16)
 def _gpu(gpu: str) -> lab.GpuSweep:
     return lab.gpu_sweep(gpu)
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
+@memo(max_entries=64)
 def _dashboard_fig(rate: float, prompt_len: int, num_blocks: int, max_num_seqs: int, budget: int) -> Any:
     run = _run(rate, prompt_len, num_blocks, max_num_seqs, budget, False)
     title = f"One run: {lab.NUM_REQUESTS} requests at {rate:g} per step into {num_blocks} KV blocks (real engine)"

@@ -14,12 +14,13 @@ import streamlit as st
 
 from lessons import content
 from lessons.labs import kv_precision as lab
+from ui.memo import memo
 from ui.page import show_error
 
 PROSE = "kv_precision"  # lessons/sections/kv_precision.md
 
 
-@st.cache_data(show_spinner=False, max_entries=4)
+@memo(max_entries=4)
 def _compare(model: str) -> lab.PrecisionRun:
     """The lab's comparison, once per model per process (a pure function of its arguments)."""
     return lab.compare(model, lab.PAGE_PROMPTS, lab.PAGE_MAX_TOKENS)

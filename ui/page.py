@@ -10,7 +10,8 @@ Progress helpers (`record_diagnosis`, `clear_quiz`, ...) are in ui/progress.py.
 State rules (Streamlit runs each learner's session in its own thread):
 - per-learner state lives only in `st.session_state`;
 - `st.cache_resource` only for read-only shared objects (never mutate what it returns);
-- `st.cache_data` for pure calculations; no module-level mutable state here or in pages.
+- `ui.memo.memo` for pure calculations and built figures (process-wide, shared read-only: results are frozen);
+  no other module-level mutable state here or in pages.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from kernels.backend import describe
 from lessons import content, links, quizzes
 from ui.export import rows_to_csv, to_json
 from ui.inert import inert_md, prose_md
+from ui.memo import named_cache
 from ui.predict import prediction_exercise, prediction_teaser
 from ui.progress import ensure_progress, mark_visited, record_quiz
 
@@ -55,12 +57,8 @@ def frozen_figure(fig: Any) -> Any:
     a deep copy of the whole figure; a shared, never mutated figure can hand out the same dict."""
     spec = fig.to_dict()
     fig.to_dict = lambda: spec
+    fig._frozen_spec = spec  # read by chart_alt: plotly's own attribute access is slow
     return fig
-
-
-@st.cache_resource(show_spinner=False, max_entries=512)
-def _built_figure(key: str, _args: tuple, _kwargs: dict, _builder: Callable[..., Any]) -> Any:
-    return frozen_figure(_builder(*_args, **_kwargs))  # key: the builder's name and the arguments' repr
 
 
 @st.cache_resource(show_spinner=False, max_entries=512)
@@ -68,14 +66,19 @@ def _built_figure_hashed(name: str, args: tuple, kwargs: dict, _builder: Callabl
     return frozen_figure(_builder(*args, **kwargs))  # other arguments (arrays, objects): Streamlit's own hashing
 
 
+_FIGURES = named_cache("ui.page.figure", max_entries=512)
+
+
 def figure(builder: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``builder(*args, **kwargs)`` (a ui.charts* figure builder: a pure function of its arguments) built once
     per process for each set of arguments and shared by every learner, read-only: building a plotly figure
-    costs far more than the page's arithmetic. The cache is keyed by the builder's name and its arguments'
-    values; st.plotly_chart only reads a figure (it serialises its ``to_dict()``, computed once here)."""
+    costs far more than the page's arithmetic. The cache (ui.memo) is keyed by the builder's name and its
+    arguments' values (their repr: rows of numbers and strings); st.plotly_chart only reads a figure (it
+    serialises its ``to_dict()``, computed once here)."""
     name = f"{builder.__module__}.{builder.__qualname__}"
     if _plain(args) and _plain(kwargs):
-        return _built_figure(f"{name}{args!r}{sorted(kwargs.items())!r}", args, kwargs, builder)
+        key = f"{name}{args!r}{sorted(kwargs.items())!r}"
+        return _FIGURES.get_or_make(key, lambda: frozen_figure(builder(*args, **kwargs)))
     return _built_figure_hashed(name, args, kwargs, builder)
 
 
@@ -260,7 +263,9 @@ CHART_CONFIG = {
 
 def chart_alt(fig: Any, summary: str | None = None) -> str:
     """The chart's accessible name: its title (plotly's markup and escapes removed), then the summary."""
-    plain = " ".join(html.unescape(re.sub(r"<[^>]*>", " ", fig.layout.title.text or "")).split())
+    spec = getattr(fig, "_frozen_spec", None)
+    title = spec.get("layout", {}).get("title", {}).get("text") if spec is not None else fig.layout.title.text
+    plain = " ".join(html.unescape(re.sub(r"<[^>]*>", " ", title or "")).split())
     text = " ".join(part for part in (plain and f"{plain.rstrip('.')}.", summary) if part)
     return text or "Chart (its data is in the table below)"
 
@@ -285,9 +290,26 @@ def show_chart(
     st.plotly_chart(fig, key=f"{key}_chart", config=CHART_CONFIG, alt=chart_alt(fig, summary))
     st.markdown(f"**{SUMMARY_LEAD}** {summary}")
     st.caption(caption)
-    with st.expander("Data behind this chart (table)", expanded=False):
-        st.dataframe(list(rows), hide_index=True, key=f"{key}_data")
-        download_rows(rows, name, key, "chart data")
+    chart_table(rows, name, key)
+
+
+CHART_TABLE_LABEL = "Data behind this chart (table)"
+CHART_TABLE_OPEN = "_table_open"  # suffix of the session-state key that holds whether a chart's table is open
+
+
+def chart_table(rows: Sequence[Mapping[str, Any]], name: str, key: str) -> None:
+    """The chart's numbers as a table with CSV/JSON downloads, in an expander whose contents are made only
+    while it is open.
+
+    A data table is the costliest element of a page run (pandas, then Arrow: several milliseconds each, and a
+    lesson draws up to nine), and most learners never open one. Opening the expander re-runs the part of the
+    page it is in (the lesson's calculator, a fragment) and the table is drawn; it stays open, and current,
+    across later runs until it is closed. Its state is ``st.session_state[key + CHART_TABLE_OPEN]``."""
+    box = st.expander(CHART_TABLE_LABEL, key=f"{key}{CHART_TABLE_OPEN}", on_change="rerun")
+    if box.open:
+        with box:
+            st.dataframe(list(rows), hide_index=True, key=f"{key}_data")
+            download_rows(rows, name, key, "chart data")
 
 
 # --- end-of-lesson check -----------------------------------------------------------------------------
@@ -335,6 +357,10 @@ def link_note(bad: links.BadValue) -> str:
     )
 
 
+LINK_LABEL = "Copy link to this view"
+LINK_OPEN = "_link_open"  # suffix of the session-state key that holds whether the link expander is open
+
+
 class LinkedView:
     """A page's deep-linked settings for this run (from `linked_view`); `publish()` after the last widget."""
 
@@ -373,7 +399,12 @@ class LinkedView:
             kept = {k: v for k, v in st.query_params.to_dict().items() if k not in others and k not in query}
             st.query_params.from_dict({**kept, **query})  # one address-bar update; embed=true is kept
         link = links.link(self.spec, self.values())
-        with self._top.expander("Copy link to this view", icon=":material/link:"):
+        box = self._top.expander(
+            LINK_LABEL, icon=":material/link:", key=f"{self.spec.page_id}{LINK_OPEN}", on_change="rerun"
+        )
+        if not box.open:
+            return link  # its contents are made only while it is open, like a chart's table
+        with box:
             st.caption("Add this to the app's address (for example `https://kvlab.example.org/`):")
             st.code(link, language=None, wrap_lines=True)  # no sideways scrolling a keyboard cannot reach
             st.caption("To embed this view in a course page (`embed=true`: no Streamlit toolbar or footer):")

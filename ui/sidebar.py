@@ -39,7 +39,10 @@ def sidebar_progress(slot: Any) -> None:
         st.progress(done / len(rows), text=f"Lessons visited: {done} / {len(rows)}")
         correct, total = quizzes.score(progress["quiz"])
         st.caption(f"Quiz answers correct: {correct} / {total}")
-        with st.expander("My progress", expanded=False):
+        box = st.expander("My progress", key="sidebar_progress_open", on_change="rerun")
+        if not box.open:
+            return  # the table is made only while it is open (ui.page.chart_table says why)
+        with box:
             st.dataframe(rows, hide_index=True, key="sidebar_progress_table")
             st.download_button(
                 "Download progress (JSON)",

@@ -13,6 +13,7 @@ from engine.memory.units import GiB
 from lessons import content
 from lessons.labs import choices
 from lessons.labs import tensor_parallel as lab
+from ui.memo import memo
 from ui.page import show_error
 
 PROSE = "tensor_parallel"  # lessons/sections/tensor_parallel.md
@@ -20,7 +21,7 @@ MODELS = ("llama-3-70b", "llama-3.1-405b", "qwen2.5-72b", "llama-3-8b", "llama-2
 GPUS = ("h100-sxm", "a100-80gb", "h200", "a100-40gb", "l4")
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@memo(max_entries=64)
 def _table(model: str, gpu: str) -> lab.TpTable:
     return lab.tp_table(model, gpu)
 

@@ -12,6 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ui.course import COURSE, ROOT
+from ui.page import CHART_TABLE_OPEN
 
 
 def make_app_test(page: str, timeout: float = 30) -> AppTest:
@@ -27,3 +28,14 @@ def make_app_test(page: str, timeout: float = 30) -> AppTest:
 def app_test() -> Callable[..., AppTest]:
     """The factory `app_test(page, timeout=30)` -> AppTest (see `make_app_test`)."""
     return make_app_test
+
+
+def open_chart_tables(at: AppTest) -> AppTest:
+    """Open every chart's data table on the page and run it again if that drew any (see ui.page.chart_table).
+
+    A chart's table is made only while its expander is open, as a learner opens it; tests that read a chart's
+    numbers from its table call this first. A table that is open already stays open across runs."""
+    closed = [k for k in at.session_state.keys() if k.endswith(CHART_TABLE_OPEN) and not at.session_state[k]]
+    for key in closed:
+        at.session_state[key] = True
+    return at.run() if closed else at

@@ -6,6 +6,7 @@ from streamlit.testing.v1 import AppTest
 
 from lessons import links
 from ui.inert import inert_md
+from ui.page import LINK_OPEN
 
 # page id -> (query, widget key -> the value that widget must show)
 LINKS = {
@@ -126,6 +127,14 @@ def opened(app_test, page_id: str, query: dict[str, str]) -> AppTest:
     return at
 
 
+def link_texts(at: AppTest, page_id: str) -> list[str]:
+    """What the "Copy link to this view" box shows once the learner opens it (it is made only while open)."""
+    at.session_state[f"{page_id}{LINK_OPEN}"] = True
+    at.run()
+    assert not at.exception, at.exception
+    return [c.value for c in at.code]
+
+
 def widget_values(at: AppTest, keys) -> dict:
     return {key: at.session_state[key] for key in keys}
 
@@ -138,8 +147,9 @@ def test_a_deep_link_sets_the_widgets(app_test, page_id):
     assert not at.warning
     # the address bar now holds the view (as the page writes it), and the copy-link box shows it
     assert {k: at.query_params[k] for k in query} == {**query, **CANONICAL.get(page_id, {})}
-    shown = [c.value for c in at.code]
     path = {"paged": "paged_attention"}.get(page_id, page_id)
+    assert not any(c.value.startswith(f"{path}?") for c in at.code)  # closed: the box's contents are not made
+    shown = link_texts(at, page_id)
     assert any(c.startswith(f"{path}?") for c in shown)
     assert any("embed=true" in c and "<iframe" in c for c in shown)
 
@@ -147,7 +157,7 @@ def test_a_deep_link_sets_the_widgets(app_test, page_id):
 def test_the_linked_paged_view_computes_with_the_linked_settings(app_test):
     at = opened(app_test, "paged", LINKS["paged"][0])
     assert {m.label: m.value for m in at.metric}["Table width (max entries)"] == "64"  # 4096 / 64
-    assert "paged_attention?block_size=64&max_context=4096" in [c.value for c in at.code]
+    assert "paged_attention?block_size=64&max_context=4096" in link_texts(at, "paged")
 
 
 def test_the_linked_gqa_view_computes_with_the_linked_settings(app_test):
@@ -184,7 +194,7 @@ def test_moving_a_widget_writes_the_view_back_and_drops_other_pages_params(app_t
     at.select_slider(key="paged_context").set_value(512).run()
     assert not at.exception
     assert at.query_params == {"block_size": "8", "max_context": "512", "utm_source": "course"}
-    assert "paged_attention?block_size=8&max_context=512" in [c.value for c in at.code]
+    assert "paged_attention?block_size=8&max_context=512" in link_texts(at, "paged")
 
 
 def test_the_link_does_not_override_a_widget_the_learner_moved(app_test):

@@ -7,6 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.memory.catalog import GPUS, MODELS
 from lessons.labs import bandwidth as lab
+from tests.app.conftest import open_chart_tables
 
 
 def metrics(at: AppTest) -> dict[str, str]:
@@ -80,7 +81,9 @@ def test_live_measurement_and_check(at):
     assert float(shown["Decode-like: achieved bandwidth"].split()[0].replace(",", "")) > 0
     machine = at.session_state["bw_measurements"]
     assert machine.gemm.intensity > 10 * machine.gemv.intensity  # the GEMM reuses each byte; the GEMV cannot
-    table = next(t.value for t in at.dataframe if "GFLOP_per_s" in t.value.columns and len(t.value) == 2)
+    table = next(
+        t.value for t in open_chart_tables(at).dataframe if "GFLOP_per_s" in t.value.columns and len(t.value) == 2
+    )
     assert list(table["name"]) == [machine.gemv.name, machine.gemm.name]
     gain = float(next(m.value for m in at.markdown if "more useful work" in m.value).split("**")[1].rstrip("×"))
     assert gain == pytest.approx(machine.gemm.flops_per_s / machine.gemv.flops_per_s, abs=0.5)
@@ -134,7 +137,7 @@ def test_batches_beyond_the_kv_budget_are_marked_and_explained(at):
     shown = metrics(at)
     assert shown["KV cache of this batch"] == "128.0 GiB" and shown["Largest batch that fits"] == f"{fit.max_batch:,}"
     assert shown["KV budget on this GPU"] == f"{fit.kv_budget_bytes / 2**30:,.1f} GiB"
-    sweep = next(t.value for t in at.dataframe if "fits in memory" in t.value.columns)
+    sweep = next(t.value for t in open_chart_tables(at).dataframe if "fits in memory" in t.value.columns)
     assert list(sweep["fits in memory"]) == ["yes" if b <= fit.max_batch else "no" for b in sweep["batch"]]
     assert fit.max_batch in list(sweep["batch"]) and sweep["fits in memory"].iloc[-1] == "no"
     caption = next(c.value for c in at.caption if "levels off" in c.value)

@@ -8,6 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from lessons.diagnosis import get_scenario, scenario_ids
 from lessons.labs import diagnosis as lab
+from tests.app.conftest import open_chart_tables
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ FIXTURES = Path(__file__).parents[1] / "lessons" / "diagnosis" / "fixtures"
 
 def table(at: AppTest, column: str) -> list[dict]:
     """The rows of the last table on the page with this column (the paste box comes after the incident)."""
-    return [t.value for t in at.dataframe if column in t.value.columns][-1].to_dict("records")
+    return [t.value for t in open_chart_tables(at).dataframe if column in t.value.columns][-1].to_dict("records")
 
 
 def test_paste_a_real_v0_log_with_the_max_len_error(at):

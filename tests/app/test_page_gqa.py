@@ -5,6 +5,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.memory.catalog import MODELS
 from lessons.labs import gqa as lab
+from tests.app.conftest import open_chart_tables
 from tests.conftest import DEVICE
 
 KiB = 1024
@@ -42,12 +43,12 @@ def test_kv_bytes_drop_by_the_group_factor(at):
     formula = next(m.value for m in at.markdown if m.value.startswith("**2 × "))
     assert formula.startswith("**2 × 32 layers × 1 KV heads × 128 head dim × 2 bytes = 16,384 bytes per token.**")
     assert "instead gets 524,288 bytes — 32× too much at G = 1" in formula
-    sharing = next(d.value for d in at.dataframe if "query head" in d.value.columns)
+    sharing = next(d.value for d in open_chart_tables(at).dataframe if "query head" in d.value.columns)
     assert list(sharing["KV head"]) == [0] * 32  # MQA: every query head reads the one KV head
-    layout = next(d.value for d in at.dataframe if "tensor" in d.value.columns)
+    layout = next(d.value for d in open_chart_tables(at).dataframe if "tensor" in d.value.columns)
     assert layout["shape"].iloc[0] == "[B=8, M=1, G=1, H=32, K=128]"  # 8 sequences x 1 query, 32 heads per group
     assert metric(at, "KV per token").endswith("KiB") and "MQA" in next(m.label for m in at.metric)
-    run_table = next(d.value for d in at.dataframe if "K+V MiB read" in d.value.columns)
+    run_table = next(d.value for d in open_chart_tables(at).dataframe if "K+V MiB read" in d.value.columns)
     for shape in ("decode", "prefill"):  # at G = 1 (MQA) the MHA model's cache holds 32x the K/V bytes
         gqa, mha = run_table[run_table["shape"] == shape]["K+V MiB read"].tolist()
         assert mha == 32 * gqa

@@ -4,6 +4,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from lessons.labs import packing as lab
+from tests.app.conftest import open_chart_tables
 from tests.conftest import DEVICE
 
 TOL = 1e-4 if DEVICE == "cpu" else 2e-2  # Triton's fp32 dots may use TF32 on a GPU
@@ -26,7 +27,7 @@ def test_defaults_show_fair_baseline_timings_and_the_sweep(at):
     shown = metrics(at)
     assert shown["Real tokens"] == "1,607" and shown["Padding wasted"] == "73%"
     assert f"Padded ({lab.BASELINES[True]})" in shown and "Packing speed-up" in shown
-    frames = {tuple(d.value.columns): d.value for d in at.dataframe}
+    frames = {tuple(d.value.columns): d.value for d in open_chart_tables(at).dataframe}
     timings = next(v for cols, v in frames.items() if "side" in cols and "ms" in cols)
     assert timings["side"].tolist() == [
         "packed (varlen_attention)",
@@ -75,9 +76,9 @@ def test_lengths_and_causal_toggle_drive_the_numbers(at):
     full = float(shown["Attention work saved by packing"].rstrip("×"))
     assert full == pytest.approx(3 * 1000**2 / (10**2 + 20**2 + 1000**2), rel=1e-3)
     assert float(shown["Max |packed − padded| on real tokens"]) < TOL
-    segments = [row for row in at.dataframe if "request" in str(row.value.columns.tolist())]
+    segments = [row for row in open_chart_tables(at).dataframe if "request" in str(row.value.columns.tolist())]
     assert segments and segments[-1].value["tokens"].tolist() == [10, 20, 1000]
-    mask = next(d.value for d in at.dataframe if "visible keys" in d.value.columns)
+    mask = next(d.value for d in open_chart_tables(at).dataframe if "visible keys" in d.value.columns)
     # 1,030 tokens: the first 256 are drawn; not causal, so query 0 sees all 10 keys of its request
     assert len(mask) == lab.MAX_HEATMAP and mask["visible keys"].iloc[0] == ", ".join(map(str, range(10)))
     at.toggle(key="pack_causal").set_value(True).run()

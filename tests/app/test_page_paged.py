@@ -6,6 +6,8 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.app.conftest import open_chart_tables
+
 
 def numbers(at: AppTest) -> tuple[float, float]:
     shown = {m.label: m.value for m in at.metric}
@@ -50,7 +52,7 @@ def test_sharing_steps_show_fork_and_copy_on_write(at):
     for stage in (0, 4, 1):
         at.select_slider(key="paged_stage").set_value(stage).run()
         assert not at.exception and not any("Copy-on-write" in i.value for i in at.info)
-    tables = [t.value for t in at.dataframe if "stage" in t.value.columns]
+    tables = [t.value for t in open_chart_tables(at).dataframe if "stage" in t.value.columns]
     assert tables and len(tables[0]) == 5
     radio = next(r for r in at.radio if r.key.startswith("quiz_paged."))
     radio.set_value(radio.options[-1]).run()
@@ -66,11 +68,11 @@ def test_throughput_carries_the_kernel_cost_and_vllm_refusals_are_marked(at):
     assert shown["vLLM accepts this block size"] == "yes"
     assert float(shown["Kernel cost vs best block size (fitted)"].rstrip("×")) >= 1.0
     assert int(shown["Best block size here"]) in (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    kernel = [t.value for t in at.dataframe if "ns per cached token" in t.value.columns]
+    kernel = [t.value for t in open_chart_tables(at).dataframe if "ns per cached token" in t.value.columns]
     assert kernel and list(kernel[0]["block size"]) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     assert min(kernel[0]["kernel cost vs best"]) == 1.0  # relative to the fastest block size
     assert min(kernel[0]["kernel cost, fitted"]) == pytest.approx(1.0)
-    sweep = next(t.value for t in at.dataframe if "tokens/s, free kernel" in t.value.columns)
+    sweep = next(t.value for t in open_chart_tables(at).dataframe if "tokens/s, free kernel" in t.value.columns)
     peak = max(zip(sweep["tokens/s"], -sweep["block size"], strict=True))  # most tokens/s, smaller on a tie
     assert int(shown["Best block size here"]) == -peak[1]
     assert list(sweep["kernel cost vs best"]) == pytest.approx(list(kernel[0]["kernel cost, fitted"]))
@@ -91,7 +93,7 @@ def test_the_sliding_window_table_follows_the_block_size(app_test):
     at = app_test("paged", timeout=180)
     at.run()
     assert not at.exception
-    table = next(d for d in at.dataframe if "blocks, window 4,096" in d.value.columns)
+    table = next(d for d in open_chart_tables(at).dataframe if "blocks, window 4,096" in d.value.columns)
     full, windowed = table.value["blocks, full attention"].tolist(), table.value["blocks, window 4,096"].tolist()
     assert windowed[-1] < full[-1] and windowed[-1] == windowed[-2]  # capped at the window, whatever the length
     assert full == [2048 // 16, 8192 // 16, 32768 // 16]  # the default 16-token blocks

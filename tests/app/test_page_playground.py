@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from lessons.labs import playground as lab
 from lessons.labs.playground import DEMO_DIR
+from tests.app.conftest import open_chart_tables
 from tests.lessons.labs.test_playground import make_tiny_model
 
 PROMPTS = "def add(a, b):\nclass Stack:\nself.items\nreturn a + b"
@@ -93,11 +94,11 @@ def test_folder_model_generates_and_steps(at, tiny):
     shown = {m.label: m.value for m in at.metric}
     assert int(shown["Generated tokens"]) > 0 and float(shown["Tokens/s"].replace(",", "")) > 0
     assert 0 < int(shown["Peak KV usage"].rstrip("%")) <= 100 and int(shown["Preemptions"]) >= 0
-    outputs = next(d.value for d in at.dataframe if "generated text" in d.value.columns)
+    outputs = next(d.value for d in open_chart_tables(at).dataframe if "generated text" in d.value.columns)
     assert len(outputs) == 4 and outputs["generated tokens"].sum() == int(shown["Generated tokens"])
     assert outputs["generated text"].str.len().sum() > 0  # the engine produced text
     steps = int(shown["Scheduler steps"])
-    timeline = next(d.value for d in at.dataframe if "KV blocks used" in d.value.columns)
+    timeline = next(d.value for d in open_chart_tables(at).dataframe if "KV blocks used" in d.value.columns)
     assert list(timeline["step"]) == list(range(1, steps + 1))
     run = at.session_state["pg_run"]
     assert shown["Peak KV usage"] == f"{round(100 * max(t.kv_usage for t in run.traces))}%"
@@ -219,9 +220,9 @@ def test_an_interrupted_run_leaves_no_phantom_requests(app_test, monkeypatch, ti
     monkeypatch.setattr(lab, "live_line", real_line)
     generate(app)  # Generate again on the same engine
     assert not app.error
-    outputs = next(d.value for d in app.dataframe if "generated text" in d.value.columns)
+    outputs = next(d.value for d in open_chart_tables(app).dataframe if "generated text" in d.value.columns)
     assert list(outputs["prompt"]) == PROMPTS.split("\n") and list(outputs["request"]) == ["r0", "r1", "r2", "r3"]
-    steps = next(d.value for d in app.dataframe if "KV blocks used" in d.value.columns)
+    steps = next(d.value for d in open_chart_tables(app).dataframe if "KV blocks used" in d.value.columns)
     assert steps["waiting"].max() <= 4 and steps["running"].max() <= 4  # no phantom request queued
     assert set(" ".join(steps["joined"]).split()) <= {"r0", "r1", "r2", "r3", "—"}
     assert steps["KV blocks used"].iloc[-1] == 0

@@ -6,6 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from lessons.labs import pressure as lab
+from tests.app.conftest import open_chart_tables
 
 
 def shown(at: AppTest) -> dict[str, str]:
@@ -14,7 +15,7 @@ def shown(at: AppTest) -> dict[str, str]:
 
 def tables(at: AppTest, column: str) -> list[list[dict]]:
     """The page's tables (charts' data tables included) that have this column, in page order, as records."""
-    return [t.value.to_dict("records") for t in at.dataframe if column in t.value.columns]
+    return [t.value.to_dict("records") for t in open_chart_tables(at).dataframe if column in t.value.columns]
 
 
 def sweep(at: AppTest) -> list[dict]:
