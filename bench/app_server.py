@@ -42,15 +42,14 @@ def _healthy(url: str) -> bool:
 
 
 def _spawn_app(port: int, data_dir: Path, log: Any, extra_env: dict[str, str] | None, script: Path) -> subprocess.Popen:
-    """``streamlit run SCRIPT`` on 127.0.0.1:``port`` from the repository root (its .streamlit/config.toml),
-    output into the open file ``log``."""
+    """``streamlit run SCRIPT`` (through ui.serve) on 127.0.0.1:``port`` from the repository root (its
+    .streamlit/config.toml), output into the open file ``log``."""
     env = {**os.environ, "KVLAB_DATA_DIR": str(data_dir), **(extra_env or {})}
     env.pop("TRITON_INTERPRET", None)  # the app picks its backend like a normal run, not like pytest
     cmd = [
         sys.executable,
         "-m",
-        "streamlit",
-        "run",
+        "ui.serve",  # `streamlit run SCRIPT` with the app's imports done before the health check answers
         str(script),
         "--server.headless",
         "true",
