@@ -3,7 +3,9 @@
 Each raises a ValueError naming the value and the fix, before any kernel runs, so neither backend ever reads
 a block-table entry it should not or writes a slot twice (on a GPU that would be a silent out-of-bounds read
 or a race). `check_step` validates one step for kernels.ops.plan_attention; its data-dependent checks (offsets,
-lengths, the block-table entries that will be read, the slots, the scales' values) share one device read.
+lengths, the block-table entries that will be read, the slots, the scales' values) share one device read, or,
+when the caller hands in the Python lists it made the tensors from (`HostStep`, as the engine's step builder
+does), run on those lists: the same checks and errors, and no read back but an fp8 cache's scales.
 """
 
 from __future__ import annotations
@@ -35,6 +37,19 @@ class StepCheck(NamedTuple):
     starts_q: list[int]
     seq_lens: list[int]
     all_slots_live: bool
+
+
+class HostStep(NamedTuple):
+    """The Python lists a step's metadata tensors were made from (each tensor is torch.tensor(list)): handed to
+    check_step (kernels.ops.plan_attention(..., host_step=)), its checks run on them instead of a device read.
+
+    cu_seqlens_q  [S + 1] ints;  seq_lens  [S] ints;  block_tables  S rows of max_blocks ints (padded as the
+    tensor is);  slot_mapping  [T] ints, or None when the step has no slot mapping (attention only)."""
+
+    cu_seqlens_q: list[int]
+    seq_lens: list[int]
+    block_tables: list[list[int]]
+    slot_mapping: list[int] | None
 
 
 def check_int_tensor(name: str, t: object, ndim: int, layout: str, device: torch.device, rows: int) -> torch.Tensor:
@@ -133,6 +148,18 @@ def slot_stats(slot_mapping: torch.Tensor) -> torch.Tensor:
     twice = torch.where((ordered[1:] == ordered[:-1]) & (ordered[1:] >= 0), ordered[1:], -1)
     twice = twice.max() if twice.numel() else ordered.new_full((), -1)
     return torch.stack([ordered[-1], twice, (ordered < 0).sum()])
+
+
+def slot_stats_host(slots: list[int]) -> list[int]:
+    """slot_stats of a host list: [largest slot, largest live slot written twice (-1 if none), skipped slots]."""
+    if not slots:
+        return [-1, -1, 0]
+    twice = -1
+    if len(set(slots)) != len(slots):
+        ordered = sorted(slots)
+        twice = max((b for a, b in zip(ordered[:-1], ordered[1:], strict=True) if a == b and b >= 0), default=-1)
+    skipped = sum(1 for s in slots if s < 0) if min(slots) < 0 else 0
+    return [max(slots), twice, skipped]
 
 
 def check_slots(stats: list[int], num_blocks: int, block_size: int) -> bool:
@@ -252,6 +279,43 @@ def check_host(host: object, num_seqs: int) -> tuple[list[int], list[int]] | Non
     return list(host[0]), list(host[1])
 
 
+def check_host_step(
+    host_step: object,
+    cu: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    slot_mapping: torch.Tensor | None,
+) -> HostStep | None:
+    """None, or a HostStep whose lists have the shapes of the step's tensors (their values are the caller's
+    word: the lists the tensors were made from)."""
+    if host_step is None:
+        return None
+    num_seqs, width = block_tables.shape
+    ok = isinstance(host_step, tuple) and len(host_step) == 4
+    if ok:
+        cu_l, lens_l, tables_l, slots_l = host_step
+        ok = (
+            isinstance(cu_l, list)
+            and isinstance(lens_l, list)
+            and isinstance(tables_l, list)
+            and len(cu_l) == cu.numel()
+            and len(lens_l) == seq_lens.shape[0]
+            and len(tables_l) == num_seqs
+            and all(isinstance(row, list) and len(row) == width for row in tables_l)
+            and (
+                slots_l is None
+                if slot_mapping is None
+                else isinstance(slots_l, list) and len(slots_l) == slot_mapping.shape[0]
+            )
+        )
+    if not ok:
+        raise ValueError(
+            "host_step must be HostStep(cu_seqlens_q.tolist(), seq_lens.tolist(), block_tables.tolist(), "
+            "slot_mapping.tolist() or None) of this step: the lists the tensors were made from, or None"
+        )
+    return HostStep(*host_step)
+
+
 def check_step(
     cu_seqlens_q: object,
     seq_lens: object,
@@ -269,11 +333,14 @@ def check_step(
     backend: str,
     host: object = None,
     total_q: int | None = None,
+    host_step: object = None,
 ) -> StepCheck:
     """Validate one step's metadata, slot mapping (None: attention only), cache layout and fp8 scales.
 
     The data-dependent checks share one device read. total_q: the packed query count when the caller has q
     (cu_seqlens_q must end there); host: the caller's lists of cu_seqlens_q and seq_lens, checked against it.
+    host_step: a HostStep, the lists the metadata tensors were made from: the same checks run on them, with
+    no device read but an fp8 cache's scales (host must then be None).
     """
     k_cache, v_cache = check_cache_for_queries(k_cache, v_cache, num_heads, q_dtype)
     device = k_cache.device
@@ -291,21 +358,31 @@ def check_step(
     if slot_mapping is not None:
         slot_mapping = check_slot_tensor(slot_mapping, device, "the cache")
     host = check_host(host, num_seqs)
+    host_step = check_host_step(host_step, cu, seq_lens, block_tables, slot_mapping)
+    if host is not None and host_step is not None:
+        raise ValueError("pass host or host_step, not both (host_step holds host's lists)")
     backend = resolve_backend(backend, device)
     if backend == "triton":
         check_last_stride(k_cache=k_cache, v_cache=v_cache)
-    parts = [
-        cu.long(),
-        seq_lens.long(),
-        first_read_block_bad(cu, seq_lens, block_tables, num_blocks, block_size, window),
-    ]
-    if slot_mapping is not None:
-        parts.append(slot_stats(slot_mapping))
-    if k_scale is not None:
-        parts.append(kv_scales_bad(k_scale, v_scale).long())
-    values = torch.cat([p.view(-1) for p in parts]).tolist()  # the one device read
-    starts, lens, first = values[: num_seqs + 1], values[num_seqs + 1 : 2 * num_seqs + 1], values[2 * num_seqs + 1]
-    rest = values[2 * num_seqs + 2 :]
+    if host_step is None:
+        parts = [
+            cu.long(),
+            seq_lens.long(),
+            first_read_block_bad(cu, seq_lens, block_tables, num_blocks, block_size, window),
+        ]
+        if slot_mapping is not None:
+            parts.append(slot_stats(slot_mapping))
+        if k_scale is not None:
+            parts.append(kv_scales_bad(k_scale, v_scale).long())
+        values = torch.cat([p.view(-1) for p in parts]).tolist()  # the one device read
+        starts, lens = values[: num_seqs + 1], values[num_seqs + 1 : 2 * num_seqs + 1]
+        first, rest = values[2 * num_seqs + 1], values[2 * num_seqs + 2 :]
+    else:  # the same values from the caller's lists: no device read but the scales'
+        starts, lens = list(host_step.cu_seqlens_q), list(host_step.seq_lens)
+        first = first_read_block_bad_host(starts, lens, host_step.block_tables, num_blocks, block_size, window)
+        rest = [] if slot_mapping is None else slot_stats_host(host_step.slot_mapping)
+        if k_scale is not None:
+            rest.append(int(kv_scales_bad(k_scale, v_scale)))
     if host is not None and host != (starts, lens):
         raise ValueError(
             "host holds other lengths than cu_seqlens_q / seq_lens on the device; pass "
@@ -316,8 +393,9 @@ def check_step(
     check_lengths(starts, lens, block_tables.shape[1] * block_size)
     if first < block_tables.numel():
         seq, col = divmod(first, block_tables.shape[1])
+        entry = int(block_tables[seq, col]) if host_step is None else host_step.block_tables[seq][col]
         raise ValueError(
-            f"block_tables[{seq}, {col}] = {int(block_tables[seq, col])} is outside the cache's {num_blocks} "
+            f"block_tables[{seq}, {col}] = {entry} is outside the cache's {num_blocks} "
             f"blocks; entries of blocks the sequence's queries read (from the block holding its first query's "
             f"window start to its last token) must be in [0, {num_blocks})"
         )
@@ -362,6 +440,32 @@ def first_read_block_bad(
     bad = read & ((block_tables < 0) | (block_tables >= num_blocks))
     flat = torch.arange(bad.numel(), device=device)
     return torch.where(bad.flatten(), flat, bad.numel()).min()
+
+
+def first_read_block_bad_host(
+    starts: list[int],
+    lens: list[int],
+    tables: list[list[int]],
+    num_blocks: int,
+    block_size: int,
+    window: int | None,
+) -> int:
+    """first_read_block_bad of the host lists: the flat index of the first entry a sequence reads that names
+    no cache block (rows x columns when there is none); the same columns, clamped to the table."""
+    width = len(tables[0]) if tables else 0
+    for i, (row, seq_len) in enumerate(zip(tables, lens, strict=True)):
+        len_q = starts[i + 1] - starts[i]
+        if len_q <= 0:
+            continue
+        lo = 0 if window is None else max(0, seq_len - len_q - window + 1) // block_size
+        hi = min(width, (seq_len + block_size - 1) // block_size)
+        if hi <= lo:
+            continue
+        read = row[lo:hi]
+        if min(read) < 0 or max(read) >= num_blocks:
+            col = next(c for c in range(lo, hi) if not 0 <= row[c] < num_blocks)
+            return i * width + col
+    return len(tables) * width
 
 
 def check_lengths(starts: list[int], lens: list[int], capacity: int) -> None:

@@ -34,7 +34,7 @@ from kernels.checks import (
     check_tensor,
     default_scale,
 )
-from kernels.checks_paged import StepCheck, check_int_tensor, check_queries, check_step, check_store
+from kernels.checks_paged import HostStep, StepCheck, check_int_tensor, check_queries, check_step, check_store
 from kernels.fp8 import FP8_DTYPE, calibrate_scale
 from kernels.paged_decode_torch import sparse_decode_applies
 from kernels.paged_varlen_attention_torch import paged_varlen_attention_torch, paged_varlen_index
@@ -177,6 +177,7 @@ def plan_attention(
     v_scale: torch.Tensor | None = None,
     backend: str = "auto",
     host: tuple[list[int], list[int]] | None = None,
+    host_step: HostStep | None = None,
 ) -> AttentionPlan:
     """Validate one step's metadata once and plan its attention: pass the plan to every layer's store_kv and
     paged_varlen_attention (`plan=`), which then skip their own validation.
@@ -186,13 +187,16 @@ def plan_attention(
     plan that only serves attention); k_cache / v_cache are one layer's cache [num_blocks, block_size, Hkv, D]
     (any layer whose cache has the same shape, dtype, device and strides may use the plan); num_heads and
     q_dtype describe q; k_scale / v_scale one layer's fp8 scales (0: not calibrated yet). The data-dependent
-    checks share one device read; host (cu_seqlens_q.tolist(), seq_lens.tolist()) is checked against it. For
-    the torch backend the plan also holds the step's index (the grouping, the decode gather, the sparse path).
-    Every error is a ValueError naming the value and the fix.
+    checks share one device read; host (cu_seqlens_q.tolist(), seq_lens.tolist()) is checked against it.
+    host_step: a `HostStep`, the Python lists the four metadata tensors were made from (a step builder has
+    them): the same checks, with the same errors, then run on those lists and nothing is read back from the
+    device but an fp8 cache's scales (pass host or host_step, not both). For the torch backend the plan also
+    holds the step's index (the grouping, the decode gather, the sparse path). Every error is a ValueError
+    naming the value and the fix.
     """
     step = check_step(
         cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, slot_mapping, k_cache, v_cache, num_heads, q_dtype,
-        causal, sliding_window, k_scale, v_scale, backend, host,
+        causal, sliding_window, k_scale, v_scale, backend, host, None, host_step,
     )  # fmt: skip
     return _build_plan(
         step, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, slot_mapping, k_cache, v_cache, num_heads,

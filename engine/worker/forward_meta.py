@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.worker.kv_cache import LayerKV, slots_of
-from kernels.ops import plan_attention
+from kernels.ops import HostStep, plan_attention
 from kernels.plan import AttentionPlan
 
 
@@ -109,7 +109,7 @@ class ForwardMeta:
             k_scale=cache.k_scale,
             v_scale=cache.v_scale,
             backend=backend,
-            host=(cu_q, seq_lens),
+            host_step=HostStep(cu_q, seq_lens, padded, slots),  # its checks run on these lists: no read back
         )
         return cls(tensor(positions, torch.int64), tensor([c - 1 for c in cu_q[1:]], torch.int64), attention)
 
