@@ -41,6 +41,17 @@ class TensorLayout(NamedTuple):
         """The layout of tensor t."""
         return cls(tuple(t.shape), t.dtype, t.device, tuple(t.stride()))
 
+    def holds(self, t: object) -> bool:
+        """t is a tensor of this layout: TensorLayout.of(t) == self, compared field by field without building
+        the tuple (every layer's calls check their caches against the plan's layouts)."""
+        return (
+            isinstance(t, torch.Tensor)
+            and t.shape == self.shape
+            and t.dtype == self.dtype
+            and t.stride() == self.stride
+            and t.device == self.device
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class AttentionPlan:
@@ -113,13 +124,13 @@ def _check_common(
             f"{plan.backend!r}), or build the plan with plan_attention(..., backend={backend!r})"
         )
     for name, cache, layout in (("k_cache", k_cache, plan.k_layout), ("v_cache", v_cache, plan.v_layout)):
-        if not isinstance(cache, torch.Tensor) or TensorLayout.of(cache) != layout:
+        if not layout.holds(cache):
             got = TensorLayout.of(cache) if isinstance(cache, torch.Tensor) else type(cache).__name__
             raise ValueError(f"{name} is {got} but the plan was built for a cache {layout}; {REBUILD}")
     for name, s, layout in (("k_scale", k_scale, plan.k_scale_layout), ("v_scale", v_scale, plan.v_scale_layout)):
         if layout is None and s is not None:
             raise ValueError(f"{name} was given but the plan's cache is {plan.k_layout.dtype}: drop {name}")
-        if layout is not None and (not isinstance(s, torch.Tensor) or TensorLayout.of(s) != layout):
+        if layout is not None and not layout.holds(s):
             got = TensorLayout.of(s) if isinstance(s, torch.Tensor) else s
             raise ValueError(
                 f"{name} is {got} but the plan was built for an fp8 cache with {name} {layout}; pass this "
