@@ -1,5 +1,7 @@
 """Lesson 3 — packed variable-length batches: padding waste, the block-diagonal mask, packed vs padded runs."""
 
+from typing import Any
+
 import streamlit as st
 
 from lessons.labs import packing as lab
@@ -8,6 +10,7 @@ from ui.memo import memo
 from ui.page import (
     backend_info,
     figure,
+    frozen_figure,
     lesson_check,
     lesson_section,
     linked_view,
@@ -25,6 +28,12 @@ PAGE = "packing"
 @memo
 def _visibility(lengths: tuple[int, ...], causal: bool) -> lab.MaskPicture:
     return lab.visibility(list(lengths), causal)
+
+
+@memo(max_entries=64)
+def _mask_fig(lengths: tuple[int, ...], causal: bool, title: str) -> Any:
+    """The mask heatmap, once per setting: its cells (up to 256 x 256) are too many to key `figure` by value."""
+    return frozen_figure(charts_attention.mask_heatmap(_visibility(lengths, causal).cells, list(lengths), title))
 
 
 @memo
@@ -80,12 +89,12 @@ def _calculator() -> None:
     if mask.cut:
         title += f" (first {mask.drawn} tokens drawn)"
     show_chart(
-        figure(charts_attention.mask_heatmap, mask.cells, lengths, title),
+        _mask_fig(tuple(lengths), causal, title),
         "Dark cells (■ on small masks) mark the keys (columns) each query (rows) may attend to; white cells are "
         "masked; dashed lines separate requests. "
         "Everything outside a request's own block is masked, so packing changes no result. "
         "Built by engine.attention.attn_bias.BlockDiagonalMask.materialize.",
-        mask.rows(),
+        mask.rows,  # made only when the table is opened: a row per drawn query
         "block-diagonal-mask",
         "pack_mask",
         summary=mask.summary(),

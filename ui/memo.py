@@ -20,15 +20,21 @@ import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_MAX_ENTRIES = 256
-_MISSING = object()
-_registry_lock = threading.Lock()
-_registry: dict[Hashable, Cache] = {}
+
+
+@dataclass(frozen=True)
+class _Missing:
+    """The marker for "no entry" (None can be a cached value)."""
+
+
+_MISSING = _Missing()
 
 
 class Cache:
@@ -79,13 +85,31 @@ class Cache:
         return len(self._values)
 
 
+class _Registry:
+    """Every cache of this process, by name (the only module-level object here: shared results, no learner's)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._caches: dict[Hashable, Cache] = {}
+
+    def get(self, name: Hashable, max_entries: int) -> Cache:
+        with self._lock:
+            cache = self._caches.get(name)
+            if cache is None:
+                cache = self._caches[name] = Cache(max_entries)
+            return cache
+
+    def caches(self) -> list[Cache]:
+        with self._lock:
+            return list(self._caches.values())
+
+
+_REGISTRY = _Registry()
+
+
 def named_cache(name: Hashable, max_entries: int = DEFAULT_MAX_ENTRIES) -> Cache:
     """This process's cache called ``name`` (made on first use)."""
-    with _registry_lock:
-        cache = _registry.get(name)
-        if cache is None:
-            cache = _registry[name] = Cache(max_entries)
-        return cache
+    return _REGISTRY.get(name, max_entries)
 
 
 def _identity(fn: Callable[..., Any]) -> Hashable:
@@ -122,7 +146,5 @@ def memo(fn: Callable[P, R] | None = None, *, max_entries: int = DEFAULT_MAX_ENT
 
 def clear_all() -> None:
     """Empty every cache of this process (tests)."""
-    with _registry_lock:
-        caches = list(_registry.values())
-    for cache in caches:
+    for cache in _REGISTRY.caches():
         cache.clear()

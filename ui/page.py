@@ -270,10 +270,13 @@ def chart_alt(fig: Any, summary: str | None = None) -> str:
     return text or "Chart (its data is in the table below)"
 
 
+Rows = Sequence[Mapping[str, Any]]
+
+
 def show_chart(
     fig: Any,
     caption: str,
-    rows: Sequence[Mapping[str, Any]],
+    rows: Rows | Callable[[], Rows],
     name: str,
     key: str,
     *,
@@ -297,16 +300,18 @@ CHART_TABLE_LABEL = "Data behind this chart (table)"
 CHART_TABLE_OPEN = "_table_open"  # suffix of the session-state key that holds whether a chart's table is open
 
 
-def chart_table(rows: Sequence[Mapping[str, Any]], name: str, key: str) -> None:
+def chart_table(rows: Rows | Callable[[], Rows], name: str, key: str) -> None:
     """The chart's numbers as a table with CSV/JSON downloads, in an expander whose contents are made only
     while it is open.
 
     A data table is the costliest element of a page run (pandas, then Arrow: several milliseconds each, and a
     lesson draws up to nine), and most learners never open one. Opening the expander re-runs the part of the
     page it is in (the lesson's calculator, a fragment) and the table is drawn; it stays open, and current,
-    across later runs until it is closed. Its state is ``st.session_state[key + CHART_TABLE_OPEN]``."""
+    across later runs until it is closed. Its state is ``st.session_state[key + CHART_TABLE_OPEN]``. ``rows``
+    may be a function that makes them (a large table: it is then made only while the table is open too)."""
     box = st.expander(CHART_TABLE_LABEL, key=f"{key}{CHART_TABLE_OPEN}", on_change="rerun")
     if box.open:
+        rows = rows() if callable(rows) else rows
         with box:
             st.dataframe(list(rows), hide_index=True, key=f"{key}_data")
             download_rows(rows, name, key, "chart data")

@@ -52,6 +52,7 @@ FALLBACK_KEY = "progress_fallback"  # message once this session's saves failed
 SAVED_KEY = "progress_saved_json"  # progress as last saved or loaded (JSON), so unchanged reruns do not write
 NOTICE_KEY = "progress_notice"  # a message for the sidebar's next run (after st.rerun)
 VERSION_KEY = "progress_auth_version"  # SignIn.version: a save after a passphrase reset signs this session out
+BOX_KEY = "progress_box_open"  # whether the "Save my progress" expander is open (its contents are made only then)
 SYNC_KEY = "progress_widget_sync"  # {widget key: (value on screen, value to show)} after another session's save
 PASSPHRASE_LABEL = "Passphrase (8+ characters; your first sign-in sets it)"
 
@@ -174,7 +175,12 @@ def sidebar_signin() -> dict[str, Any]:
         st.session_state[PROGRESS_KEY] = empty_progress()
     _apply_widget_sync()
     store = get_store()
-    box = st.sidebar.expander("Save my progress", expanded=bool(st.session_state.get(NOTICE_KEY)))
+    if st.session_state.get(NOTICE_KEY):
+        st.session_state[BOX_KEY] = True  # open, to show the notice
+    box = st.sidebar.expander("Save my progress", key=BOX_KEY, on_change="rerun")
+    if not box.open:
+        # A full run of every page draws the sidebar; most runs never use the form (three inputs and a button).
+        return st.session_state[PROGRESS_KEY]
     with box:
         if notice := st.session_state.pop(NOTICE_KEY, None):
             st.success(notice)

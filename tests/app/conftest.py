@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from ui.course import COURSE, ROOT
 from ui.page import CHART_TABLE_OPEN
+from ui.signin import BOX_KEY
 
 
 def make_app_test(page: str, timeout: float = 30) -> AppTest:
@@ -39,3 +40,12 @@ def open_chart_tables(at: AppTest) -> AppTest:
     for key in closed:
         at.session_state[key] = True
     return at.run() if closed else at
+
+
+def open_signin(at: AppTest) -> AppTest:
+    """Open the sidebar's "Save my progress" box, as a learner does before signing in (its form is made only
+    while it is open), and run the page if it was closed."""
+    if at.session_state[BOX_KEY] if BOX_KEY in at.session_state else False:
+        return at
+    at.session_state[BOX_KEY] = True
+    return at.run()

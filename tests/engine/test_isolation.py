@@ -26,6 +26,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from engine.model.loader import hf_state_dict
+from tests.app.conftest import open_signin
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
@@ -52,6 +53,9 @@ DESCRIPTIONS = {
     "sqlalchemy.sql.schema.Table": "a table schema, built once at import",
     "__future__._Feature": "from __future__ import annotations",
     "typing.TypeVar": "a type variable for annotations",
+    "typing.ParamSpec": "a parameter-list variable for annotations",
+    "ui.memo.Cache": "results shared by every learner (pure functions of their settings), read-only: ui.memo",
+    "ui.memo._Registry": "the process's ui.memo caches by name: shared results, no learner's state",
 }
 
 
@@ -166,6 +170,7 @@ def _session(name: str | None, class_code: str, answer: str) -> AppTest:
     # through this stand-in for app.py (sidebar_signin + persist, exactly the calls app.py makes).
     at = AppTest.from_function(_signin_script, default_timeout=60).run()
     if name:
+        open_signin(at)
         at.sidebar.text_input(key="progress_name").input(name)
         at.sidebar.text_input(key="progress_class").input(class_code)
         at.sidebar.text_input(key="progress_pass").input(f"{name}'s passphrase")  # the first sign-in sets it

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from lessons import predictions, quizzes
 from progress.store import ProgressStore
+from tests.app.conftest import open_signin
 from ui.course import LESSON_IDS
 
 
@@ -41,6 +42,7 @@ def _replica(url: str, monkeypatch) -> AppTest:
 
 
 def _sign_in(at: AppTest, name: str, code: str, passphrase: str = "sam's passphrase") -> AppTest:
+    open_signin(at)
     at.sidebar.text_input(key="progress_name").input(name)
     at.sidebar.text_input(key="progress_class").input(code)
     at.sidebar.text_input(key="progress_pass").input(passphrase)

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from progress import auth
 from progress.store import ProgressStore, progress_table
+from tests.app.conftest import open_signin
 
 PASS = "blue whale song"
 
@@ -48,6 +49,7 @@ def _probe_app() -> None:
 
 
 def _sign_in(at, name: str, code: str, passphrase: str = PASS):
+    open_signin(at)
     at.sidebar.text_input(key="progress_name").input(name)
     at.sidebar.text_input(key="progress_class").input(code)
     at.sidebar.text_input(key="progress_pass").input(passphrase)
@@ -67,7 +69,7 @@ def test_first_sign_in_sets_the_passphrase_and_a_wrong_one_is_refused(data_dir):
     assert not at.exception and not at.error
     assert at.session_state["progress_learner"] == ("c1", "Ana")
     assert any("Passphrase set for" in s.value for s in at.sidebar.success)
-    field = _new_session().sidebar.text_input(key="progress_pass")
+    field = open_signin(_new_session()).sidebar.text_input(key="progress_pass")
     assert field.label.startswith("Passphrase") and field.proto.type == field.proto.PASSWORD
     other = _sign_in(_new_session(), "ANA", "C1", "not her passphrase")
     assert "progress_learner" not in other.session_state
@@ -159,7 +161,8 @@ def test_ui_keeps_working_on_a_corrupt_database(data_dir):
     (data_dir / "progress.sqlite3").write_bytes(b"garbage" * 500)
     at = _new_session()
     assert not at.exception
-    assert any("damaged" in c.value for c in at.sidebar.caption)
+    assert not any("damaged" in c.value for c in at.sidebar.caption)  # the box is closed: nothing in it is made
+    assert any("damaged" in c.value for c in open_signin(at).sidebar.caption)
     _sign_in(at, "Ana", "c1")
     at.text_input(key="probe_answer").input("8").run()
     assert not at.exception and not at.error
