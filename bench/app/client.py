@@ -67,6 +67,8 @@ class PageRun:
     sidebar_tables: list[list[dict[str, Any]]] = field(default_factory=list)  # st.dataframe rows, decoded
     fragments: list[str] = field(default_factory=list)  # ids of the fragments that sent elements
     widget_fragments: dict[str, str] = field(default_factory=dict)  # widget id -> id of the fragment it is in
+    messages: int = 0  # ForwardMsgs the server sent for the last run (elements, blocks, session events)
+    message_bytes: int = 0  # their serialized size
 
     def fragment_of(self, proto: Any) -> str:
         """The fragment a widget was drawn in ("" outside any): a browser moving it asks for that fragment's run."""
@@ -173,9 +175,11 @@ class StreamlitSession:
             left = start + self.timeout_s - time.perf_counter()
             if left <= 0:
                 raise TimeoutError(f"the run of {route!r} did not finish within {self.timeout_s:.0f} s")
-            fwd = ForwardMsg()
-            fwd.ParseFromString(await _recv(self._ws, left))
+            fwd, raw = ForwardMsg(), await _recv(self._ws, left)
+            fwd.ParseFromString(raw)
             kind = fwd.WhichOneof("type")
+            if kind != "new_session":  # counted in the run it belongs to (a new_session starts a new PageRun)
+                shown.messages, shown.message_bytes = shown.messages + 1, shown.message_bytes + len(raw)
             if kind == "new_session":  # a run starts: it supersedes what an earlier run of the request showed
                 shown, started = PageRun(runs=shown.runs + 1), True
             elif kind == "navigation":

@@ -123,9 +123,14 @@ async def page_cost(url: str, pid: int, page_id: str, batch: int, repeats: int) 
         for _ in range(repeats):  # interleaved, so a burst of load hits both alike
             default_ms.append(await _timed(defaults, pid, batch))
             move_ms.append(await _timed(moved, pid, batch))
+        full, moved_run = await defaults(0), await moved(0)
     return {
         "defaults_cpu_ms_per_run": round(statistics.median(default_ms), 1),
         "move_cpu_ms_per_run": round(statistics.median(move_ms), 1),
+        "defaults_messages_per_run": full.messages,
+        "move_messages_per_run": moved_run.messages,
+        "defaults_kib_per_run": round(full.message_bytes / 1024, 1),
+        "move_kib_per_run": round(moved_run.message_bytes / 1024, 1),
         "moved": f"{move.kind} {move.key_prefix}",
         "move_is_fragment_run": bool(fragment),
         "first_render_ms": round(first_ms, 1),
