@@ -453,6 +453,8 @@ def first_read_block_bad_host(
     """first_read_block_bad of the host lists: the flat index of the first entry a sequence reads that names
     no cache block (rows x columns when there is none); the same columns, clamped to the table."""
     width = len(tables[0]) if tables else 0
+    if width == 0 or (min(map(min, tables)) >= 0 and max(map(max, tables)) < num_blocks):
+        return len(tables) * width  # every entry names a cache block, so every entry read does
     for i, (row, seq_len) in enumerate(zip(tables, lens, strict=True)):
         len_q = starts[i + 1] - starts[i]
         if len_q <= 0:
