@@ -11,6 +11,7 @@ from ui.page import (
     lesson_check,
     lesson_section,
     linked_view,
+    metric_row,
     page_header,
     prose,
     run_or_stop,
@@ -82,12 +83,12 @@ def _calculator() -> None:
             icon=":material/block:",
         )
 
-    m1, m2, m3, m4 = st.columns(4)
+    m1, m2, m3, m4 = metric_row(4)
     m1.metric("Bytes moved per generated token", f"{result.gb_per_token:,.2f} GB")
     m2.metric("Decode step (roofline bound)", f"{result.ms_per_token:,.2f} ms")
     m3.metric("Decode tokens/s (whole batch)", f"{result.decode_tokens_per_s:,.0f}")
     m4.metric("Decode is limited by", result.decode_limit)
-    m5, m6, m7, _ = st.columns(4)
+    m5, m6, m7 = metric_row(3)
     m5.metric("KV cache of this batch", f"{fit.kv_gib(int(batch)):,.1f} GiB")
     m6.metric(
         "KV budget on this GPU",
@@ -154,7 +155,7 @@ def _calculator() -> None:
             status.update(label="Measured", state="complete")
     machine: lab.MachineBandwidth | None = st.session_state.get(MEASURE_KEY)
     if machine:
-        a1, a2, a3 = st.columns(3)
+        a1, a2, a3 = metric_row(3)
         a1.metric("Decode-like: achieved bandwidth", f"{machine.gemv_gb_per_s:,.1f} GB/s")
         a2.metric("Decode-like: achieved compute", f"{machine.gemv_gflops:,.1f} GFLOP/s")
         a3.metric("Prefill-like: achieved compute", f"{machine.gemm_gflops:,.1f} GFLOP/s")
@@ -181,7 +182,7 @@ def _calculator() -> None:
     demo: lab.DemoDecode | None = st.session_state.get(DEMO_KEY)
     if demo:
         demo = demo.against(st.session_state[MEASURE_KEY])  # this machine's latest measurement
-        d1, d2, d3 = st.columns(3)
+        d1, d2, d3 = metric_row(3)
         d1.metric("Demo model: time per generated token", f"{demo.ms_per_token:,.2f} ms")
         d2.metric("Demo model: bytes moved per second", f"{demo.gb_per_s:,.2f} GB/s", help="weights + KV read per step")
         d3.metric(

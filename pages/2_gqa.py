@@ -13,6 +13,7 @@ from ui.page import (
     lesson_check,
     lesson_section,
     linked_view,
+    metric_row,
     page_header,
     prose,
     run_or_stop,
@@ -58,7 +59,7 @@ def _calculator() -> None:
     users = c4.number_input("Concurrent users", 1, 100_000, step=1, key=view.keys["users"])
 
     fp = run_or_stop(lab.footprint, model, groups, kv_dtype, int(context), int(users), hint="use whole numbers >= 1")
-    m1, m2, m3 = st.columns(3)
+    m1, m2, m3 = metric_row(3)
     m1.metric(f"KV per token ({fp.kind})", f"{fp.kib_per_token:,.0f} KiB")
     m2.metric("KV at context × users", f"{fp.total_gib:,.2f} GiB")
     m3.metric(

@@ -14,6 +14,7 @@ from ui.page import (
     lesson_check,
     lesson_section,
     linked_view,
+    metric_row,
     page_header,
     prose,
     run_or_stop,
@@ -67,7 +68,7 @@ def _calculator() -> None:
     view.publish()
     stats = lab.padding_stats(lengths, causal)
 
-    m1, m2, m3, m4 = st.columns(4)
+    m1, m2, m3, m4 = metric_row(4)
     m1.metric("Real tokens", f"{stats.real_tokens:,}")
     m2.metric("Padded slots", f"{stats.padded_slots:,}")
     m3.metric("Padding wasted", f"{stats.padding_pct:.0f}%")
@@ -104,7 +105,7 @@ def _calculator() -> None:
     prose(PAGE, "Run it")
     with st.spinner("Running varlen_attention on the packed batch and SDPA on the padded one …"):
         run = run_or_stop(_run, tuple(lengths), causal)
-    r1, r2, r3, r4 = st.columns(4)
+    r1, r2, r3, r4 = metric_row(4)
     r1.metric("Packed (varlen_attention)", f"{run.packed_ms:,.2f} ms", help=f"q shape {run.packed_shape}")
     r2.metric(f"Padded ({run.baseline})", f"{run.padded_ms:,.2f} ms", help=f"q shape {run.padded_shape}")
     r3.metric("Packing speed-up", f"{run.speedup:,.2f}×", f"ideal {stats.ideal_speedup:,.2f}×", delta_color="off")

@@ -13,6 +13,7 @@ from ui.page import (
     lesson_check,
     lesson_section,
     linked_view,
+    metric_row,
     page_header,
     prose,
     run_or_stop,
@@ -111,14 +112,14 @@ def _calculator() -> None:
         swept = run_or_stop(_sweep, max_context, hint="pick a max context from the slider")
     row = run_or_stop(swept.row, block_size, hint="pick a block size from the slider")
     best = swept.peak()
-    m1, m2, m3, m4 = st.columns(4)
+    m1, m2, m3, m4 = metric_row(4)
     m1.metric(
         "Internal waste", f"{row.internal_waste_pct:.2f}%", help="allocated slots holding no token, step-averaged"
     )
     m2.metric("Block-table entries", f"{row.entries_per_sequence:.1f}", help="per sequence at its end, mean")
     m3.metric("Table width (max entries)", f"{row.table_width:,}")
     m4.metric("KV utilization", f"{row.utilization_pct:.1f}%")
-    m5, m6, m7, m8 = st.columns(4)
+    m5, m6, m7, m8 = metric_row(4)
     m5.metric(
         "Kernel cost vs best block size (fitted)",
         f"{row.kernel_cost:.2f}×",

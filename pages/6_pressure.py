@@ -18,6 +18,7 @@ from ui.page import (
     lesson_check,
     lesson_section,
     linked_view,
+    metric_row,
     page_header,
     prose,
     show_chart,
@@ -104,12 +105,12 @@ def _calculator() -> None:
     if run is not None:
         st.subheader("The dashboard")
         m = lab.METRICS
-        m1, m2, m3, m4 = st.columns(4)
+        m1, m2, m3, m4 = metric_row(4)
         m1.metric("Preemptions", f"{run.preemptions}", help=f"{m['preemptions']} at the end of the run")
         m2.metric("Peak KV-cache usage", f"{run.peak_kv_usage:.0%}", help=m["kv_usage"])
         m3.metric("Peak running", f"{run.peak_running}", help=m["running"])
         m4.metric("Peak waiting", f"{run.peak_waiting}", help=m["waiting"])
-        m5, m6, m7, m8 = st.columns(4)
+        m5, m6, m7, m8 = metric_row(4)
         m5.metric("Recomputed tokens", f"{run.recomputed_tokens:,}", help="the engine's own counter; vLLM has none")
         m6.metric("TTFT p50 / p95", f"{run.ttft_ms(50):,.0f} / {run.ttft_ms(95):,.0f} ms", help=m["ttft"])
         m7.metric("TPOT p50 / p95", f"{run.tpot_ms(50):.0f} / {run.tpot_ms(95):.0f} ms", help=m["tpot"])

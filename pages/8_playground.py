@@ -11,6 +11,7 @@ from ui import charts, charts_memory
 from ui.page import (
     lesson_check,
     linked_view,
+    metric_row,
     page_header,
     prose,
     run_or_stop,
@@ -130,7 +131,7 @@ run: lab.PlaygroundRun | None = st.session_state.get(RUN_KEY)
 if run is None:
     st.info("Press **Generate** to run the engine; the scheduler's steps appear here.", icon=":material/play_arrow:")
 else:
-    m1, m2, m3, m4, m5 = st.columns(5)
+    m1, m2, m3, m4, m5 = metric_row(5)
     m1.metric("Tokens/s", f"{run.tokens_per_s:,.1f}")
     m2.metric("Generated tokens", f"{run.generated_tokens:,}")
     m3.metric("Scheduler steps", f"{len(run.traces):,}")

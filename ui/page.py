@@ -219,21 +219,29 @@ def download_rows(rows: Sequence[Mapping[str, Any]], name: str, key: str, label:
     # The files are made when a learner asks for one (Streamlit calls ``data`` on the click), not on every
     # run: most runs never download, and every chart on every page has both buttons.
     rows = list(rows)
-    c1, c2 = st.columns(2)
-    c1.download_button(
+    row = st.container(horizontal=True)  # one block, not a row of two columns: every message costs a run time
+    row.download_button(
         f"Download {label} (CSV)",
         lambda: rows_to_csv(rows),
         file_name=f"{name}.csv",
         mime="text/csv",
         key=f"{key}_csv",
     )
-    c2.download_button(
+    row.download_button(
         f"Download {label} (JSON)",
         lambda: to_json(rows),
         file_name=f"{name}.json",
         mime="application/json",
         key=f"{key}_json",
     )
+
+
+def metric_row(count: int) -> list[Any]:
+    """A row for ``count`` st.metric calls, made in order: ``m1, m2 = metric_row(2)`` then ``m1.metric(...)``,
+    ``m2.metric(...)``. One horizontal container (each returned name is the same one), not ``st.columns``: a
+    row of columns is one message per column on every run, and a page run's cost follows its messages."""
+    row = st.container(horizontal=True)
+    return [row] * count
 
 
 def show_table(rows: Sequence[Mapping[str, Any]], name: str, key: str, label: str = "table") -> None:
