@@ -152,6 +152,8 @@ def test_a_plain_run_is_one_run(probe):
     assert page.runs == 1 and page.errors == []
     assert "run 0 of 0" in page.texts and page.metrics["Restarted"] == "0"
     assert page.seconds > 0
+    # every message of the run is counted: at least its elements and the script_finished that ended it
+    assert page.messages >= len(page.texts) + len(page.metrics) + 1 and page.message_bytes > 0
 
 
 def test_st_rerun_is_followed_to_the_run_that_ends(probe):
