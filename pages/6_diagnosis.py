@@ -153,81 +153,84 @@ def _calculator() -> None:
             st.markdown("**What the fix costs**\n\n" + "\n".join(f"- {line}" for line in result.costs))
         download_rows([result.record], f"diagnosis-result-{sid}", "diag_record", "result")
 
-    def _own_server() -> None:
-        """The paste box: a learner's own vLLM log (and OOM message) read into numbers, a bar and flag changes."""
-        st.subheader("Diagnose your own server")
-        prose(PAGE, "Your own server")
-        pasted = st.text_area(
-            "Your vLLM start-up log",
-            key="diag_paste_log",
-            max_chars=MAX_LOG_CHARS,
-            height=180,
-            placeholder="INFO ... [gpu_worker.py] Available KV cache memory: 6.87 GiB",
-        )
-        oom = st.text_area(
-            "PyTorch out-of-memory message (optional)",
-            key="diag_paste_oom",
-            max_chars=own_log.MAX_OOM_CHARS,
-            height=80,
-            placeholder="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...",
-        )
-        if not (pasted.strip() or oom.strip()):
-            return
-        log = own_log.read_paste(pasted, oom)
-        for doubt in log.doubts:  # the course's own words about a figure beyond any GPU (no pasted text in them)
-            st.warning(doubt, icon=":material/report:")
-        if not log.recognised:
-            st.info(log.message, icon=":material/help:")
-            return
-        if log.message:
-            st.caption(log.message)
-        c1, c2 = st.columns(2)
-        model = c1.selectbox(
-            "Model (KV bytes per token; empty: from the log)",
-            lab.PASTE_MODELS,
-            index=lab.paste_model_index(own_log.guess_model(log)),
-            key="diag_paste_model",
-            format_func=lab.model_label_or_log,
-        )
-        start = own_log.request_len_default(log)
-        length = int(
-            c2.number_input(
-                "Request length (tokens)", 1, own_log.MAX_REQUEST_LEN, start, step=256, key="diag_paste_len"
-            )
-        )
-        show_table(own_log.found_rows(log), "your-vllm-log", "diag_paste_found", "what your log says")
-        for error in log.errors:  # a line of the learner's paste: shown as text, never as Markdown
-            st.warning(f"Your log reports: {prose_md(error)}", icon=":material/error:")
-        rows = own_log.memory_rows(log)
-        if rows:
-            fig = charts_memory.memory_breakdown(rows, "Your GPU's memory, from the log")
-            show_chart(
-                fig,
-                "Your GPU's memory by part, as the pasted log states it (GiB); parts the log does not state are left "
-                "out.",
-                rows,
-                "your-gpu-memory",
-                "diag_paste_mem",
-                summary=charts_memory.memory_summary(rows),
-            )
-        pool = own_log.kv_pool(log, model or None)
-        if pool:
-            st.markdown(own_log.room_sentence(pool, length))
-        changes = own_log.suggestions(log, length, model or None)
-        if changes:
-            st.markdown("**Flag changes and what vLLM's start-up arithmetic gives with each**")
-            show_table([c.row() for c in changes], "your-server-fixes", "diag_paste_fixes", "flag changes")
-        else:
-            st.caption(
-                "For flag suggestions the page needs the KV cache size ('Available KV cache memory' or "
-                "'GPU KV cache size') or the model: pick it above."
-            )
 
-    _own_server()
+def _own_server() -> None:
+    """The paste box: a learner's own vLLM log (and OOM message) read into numbers, a bar and flag changes."""
+    st.subheader("Diagnose your own server")
+    prose(PAGE, "Your own server")
+    pasted = st.text_area(
+        "Your vLLM start-up log",
+        key="diag_paste_log",
+        max_chars=MAX_LOG_CHARS,
+        height=180,
+        placeholder="INFO ... [gpu_worker.py] Available KV cache memory: 6.87 GiB",
+    )
+    oom = st.text_area(
+        "PyTorch out-of-memory message (optional)",
+        key="diag_paste_oom",
+        max_chars=own_log.MAX_OOM_CHARS,
+        height=80,
+        placeholder="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...",
+    )
+    if not (pasted.strip() or oom.strip()):
+        return
+    log = own_log.read_paste(pasted, oom)
+    for doubt in log.doubts:  # the course's own words about a figure beyond any GPU (no pasted text in them)
+        st.warning(doubt, icon=":material/report:")
+    if not log.recognised:
+        st.info(log.message, icon=":material/help:")
+        return
+    if log.message:
+        st.caption(log.message)
+    c1, c2 = st.columns(2)
+    model = c1.selectbox(
+        "Model (KV bytes per token; empty: from the log)",
+        lab.PASTE_MODELS,
+        index=lab.paste_model_index(own_log.guess_model(log)),
+        key="diag_paste_model",
+        format_func=lab.model_label_or_log,
+    )
+    start = own_log.request_len_default(log)
+    length = int(
+        c2.number_input("Request length (tokens)", 1, own_log.MAX_REQUEST_LEN, start, step=256, key="diag_paste_len")
+    )
+    show_table(own_log.found_rows(log), "your-vllm-log", "diag_paste_found", "what your log says")
+    for error in log.errors:  # a line of the learner's paste: shown as text, never as Markdown
+        st.warning(f"Your log reports: {prose_md(error)}", icon=":material/error:")
+    rows = own_log.memory_rows(log)
+    if rows:
+        fig = charts_memory.memory_breakdown(rows, "Your GPU's memory, from the log")
+        show_chart(
+            fig,
+            "Your GPU's memory by part, as the pasted log states it (GiB); parts the log does not state are left out.",
+            rows,
+            "your-gpu-memory",
+            "diag_paste_mem",
+            summary=charts_memory.memory_summary(rows),
+        )
+    pool = own_log.kv_pool(log, model or None)
+    if pool:
+        st.markdown(own_log.room_sentence(pool, length))
+    changes = own_log.suggestions(log, length, model or None)
+    if changes:
+        st.markdown("**Flag changes and what vLLM's start-up arithmetic gives with each**")
+        show_table([c.row() for c in changes], "your-server-fixes", "diag_paste_fixes", "flag changes")
+    else:
+        st.caption(
+            "For flag suggestions the page needs the KV cache size ('Available KV cache memory' or "
+            "'GPU KV cache size') or the model: pick it above."
+        )
+
+
+def _kv_precision() -> None:
     kv_precision_section(PAGE)
 
 
+# Three fragments: the paste box and the KV-precision section take none of the incident's settings, so a move
+# in one re-runs it alone.
 lesson_section(_calculator)
+lesson_section(_own_server)
+lesson_section(_kv_precision)
 
 sources(PAGE)
 lesson_check(PAGE)

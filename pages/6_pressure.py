@@ -209,6 +209,9 @@ def _calculator() -> None:
         summary=sim.summary(),
     )
 
+
+def _metrics() -> None:
+    """A learner's own /metrics scrape read into the limit that binds (takes none of the calculator's settings)."""
     st.subheader("Read your server's /metrics")
     prose(PAGE, "Your server's /metrics")
     scrape = st.text_area(
@@ -244,6 +247,7 @@ def _calculator() -> None:
 
 
 lesson_section(_calculator)
+lesson_section(_metrics)  # its own fragment: a paste re-runs the reader, not the engine runs above
 
 sources(PAGE)
 lesson_check(PAGE)
