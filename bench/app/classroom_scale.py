@@ -48,12 +48,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench.app.classroom import percentile
-from bench.app.client import PageRun, StreamlitSession, choose, click, radio_value, text_value
+from bench.app.client import PageRun, StreamlitSession, choose, click, opened, radio_value, text_value
 from bench.app_server import nginx_balancer, postgres_cluster, process_cpu_seconds, running_apps
 from bench.harness import emit, env_info, log, parser, save
 from lessons import quizzes
 from progress.store import ProgressStore
 from ui.course import page
+
+SIGNIN_BOX = "Save my progress"  # the sidebar expander that holds the sign-in form (ui/signin.py)
+PROGRESS_BOX = "My progress"  # the sidebar expander that holds the learner's progress table (ui/sidebar.py)
 
 MAX_LEARNERS, MAX_REPLICAS = 200, 8
 LESSON_ROTATION = ("gqa", "paged", "fragmentation", "golden_rules", "bandwidth")  # each learner takes three
@@ -135,7 +138,16 @@ def lesson_row(shown: PageRun, pid: str) -> dict[str, Any] | None:
 
 async def sign_in(session: StreamlitSession, learner: Learner) -> PageRun:
     """Open the course and submit the sidebar's sign-in form; ValueError unless it says signed in and saving."""
+    first = await session.run("")
+    box = first.expanders.get(SIGNIN_BOX)
+    if box is None:
+        raise ValueError(f"no {SIGNIN_BOX!r} expander in the sidebar; found {list(first.expanders)}")
+    session.keep(opened(box))  # the form is made only while its box is open, as in a browser
     home = await session.run("")
+    progress = home.expanders.get(PROGRESS_BOX)
+    if progress is None:
+        raise ValueError(f"no {PROGRESS_BOX!r} expander in the sidebar; found {list(home.expanders)}")
+    session.keep(opened(progress))  # and the progress table (the ticks this benchmark checks) only while open
     form = [
         text_value(home.widget("text_input", "Your name"), learner.name),
         text_value(home.widget("text_input", "Class code"), learner.code),
@@ -143,7 +155,7 @@ async def sign_in(session: StreamlitSession, learner: Learner) -> PageRun:
         click(home.widget("button", "Sign in")),
     ]
     shown = await session.run("", form)
-    learner.runs_ms += [(session.upstream or "?", 1000 * r.seconds) for r in (home, shown)]
+    learner.runs_ms += [(session.upstream or "?", 1000 * r.seconds) for r in (first, home, shown)]
     if not any(t.startswith("Signed in as") for t in shown.sidebar_texts):
         raise ValueError(f"sign-in did not take: sidebar shows {shown.sidebar_texts[:4]}")
     if note := not_saved_note(shown):

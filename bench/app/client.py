@@ -67,6 +67,7 @@ class PageRun:
     sidebar_tables: list[list[dict[str, Any]]] = field(default_factory=list)  # st.dataframe rows, decoded
     fragments: list[str] = field(default_factory=list)  # ids of the fragments that sent elements
     widget_fragments: dict[str, str] = field(default_factory=dict)  # widget id -> id of the fragment it is in
+    expanders: dict[str, Any] = field(default_factory=dict)  # label -> Expandable block proto (keyed ones have an id)
     messages: int = 0  # ForwardMsgs the server sent for the last run (elements, blocks, session events)
     message_bytes: int = 0  # their serialized size
 
@@ -132,6 +133,11 @@ class StreamlitSession:
         self.upstream: str | None = None  # "127.0.0.1:PORT" of the replica that accepted the websocket
         self.pages: dict[str, str] = {}  # navigation title -> URL path
         self._ws: Any = None
+        self.kept: dict[str, WidgetState] = {}  # sent with every run, as a browser resends a widget it holds
+
+    def keep(self, state: WidgetState) -> None:
+        """Send ``state`` with every later run (an opened sidebar expander: a browser keeps it open)."""
+        self.kept[state.id] = state
 
     async def __aenter__(self) -> StreamlitSession:
         headers = {"Origin": f"http://{self.host}"}
@@ -165,7 +171,9 @@ class StreamlitSession:
         ``fragment_id`` (from ``PageRun.fragments``) runs only that fragment, as a widget inside it does."""
         msg = BackMsg()
         msg.rerun_script.page_name = route
-        msg.rerun_script.widget_states.widgets.extend(widgets)
+        given = list(widgets)
+        named = {w.id for w in given}
+        msg.rerun_script.widget_states.widgets.extend([w for i, w in self.kept.items() if i not in named] + given)
         if fragment_id:
             msg.rerun_script.fragment_id = fragment_id
         start = time.perf_counter()
@@ -195,6 +203,10 @@ class StreamlitSession:
                     and shown.widgets[-1][1] is _element_proto(fwd.delta.new_element)
                 ):
                     shown.widget_fragments[shown.widgets[-1][1].id] = fwd.delta.fragment_id
+            elif kind == "delta" and fwd.delta.WhichOneof("type") == "add_block":
+                block = fwd.delta.add_block
+                if block.WhichOneof("type") == "expandable":
+                    shown.expanders[block.expandable.label] = block.expandable
             elif kind == "session_event" and fwd.session_event.WhichOneof("type") == "script_compilation_exception":
                 exc = fwd.session_event.script_compilation_exception
                 shown.errors.append(f"compile error: {exc.type} {exc.message[:200]}".strip())
@@ -291,6 +303,14 @@ def slider_position(proto: Any) -> tuple[float, float, float, float]:
 def text_value(proto: Any, value: str) -> WidgetState:
     """A text input's value."""
     return WidgetState(id=proto.id, string_value=value)
+
+
+def opened(expander: Any) -> WidgetState:
+    """An expander opened, as the browser sends it for one with a key and ``on_change`` (its contents are made
+    only while it is open: ui.page.chart_table); ValueError for one that does not report its state."""
+    if not expander.id:
+        raise ValueError(f"expander {expander.label!r} has no key: the server does not track whether it is open")
+    return WidgetState(id=expander.id, bool_value=True)
 
 
 def click(proto: Any) -> WidgetState:
