@@ -14,12 +14,16 @@ two answers is that run's alone:
   in 10 ms ticks, so one batch's total is divided by its runs); a few untimed moves first fill the caches.
   ``median_cpu_ms_per_run`` is the median over the lessons of the per-page figures, defaults and moves alike.
 
+``streamlit_floor``: the same CPU per run for bare scripts of 1, 60 and 200 ``st.markdown`` lines, and the
+line through them (``cpu_ms_per_message``, ``cpu_ms_per_run_fixed``): what Streamlit itself charges on this
+machine, the floor under every lesson's figure (``*_messages_per_run`` counts a lesson's messages).
+
 ``--profile DIR`` runs the app under cProfile (bench/app/profiled_app.py): one stats file per script run in
 DIR, for ``python -m pstats``; the CPU figures are then inflated by the profiler. The machine's 1-minute load
 is recorded before and after: other processes on a shared machine do not count in the server's CPU time,
 but they slow its caches and clock.
 
-Run: python -m bench.app.page_cost --json [--save] [--pages gqa,paged] [--profile DIR]
+Run: python -m bench.app.page_cost --json [--save] [--pages gqa,paged] [--profile DIR] [--no-floor]
 """
 
 from __future__ import annotations
@@ -154,6 +158,12 @@ def _arguments():
     p.set_defaults(repeats=3)
     p.add_argument("--batch", type=int, default=6, help=f"runs per timed batch (1..{MAX_BATCH})")
     p.add_argument("--pages", default=",".join(LESSON_IDS), help="comma-separated lesson ids (default: all)")
+    p.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip timing bare scripts of 1, 60 and 200 st.markdown lines (Streamlit's own cost per run and message)",
+    )
     p.add_argument("--profile", type=Path, default=None, help="write one cProfile stats file per run into DIR")
     args = p.parse_args()
     args.pages = [x.strip() for x in args.pages.split(",") if x.strip()]
@@ -188,6 +198,38 @@ async def _measure(url: str, pid: int, args, spawned: float, healthy: float, out
     out["first_contact"]["new_learner_warm_server"] = warm
 
 
+FLOOR_ELEMENTS = (1, 60, 200)
+FLOOR_RUNS = 40
+
+
+async def _floor_cost(url: str, pid: int) -> float:
+    async with StreamlitSession(url, timeout_s=60) as s:
+        await s.run("")
+        cpu0 = process_cpu_seconds(pid) or 0.0
+        for _ in range(FLOOR_RUNS):
+            await s.run("")
+        return 1000 * ((process_cpu_seconds(pid) or 0.0) - cpu0) / FLOOR_RUNS
+
+
+def streamlit_floor(work: Path) -> dict[str, Any]:
+    """Server CPU per run of a bare script of N `st.markdown` lines (no app, no widget): what Streamlit itself
+    charges per run and per message on this machine, the floor under any page's cost."""
+    out: dict[str, Any] = {}
+    for n in FLOOR_ELEMENTS:
+        script = work / f"floor_{n}.py"
+        script.write_text(f"import streamlit as st\n\nfor i in range({n}):\n    st.markdown(f'line {{i}}')\n")
+        server: dict = {}
+        with running_app(work, work / f"floor_{n}.log", info=server, script=script) as url:
+            out[str(n)] = round(asyncio.run(_floor_cost(url, server["pid"])), 1)
+    first, last = FLOOR_ELEMENTS[0], FLOOR_ELEMENTS[-1]
+    per = (out[str(last)] - out[str(first)]) / (last - first)
+    return {
+        "cpu_ms_per_run_by_elements": out,
+        "cpu_ms_per_message": round(per, 3),
+        "cpu_ms_per_run_fixed": round(out[str(first)] - per * first, 1),
+    }
+
+
 def main() -> None:
     """Measure; print one JSON line."""
     args = _arguments()
@@ -207,6 +249,8 @@ def main() -> None:
         ) as url:
             healthy = time.perf_counter()
             asyncio.run(_measure(url, server["pid"], args, spawned, healthy, result))
+        if args.floor:
+            result["streamlit_floor"] = streamlit_floor(Path(data_dir))
     result["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     both = [v for p in result["pages"].values() for v in (p["defaults_cpu_ms_per_run"], p["move_cpu_ms_per_run"])]
     result["median_cpu_ms_per_run"] = round(statistics.median(both), 1) if both else None
