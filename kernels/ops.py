@@ -196,7 +196,7 @@ def plan_attention(
     """
     step = check_step(
         cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, slot_mapping, k_cache, v_cache, num_heads, q_dtype,
-        causal, sliding_window, k_scale, v_scale, backend, host, None, host_step,
+        causal, sliding_window, k_scale, v_scale, backend, host, host_step=host_step,
     )  # fmt: skip
     return _build_plan(
         step, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, slot_mapping, k_cache, v_cache, num_heads,

@@ -45,7 +45,7 @@ def open_chart_tables(at: AppTest) -> AppTest:
 def open_signin(at: AppTest) -> AppTest:
     """Open the sidebar's "Save my progress" box, as a learner does before signing in (its form is made only
     while it is open), and run the page if it was closed."""
-    if at.session_state[BOX_KEY] if BOX_KEY in at.session_state else False:
+    if BOX_KEY in at.session_state and at.session_state[BOX_KEY]:
         return at
     at.session_state[BOX_KEY] = True
     return at.run()
