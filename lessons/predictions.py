@@ -6,6 +6,12 @@ answer computed by engine/memory/footprint.py, the catalog, the attention offset
 a tolerance, the worked arithmetic and known wrong turns); `check(page_id, value)` validates the learner's
 input and says how far off it was and why. A bad input (empty, not a number, negative, absurdly large) is a
 ValueError naming the value and the fix. No Streamlit here: ui/predict.py draws the exercise.
+
+Each `Trap` is a known wrong turn: the value it gives (from the same engine numbers), a short third-person
+`slip` for a projector ("K or V, not both") and the second-person `feedback` sentence check() shows. A trap
+holds the values within its window (2 % of its value unless it says less); no trap's window overlaps another
+trap's or the exercise's close tolerance (tests/lessons/test_predictions.py checks every page), so an answer
+is close, one slip, or neither — `is_close` and `trap_index` say which, for check() and lessons/live.py alike.
 """
 
 from __future__ import annotations
@@ -28,6 +34,21 @@ PAGES: tuple[str, ...] = ("bandwidth", "gqa", "packing", "fragmentation", "paged
 
 
 @dataclass(frozen=True)
+class Trap:
+    """A common mistake: the value it gives, a short third-person label for the class's projector ("GB instead
+    of GiB") and the sentence that tells the learner what went wrong ("you divided by 10⁹ ...")."""
+
+    value: float
+    slip: str
+    feedback: str
+    rel_tol: float = 0.02  # the window: values within value * rel_tol look like this mistake
+
+    def holds(self, number: float) -> bool:
+        """Whether `number` lies in this trap's window."""
+        return abs(number - self.value) <= abs(self.value) * self.rel_tol + 1e-9
+
+
+@dataclass(frozen=True)
 class Prediction:
     """One lesson's question, its answer from the engine, the tolerance and the explanation."""
 
@@ -39,7 +60,7 @@ class Prediction:
     working: str  # the worked arithmetic, with the engine's numbers
     why: str  # what the number teaches
     max_value: float  # anything above is not a prediction but a typo (wrong unit, extra digits)
-    traps: tuple[tuple[float, str], ...] = ()  # (value a common mistake gives, what that mistake is)
+    traps: tuple[Trap, ...] = ()  # common mistakes, each with the value it gives
 
 
 @dataclass(frozen=True)
@@ -69,7 +90,7 @@ def saved_value(entry: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _num(x: float, digits: int = 3) -> str:
+def num(x: float, digits: int = 3) -> str:
     """A number for prose: thousands separators, at most `digits` significant decimals, no trailing zeros;
     beyond a trillion, scientific notation (a 300-digit number is not prose)."""
     if abs(x) >= 1e12:
@@ -77,9 +98,9 @@ def _num(x: float, digits: int = 3) -> str:
     return f"{int(x):,}" if float(x).is_integer() else f"{x:,.{digits}f}".rstrip("0").rstrip(".")
 
 
-def _amount(x: float, unit: str, digits: int = 3) -> str:
+def amount(x: float, unit: str, digits: int = 3) -> str:
     """'128 KiB', '4.79 ms'; a share is '53.1%' and a difference of shares 'percentage points'."""
-    return f"{_num(x, 1)}%" if unit == "%" else f"{_num(x, digits)} {unit}"
+    return f"{num(x, 1)}%" if unit == "%" else f"{num(x, digits)} {unit}"
 
 
 def _bandwidth() -> Prediction:
@@ -103,7 +124,18 @@ def _bandwidth() -> Prediction:
         f"another {kv_4k / bw * 1e3:.2f} ms.",
         "decode is bandwidth-bound: the step time is bytes moved ÷ bandwidth, not FLOPs ÷ peak.",
         60_000.0,
-        ((compute_ms, "that is the time of the arithmetic; the step waits for the bytes, not the FLOPs"),),
+        (
+            Trap(
+                compute_ms,
+                "timed the FLOPs, not the bytes",
+                "that is the time of the arithmetic; the step waits for the bytes, not the FLOPs",
+            ),
+            Trap(
+                model.num_params / bw * 1e3,
+                "one byte per parameter, not two",
+                "you counted one byte per parameter; bf16 weights take two",
+            ),
+        ),
     )
 
 
@@ -119,14 +151,22 @@ def _gqa() -> Prediction:
         kib,
         0.02,
         f"2 (K and V) × {m.num_layers} layers × {m.num_kv_heads} KV heads × {m.head_dim} head dim × 2 bytes "
-        f"= {kib * KiB:,.0f} bytes = **{_num(kib)} KiB**.",
+        f"= {kib * KiB:,.0f} bytes = **{num(kib)} KiB**.",
         f"only the {m.num_kv_heads} KV heads are cached; the {m.num_heads} query heads share them "
         f"({m.num_queries_per_kv} per group), so counting query heads over-states KV by {m.num_queries_per_kv}×.",
         1e7,
         (
-            (mha, f"you counted the {m.num_heads} query heads: the {m.num_queries_per_kv}× calculator error"),
-            (kib / 2, "you counted K or V, not both: the formula starts with 2"),
-            (kib / m.num_layers, "that is one layer; every layer caches its own K and V"),
+            Trap(
+                mha,
+                "counted query heads instead of KV heads",
+                f"you counted the {m.num_heads} query heads: the {m.num_queries_per_kv}× calculator error",
+            ),
+            Trap(kib / 2, "K or V, not both", "you counted K or V, not both: the formula starts with 2"),
+            Trap(
+                kib / m.num_layers,
+                f"one layer, not all {m.num_layers}",
+                "that is one layer; every layer caches its own K and V",
+            ),
         ),
     )
 
@@ -155,7 +195,13 @@ def _packing() -> Prediction:
         f"block diagonal {packed_pairs:,} ({100 * (1 - packed_pairs / padded_pairs):.0f}% fewer).",
         "padding costs memory linearly and attention quadratically; packing with cu_seqlens costs neither.",
         100.0,
-        ((100 - share, "that is the share of real tokens; the question asks for the padding"),),
+        (
+            Trap(
+                100 - share,
+                "gave the real tokens' share",
+                "that is the share of real tokens; the question asks for the padding",
+            ),
+        ),
     )
 
 
@@ -184,8 +230,21 @@ def _fragmentation() -> Prediction:
         "request's whole life.",
         1e6,
         (
-            (FRAG_MAX_LEN - FRAG_PROMPT, "you left out the generated tokens, which also fill the reservation"),
-            (FRAG_MAX_LEN - FRAG_OUTPUT, "the prompt's tokens sit in the same reservation as the output's"),
+            Trap(
+                FRAG_MAX_LEN - FRAG_PROMPT,
+                "left out the generated tokens",
+                "you left out the generated tokens, which also fill the reservation",
+            ),
+            Trap(
+                FRAG_MAX_LEN - FRAG_OUTPUT,
+                "left out the prompt",
+                "the prompt's tokens sit in the same reservation as the output's",
+            ),
+            Trap(
+                final,
+                "counted the used slots",
+                "that is the slots the request fills; the question asks for the ones it never uses",
+            ),
         ),
     )
 
@@ -211,7 +270,14 @@ def _paged() -> Prediction:
         f"{PAGED_BLOCK - slack} tokens, leaving {slack} slots empty — the only waste paging has.",
         "a sequence takes ceil(tokens ÷ block size) blocks; at most block size − 1 slots are ever idle.",
         1e6,
-        ((PAGED_TOKENS // PAGED_BLOCK, "rounded down: the last, partial block still takes a whole block"),),
+        (
+            Trap(
+                PAGED_TOKENS // PAGED_BLOCK,
+                "rounded the blocks down",
+                "rounded down: the last, partial block still takes a whole block",
+                0.0,  # a count of blocks: 2 % of 62 would reach the answer, 63
+            ),
+        ),
     )
 
 
@@ -254,9 +320,14 @@ def predict_pressure() -> Prediction:
         "counts is where preemptions come from.",
         1e6,
         (
-            (slots // final, f"you divided tokens ({slots} ÷ {final}) and forgot that blocks are whole"),
-            (
+            Trap(
+                slots // final,
+                "divided tokens, not whole blocks",
+                f"you divided tokens ({slots} ÷ {final}) and forgot that blocks are whole",
+            ),
+            Trap(
                 prompts_only,
+                "counted the prompts' blocks only",
                 "you counted the prompts' blocks only: what admission checks, not what the requests grow to",
             ),
         ),
@@ -269,7 +340,8 @@ DIAG_USERS, DIAG_CONTEXT = 16, 8192
 def _diagnosis() -> Prediction:
     m = MODELS["llama-3-8b"]
     per_token = kv_bytes_per_token(m, "bf16")
-    gib = kv_cache_bytes(m, DIAG_USERS * DIAG_CONTEXT, "bf16") / GiB
+    kv = kv_cache_bytes(m, DIAG_USERS * DIAG_CONTEXT, "bf16")
+    gib = kv / GiB
     weights = weight_bytes(m, "bf16") / GiB
     return Prediction(
         "diagnosis",
@@ -279,13 +351,29 @@ def _diagnosis() -> Prediction:
         gib,
         0.05,
         f"{DIAG_USERS} × {DIAG_CONTEXT:,} = {DIAG_USERS * DIAG_CONTEXT:,} tokens × {per_token // KiB} KiB per token "
-        f"= **{_num(gib, 2)} GiB** — on top of {weights:.1f} GiB of weights, the activation peak and CUDA graphs: "
+        f"= **{num(gib, 2)} GiB** — on top of {weights:.1f} GiB of weights, the activation peak and CUDA graphs: "
         f"the weights fit a 24 GB card, the service does not.",
         "KV memory = users × context × KV bytes per token; it, not the weights, decides how many users fit.",
         1e6,
         (
-            (m.kv_bytes_per_token_mha(2) * DIAG_USERS * DIAG_CONTEXT / GiB, "you counted query heads, not KV heads"),
-            (weights, "that is the weights; the question is the KV cache"),
+            Trap(
+                m.kv_bytes_per_token_mha(2) * DIAG_USERS * DIAG_CONTEXT / GiB,
+                "counted query heads instead of KV heads",
+                "you counted query heads, not KV heads",
+            ),
+            Trap(
+                weights,
+                "gave the weights, not the KV",
+                "that is the weights; the question is the KV cache",
+                0.01,  # 14.96 GiB: a 2 % window would reach the close band (16 GiB ± 5 %)
+            ),
+            Trap(kv / 1e9, "GB instead of GiB", "you divided the bytes by 10⁹ (GB); a GiB is 2³⁰ bytes"),
+            Trap(gib / 2, "K or V, not both", "you counted K or V, not both: KV bytes per token start with 2"),
+            Trap(
+                gib / DIAG_USERS,
+                f"one user, not all {DIAG_USERS}",
+                f"that is one user's KV cache; the service holds {DIAG_USERS} at once",
+            ),
         ),
     )
 
@@ -318,10 +406,10 @@ def validate(pred: Prediction, value: object) -> float:
         raise ValueError(f"prediction {value!r} is not a finite number; type a number of {unit}")
     number = float(value)
     if number < 0:
-        raise ValueError(f"prediction {_num(number)} is negative; the answer in {unit} is 0 or more, type that")
+        raise ValueError(f"prediction {num(number)} is negative; the answer in {unit} is 0 or more, type that")
     if number > pred.max_value:
         raise ValueError(
-            f"prediction {_amount(number, pred.unit)} is beyond any plausible answer (at most {_num(pred.max_value)}); "
+            f"prediction {amount(number, pred.unit)} is beyond any plausible answer (at most {num(pred.max_value)}); "
             f"check the unit: the question asks for {unit}"
         )
     return number
@@ -333,28 +421,38 @@ def _distance(value: float, answer: float, unit: str) -> str:
     if diff == 0:
         return "exactly right"
     direction = "too high" if diff > 0 else "too low"
-    amount = f"{_num(abs(diff), 1)} percentage points" if unit == "%" else _amount(abs(diff), unit)
+    size = f"{num(abs(diff), 1)} percentage points" if unit == "%" else amount(abs(diff), unit)
     if answer and value and max(value / answer, answer / value) >= 2:
-        return f"{amount} {direction} ({max(value / answer, answer / value):.1f}× off)"
+        return f"{size} {direction} ({max(value / answer, answer / value):.1f}× off)"
     pct = f" ({100 * abs(diff) / answer:.0f}%)" if answer else ""
-    return f"{amount}{pct} {direction}"
+    return f"{size}{pct} {direction}"
+
+
+def is_close(pred: Prediction, number: float) -> bool:
+    """Whether `number` counts as close to the engine's answer (within answer × rel_tol)."""
+    return abs(number - pred.answer) <= abs(pred.answer) * pred.rel_tol + 1e-9
+
+
+def trap_index(pred: Prediction, number: float) -> int | None:
+    """The index in `pred.traps` of the mistake `number` looks like, or None (a close answer is no mistake)."""
+    if is_close(pred, number):
+        return None
+    return next((i for i, trap in enumerate(pred.traps) if trap.holds(number)), None)
 
 
 def check(page_id: str, value: object) -> PredictionResult:
     """Grade a prediction: how far off it is, the worked arithmetic, and the mistake it looks like (if any)."""
     pred = for_page(page_id)
     number = validate(pred, value)
-    close = abs(number - pred.answer) <= abs(pred.answer) * pred.rel_tol + 1e-9
-    answer, said = _amount(pred.answer, pred.unit, 2), _amount(number, pred.unit)
+    close = is_close(pred, number)
+    answer, said = amount(pred.answer, pred.unit, 2), amount(number, pred.unit)
     off = _distance(number, pred.answer, pred.unit)
     if close:
         head = f"Close — you predicted {said}; the engine says {answer}"
         head += "." if number == pred.answer else f": {off}, within tolerance."
     else:
         head = f"Off — you predicted {said}, {off}; the engine says {answer}."
-    trap = next(
-        (text for trap_value, text in pred.traps if not close and abs(number - trap_value) <= 0.02 * trap_value + 1e-9),
-        None,
-    )
+    index = None if close else trap_index(pred, number)
+    trap = None if index is None else pred.traps[index].feedback
     parts = [head, f"Likely slip: {trap}." if trap else "", f"Working: {pred.working}", f"Why it matters: {pred.why}"]
     return PredictionResult(page_id, number, pred.answer, close, "\n\n".join(p for p in parts if p))

@@ -69,11 +69,65 @@ def test_distance_in_units_percent_and_factor():
         ("fragmentation", 1848, "left out the generated tokens"),
         ("diagnosis", 64, "query heads"),
         ("bandwidth", 2 * 8.030e9 / 989e12 * 1e3, "time of the arithmetic"),
+        ("bandwidth", 8.030e9 / 3.35e12 * 1e3, "one byte per parameter"),  # 2.40 ms
+        ("fragmentation", 200 + 300, "the slots the request fills"),
+        ("diagnosis", 16 * 8192 * 128 * KiB / 1e9, "(GB); a GiB is 2³⁰ bytes"),  # 17.18 GB
+        ("diagnosis", 8, "K or V, not both"),
+        ("diagnosis", 1, "one user's KV cache"),
+        ("diagnosis", 8.030e9 * 2 / GiB, "that is the weights"),  # 14.96 GiB
     ],
 )
 def test_common_mistakes_are_named(page, value, slip):
     result = predictions.check(page, value)
     assert not result.close and "Likely slip:" in result.feedback and slip in result.feedback
+
+
+def test_the_feedback_of_the_older_traps_reads_as_before():
+    said = {
+        ("gqa", 512): "you counted the 32 query heads: the 4× calculator error",
+        ("gqa", 64): "you counted K or V, not both: the formula starts with 2",
+        ("paged", 62): "rounded down: the last, partial block still takes a whole block",
+        ("pressure", 5): "you divided tokens (384 ÷ 72) and forgot that blocks are whole",
+        ("diagnosis", 64): "you counted query heads, not KV heads",
+    }
+    for (page, value), feedback in said.items():
+        parts = predictions.check(page, value).feedback.split("\n\n")
+        assert parts[1] == f"Likely slip: {feedback}.", (page, value, parts)
+
+
+@pytest.mark.parametrize("page", predictions.PAGES)
+def test_every_trap_has_a_projector_slip_and_a_feedback_sentence(page):
+    traps = predictions.for_page(page).traps
+    assert traps and all(isinstance(t, predictions.Trap) for t in traps)
+    for t in traps:
+        assert 3 <= len(t.slip) <= 40 and not t.slip.endswith(".") and "you" not in t.slip.lower().split()
+        assert t.feedback and not t.feedback.endswith(".") and 0 <= t.rel_tol <= 0.02
+    assert len({t.slip for t in traps}) == len(traps)
+
+
+def window(value: float, rel_tol: float) -> tuple[float, float]:
+    half = abs(value) * rel_tol + 1e-9
+    return value - half, value + half
+
+
+@pytest.mark.parametrize("page", predictions.PAGES)
+def test_no_trap_window_overlaps_another_or_the_close_band(page):
+    pred = predictions.for_page(page)
+    bands = [("close", *window(pred.answer, pred.rel_tol))]
+    bands += [(t.slip, *window(t.value, t.rel_tol)) for t in pred.traps]
+    bands.sort(key=lambda b: b[1])
+    for (a, _, a_hi), (b, b_lo, _) in zip(bands, bands[1:], strict=False):
+        assert a_hi < b_lo, f"{page}: {a!r} reaches into {b!r}"
+    for i, t in enumerate(pred.traps):  # each trap's own value is that slip, and not close
+        assert not predictions.is_close(pred, t.value) and predictions.trap_index(pred, t.value) == i
+        assert t.value <= pred.max_value
+    assert predictions.trap_index(pred, pred.answer) is None and predictions.is_close(pred, pred.answer)
+
+
+def test_a_close_answer_names_no_slip_even_near_a_trap():
+    assert "Likely slip" not in predictions.check("paged", 63).feedback  # 62 is the rounded-down trap
+    assert "Likely slip" not in predictions.check("diagnosis", 15.3).feedback  # close, near the weights (14.96)
+    assert "Likely slip" not in predictions.check("diagnosis", 16.8).feedback  # close, near GB (17.18)
 
 
 def test_exact_answers_need_the_exact_count():
