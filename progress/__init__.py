@@ -10,12 +10,15 @@ Public API (no Streamlit here; the sign-in UI is ui/signin.py and the teacher vi
   protocol: load, merging save, class_records, sign_in, reset_passphrase, check_teacher_key), `SignIn`,
   `SignedOut` (a save after a passphrase reset), `SignInError` (a refused sign-in; `retry_after_s` when it
   must wait), `ProgressStoreError`, `database_url()`;
+- live classroom rounds (progress/live.py): `LiveBoard` (open, show, reveal, close a round; learners' answers),
+  `LiveRound`;
 - identity rules: progress/auth.py (scrypt parameters, passphrase length, the wait after failures);
 - reports: `class_report(records, lesson_ids)`, `report_csv(rows)`, `REPORT_COLUMNS`; `prediction_rows(records)`
   (each learner's predict-then-observe answers), `PREDICTION_COLUMNS`.
 """
 
 from progress.auth import SignInError
+from progress.live import LiveBoard, LiveRound
 from progress.names import name_key, validate_name
 from progress.records import (
     empty_progress,
@@ -40,6 +43,8 @@ from progress.store import (
 __all__ = [
     "PREDICTION_COLUMNS",
     "REPORT_COLUMNS",
+    "LiveBoard",
+    "LiveRound",
     "NullStore",
     "ProgressStore",
     "ProgressStoreError",
