@@ -1,5 +1,5 @@
 """Teacher view: a class code in, its learners' completion (table + CSV export) and predictions out, and a
-learner's passphrase reset.
+learner's passphrase reset; or, for the same class, the live round on a projector (ui/live_screens.py: no names).
 
 Closed unless the server sets KVLAB_TEACHER_KEY: without a key anyone who knows a class code could list
 the class, so the page then only says how to open it. With a key it asks for it (constant-time check;
@@ -27,11 +27,13 @@ from progress import (
 from progress.report import class_summary, report_file_name
 from ui.course import LESSON_IDS
 from ui.inert import inert, inert_md, prose_md
+from ui.live_screens import teacher_screen
 from ui.page import through_the_router
 from ui.signin import get_store
 
 UNLOCKED_KEY = "teacher_unlocked"  # session state: fingerprint of the key this session gave
 RESET_KEY = "teacher_reset_pending"  # session state: (class code, learner name) awaiting confirmation
+LIVE_MODE, REPORT_MODE = "Live round (projector)", "Class report"  # the two views of a class
 
 through_the_router()  # a bookmarked /teacher after a server start still gets the app's sidebar
 st.title("Teacher view")
@@ -75,6 +77,14 @@ if not raw_code.strip():
     st.stop()
 try:
     code = validate_name(raw_code, "class code")
+except ValueError as exc:
+    st.error(f"{prose_md(exc)}.")
+    st.stop()
+mode = st.segmented_control("Show", [LIVE_MODE, REPORT_MODE], default=REPORT_MODE, key="teacher_mode", required=True)
+if mode == LIVE_MODE:
+    teacher_screen(code)  # made for a projector: counts only, no names
+    st.stop()
+try:
     records = store.class_records(code)
     rows = class_report(records, LESSON_IDS)
     summary = class_summary(rows, LESSON_IDS)

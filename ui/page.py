@@ -93,10 +93,13 @@ def backend_info() -> dict:
 # What the theme (.streamlit/config.toml) cannot set. A slider's value is drawn in the accent colour, 3.9:1 on
 # the dark theme's background (WCAG asks 4.5:1). Streamlit's light plotly theme writes tick labels, axis
 # titles, annotations and outside bar labels in #808495, 3.8:1 on white; the dark theme's #e6eaf1 is fine. Both
-# take the body text colour instead (currentColor: the theme's, so the rule holds in either theme).
+# take the body text colour instead (currentColor: the theme's, so the rule holds in either theme). The live
+# round's projector screen (ui/live_screens.py) is read from the back of a room: its text and count are large.
 PAGE_CSS = """<style>
 [data-testid="stSliderThumbValue"], [data-testid="stSliderThumbValue"] p { color: inherit !important; }
 [data-testid="stPlotlyChart"] text[style*="fill: rgb(128, 132, 149)"] { fill: currentColor !important; }
+.st-key-live_screen p, .st-key-live_screen li { font-size: 1.6rem; line-height: 1.4; }
+.st-key-live_screen [data-testid="stMetricValue"] { font-size: 4rem; }
 </style>"""
 
 
@@ -429,6 +432,25 @@ class LinkedView:
                 wrap_lines=True,
             )
         return link
+
+
+def current_view(page_id: str) -> dict[str, str]:
+    """The settings of ``page_id`` in this session's address, checked (a bad or missing value: its default), as
+    the page's query parameters: what a teacher's "show the class these settings" sends (ui/live_screens.py)."""
+    spec = links.SPECS[page_id]
+    query = {name: st.query_params[name] for name in spec.names if name in st.query_params}
+    return links.query_for(spec, links.resolve(spec, query)[0])
+
+
+def adopt_view(page_id: str, query: Mapping[str, str]) -> None:
+    """Set the widgets of ``page_id`` to the view ``query`` names before switching to it (following a teacher):
+    `LinkedView` keeps a widget's own value over the link's, so a learner who had moved them sees the link's."""
+    spec = links.SPECS[page_id]
+    wanted, _ = links.resolve(spec, dict(query))
+    earlier: dict[str, Any] = {}
+    for p in spec.params:
+        st.session_state[p.key_for(earlier)] = wanted[p.name]
+        earlier[p.name] = wanted[p.name]
 
 
 def linked_view(page_id: str) -> LinkedView:

@@ -5,7 +5,8 @@ before the page shows any number; `prediction_exercise(page_id)` (from ui/page.p
 again with a numeric input keyed `predict_<page_id>` and a Check button; the feedback says how far off the
 prediction was, with the worked arithmetic. A checked prediction is saved in the learner's progress
 (`progress["predict"][page_id]`, ui/progress.py) and its feedback shows again while the input holds the saved
-value (after navigating away and back, or signing in). No page script needs to call either.
+value (after navigating away and back, or signing in). A checked prediction also joins the learner's class's
+live round when the teacher has one open on this lesson (ui/live.py). No page script needs to call either.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import streamlit as st
 from lessons import predictions
 from lessons.predictions import PredictionResult
 from ui.inert import prose_md
+from ui.live import join_round
 from ui.progress import ensure_progress, record_prediction
 
 
@@ -52,6 +54,9 @@ def prediction_exercise(page_id: str) -> PredictionResult | None:
             st.error(prose_md(f"{str(exc)[:1].upper()}{str(exc)[1:]}."), icon="⚠️")
             return None
         record_prediction(page_id, result.record())
+        joined = join_round(page_id, result.value)
+        if joined is not None:
+            st.caption(f"Your answer joined your class's live round {joined.round} ({joined.answers} answers so far).")
     elif saved is not None and value == saved:
         result = predictions.check(page_id, value)
     else:

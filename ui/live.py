@@ -1,0 +1,86 @@
+"""A live classroom round, seen from one session: the class's board (progress/live.py) and a learner's answer.
+
+The teacher opens a live round for a class code on one lesson (ui/live_screens.py draws the teacher's screen and
+both banners); while it is open and not revealed, a learner signed in with that class code who checks a
+prediction on that lesson adds it to the class's answers (`join_round`, called by ui/predict.py). PostgreSQL
+(any SQLAlchemy database the progress store uses) is the only shared state: every replica reads the round
+from it, so a learner on one replica and their teacher on another see the same round, and a replica that dies
+takes nothing with it. Without a database (a NullStore) there are no live rounds.
+
+Per-session state (Streamlit serves each learner from its own thread; nothing here is module-level):
+- ``st.session_state[LEAD_KEY]``: the class code this teacher session leads live (set by the teacher's screen);
+- ``st.session_state[MINE_KEY]``: ``(class key, round, value)`` of this learner's answer in the current round,
+  so their banner can show it after the reveal without asking the database again.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from progress import ProgressStore, ProgressStoreError, name_key
+from progress.live import LiveBoard, LiveRound
+from ui import signin
+
+LEAD_KEY = "live_lead"  # session state: the class code this teacher session leads live
+MINE_KEY = "live_mine"  # session state: (class key, round, value) of this learner's answer in that round
+PAGE_KEY = "live_on_page"  # session state: the URL path of the page this session's last full run showed
+TEACHER_POLL_S = 1.0  # the projector screen's refresh: an answer is on it about a second after it is checked
+LEARNER_POLL_S = 4.0  # a learner's banner: the teacher's move reaches every learner within a few seconds
+LEARNER_MAX_AGE_S = 1.0  # a replica answers its learners' polls from one read of the board a second
+
+
+@st.cache_resource(show_spinner=False)
+def _board(url: str, _store: ProgressStore) -> LiveBoard:
+    """One board per database for the whole server process (it holds a short read cache, thread-safe)."""
+    return LiveBoard(_store)
+
+
+def live_board() -> LiveBoard | None:
+    """The class board of this server's progress database, or None without one (no live rounds then)."""
+    store = signin.get_store()
+    if not isinstance(store, ProgressStore):
+        return None
+    return _board(store.url, store)
+
+
+def database_key() -> str:
+    """Which database this session's board reads (a cache key: results of one database are not another's)."""
+    store = signin.get_store()
+    return store.url if isinstance(store, ProgressStore) else ""
+
+
+def signed_in() -> tuple[str, str] | None:
+    """(class code, learner name) of the signed-in learner, else None."""
+    who = st.session_state.get(signin.LEARNER_KEY)
+    return (who[0], who[1]) if who else None
+
+
+def join_round(page_id: str, value: float) -> LiveRound | None:
+    """Add the learner's checked prediction on ``page_id`` to their class's live round, if one is open on this
+    lesson and not revealed; the round it joined, else None (no class, no round, another lesson, revealed)."""
+    who, board = signed_in(), live_board()
+    if who is None or board is None:
+        return None
+    code, learner = who
+    try:
+        round_no = board.answer(code, learner, page_id, value)
+        if round_no is None:
+            return None
+        live = board.current(code)
+    except ProgressStoreError:
+        return None  # a live round is an extra: the learner's own check and saved progress stand without it
+    if live is None or live.round != round_no:
+        return None
+    st.session_state[MINE_KEY] = (name_key(code), round_no, float(value))
+    return live
+
+
+def my_answer(board: LiveBoard, live: LiveRound, learner: str) -> float | None:
+    """This learner's answer in ``live`` (from the session when they answered here, else the database once)."""
+    mine = st.session_state.get(MINE_KEY)
+    key = name_key(live.class_code)
+    if mine and mine[0] == key and mine[1] == live.round:
+        return mine[2]
+    value = board.my_answer(live.class_code, learner, live.round)
+    st.session_state[MINE_KEY] = (key, live.round, value)
+    return value
