@@ -21,6 +21,7 @@ the runs of an ``st.rerun()`` chain.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -68,6 +69,8 @@ class PageRun:
     fragments: list[str] = field(default_factory=list)  # ids of the fragments that sent elements
     widget_fragments: dict[str, str] = field(default_factory=dict)  # widget id -> id of the fragment it is in
     expanders: dict[str, Any] = field(default_factory=dict)  # label -> Expandable block proto (keyed ones have an id)
+    auto_reruns: dict[str, float] = field(default_factory=dict)  # fragment id -> seconds (st.fragment(run_every=))
+    charts: list[dict[str, Any]] = field(default_factory=list)  # plotly figures (their JSON spec), in order
     messages: int = 0  # ForwardMsgs the server sent for the last run (elements, blocks, session events)
     message_bytes: int = 0  # their serialized size
 
@@ -164,11 +167,15 @@ class StreamlitSession:
     async def __aexit__(self, *exc: object) -> None:
         await self._ws.close()
 
-    async def run(self, route: str, widgets: Iterable[WidgetState] = (), fragment_id: str = "") -> PageRun:
+    async def run(
+        self, route: str, widgets: Iterable[WidgetState] = (), fragment_id: str = "", auto_rerun: bool = False
+    ) -> PageRun:
         """Run page ``route`` (its URL path, "" for the default page) with these widget values, as a browser
         does after a widget changes (widgets not given take their defaults); wait until the run has finished.
 
-        ``fragment_id`` (from ``PageRun.fragments``) runs only that fragment, as a widget inside it does."""
+        ``fragment_id`` (from ``PageRun.fragments``) runs only that fragment, as a widget inside it does;
+        with ``auto_rerun`` it is the timer's run of a polling fragment (``PageRun.auto_reruns``: the browser
+        re-runs each such fragment every so many seconds, flagged as an automatic re-run)."""
         msg = BackMsg()
         msg.rerun_script.page_name = route
         given = list(widgets)
@@ -176,6 +183,7 @@ class StreamlitSession:
         msg.rerun_script.widget_states.widgets.extend([w for i, w in self.kept.items() if i not in named] + given)
         if fragment_id:
             msg.rerun_script.fragment_id = fragment_id
+        msg.rerun_script.is_auto_rerun = auto_rerun
         start = time.perf_counter()
         await self._ws.send(msg.SerializeToString())
         shown, started, compile_error = PageRun(), False, False
@@ -190,6 +198,8 @@ class StreamlitSession:
                 shown.messages, shown.message_bytes = shown.messages + 1, shown.message_bytes + len(raw)
             if kind == "new_session":  # a run starts: it supersedes what an earlier run of the request showed
                 shown, started = PageRun(runs=shown.runs + 1), True
+            elif kind == "auto_rerun":
+                shown.auto_reruns[fwd.auto_rerun.fragment_id] = fwd.auto_rerun.interval
             elif kind == "navigation":
                 self.pages = {p.page_name: p.url_pathname for p in fwd.navigation.app_pages}
             elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
@@ -252,6 +262,8 @@ def collect(element: Any, in_sidebar: bool, shown: PageRun) -> None:
     elif kind == "exception":
         shown.errors.append(f"exception: {proto.message[:200]}")
         shown.exceptions.append(proto.message)
+    elif kind == "plotly_chart":
+        shown.charts.append(json.loads(proto.spec) if proto.spec else {})
     elif kind == "dataframe" and in_sidebar:
         shown.sidebar_tables.append(arrow_rows(proto.arrow_data.data))
 
