@@ -46,13 +46,17 @@ def answer_x(bins: tuple[Bin, ...], value: float) -> float:
 
 
 def _big(fig: go.Figure, title: str, height: int) -> go.Figure:
-    return fig.update_layout(
-        font={"size": FONT},
-        title={"text": title, "font": {"size": TITLE}},
-        height=height,
-        margin={"l": 90, "r": 30, "t": 130, "b": 110},
-        showlegend=False,
-    )
+    return (
+        fig.update_layout(
+            font={"size": FONT},
+            title={"text": title, "font": {"size": TITLE}},
+            height=height,
+            margin={"l": 90, "r": 30, "t": 130, "b": 110},
+            showlegend=False,
+        )
+        .update_xaxes(tickfont={"size": FONT}, title_font={"size": FONT})
+        .update_yaxes(tickfont={"size": FONT}, title_font={"size": FONT})
+    )  # explicit: Streamlit's chart theme sets smaller axis type, which the layout's font does not override
 
 
 def _empty(title: str, note: str) -> go.Figure:

@@ -25,7 +25,8 @@ LEAD_KEY = "live_lead"  # session state: the class code this teacher session lea
 MINE_KEY = "live_mine"  # session state: (class key, round, value) of this learner's answer in that round
 PAGE_KEY = "live_on_page"  # session state: the URL path of the page this session's last full run showed
 TEACHER_POLL_S = 1.0  # the projector screen's refresh: an answer is on it about a second after it is checked
-LEARNER_POLL_S = 4.0  # a learner's banner: the teacher's move reaches every learner within a few seconds
+REVEALED_POLL_S = 5.0  # the projector after the reveal: its answers are final, only the session's end can change
+LEARNER_POLL_S = 5.0  # a learner's banner: the teacher's move reaches every learner within a few seconds
 LEARNER_MAX_AGE_S = 1.0  # a replica answers its learners' polls from one read of the board a second
 
 

@@ -34,7 +34,7 @@ from ui.page import adopt_view, current_view, figure, show_chart
 _REVEALED = named_cache("ui.live_screens.revealed", max_entries=64)  # shared read-only: ClassRound is frozen
 NO_DATABASE = (
     "Live rounds need the class's database: this server keeps progress for each session only. Whoever runs it "
-    "sets KVLAB_DATABASE_URL (docs/DEPLOY.md)."
+    "fixes the progress database (README, Deployment: KVLAB_DATA_DIR or KVLAB_DATABASE_URL)."
 )
 
 
@@ -67,7 +67,8 @@ def teacher_screen(code: str) -> None:
     except ProgressStoreError as exc:
         st.error(prose_md(exc))
         return
-    st.fragment(_projector, run_every=live.TEACHER_POLL_S)(code)
+    every = live.REVEALED_POLL_S if current.revealed else live.TEACHER_POLL_S  # a revealed round takes no answers
+    st.fragment(_projector, run_every=every)(code)
 
 
 def _start(board: LiveBoard, code: str) -> None:

@@ -99,7 +99,8 @@ PAGE_CSS = """<style>
 [data-testid="stSliderThumbValue"], [data-testid="stSliderThumbValue"] p { color: inherit !important; }
 [data-testid="stPlotlyChart"] text[style*="fill: rgb(128, 132, 149)"] { fill: currentColor !important; }
 .st-key-live_screen p, .st-key-live_screen li { font-size: 1.6rem; line-height: 1.4; }
-.st-key-live_screen [data-testid="stMetricValue"] { font-size: 4rem; }
+.st-key-live_screen [data-testid="stMetricValue"] { font-size: 4rem; line-height: 1.2; }
+.st-key-live_screen [data-testid="stMetricValue"] * { font-size: inherit; }
 </style>"""
 
 

@@ -20,6 +20,7 @@ from tests.browser.helpers import chromium_browser, wait_for_app
 ARTIFACTS = ROOT / "test-artifacts"
 SHOTS = ARTIFACTS / "screenshots"
 VIEWPORT = {"width": 1280, "height": 860}
+TEACHER_KEY = "the browser tests' teacher key"  # the app under test has a teacher view (tests/browser/test_live.py)
 
 
 # Streamlit draws a grey skeleton where an element of the running script has not arrived yet and marks the
@@ -65,7 +66,7 @@ def app_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def app_url(app_data_dir: Path) -> str:
     """Base URL of the running app."""
-    with running_app(app_data_dir, ARTIFACTS / "streamlit.log") as url:
+    with running_app(app_data_dir, ARTIFACTS / "streamlit.log", extra_env={"KVLAB_TEACHER_KEY": TEACHER_KEY}) as url:
         yield url
 
 
