@@ -18,6 +18,9 @@ logic is in lessons/live.py (the class's answers read against the lesson's predi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import streamlit as st
 
 from lessons import links, predictions
@@ -29,13 +32,20 @@ from ui.charts_live import class_histogram, histogram_summary, slip_chart, slip_
 from ui.course import page
 from ui.inert import inert_md, prose_md
 from ui.memo import named_cache
-from ui.page import adopt_view, current_view, figure, show_chart
+from ui.page import adopt_view, current_view, frozen_figure, show_chart
 
 _REVEALED = named_cache("ui.live_screens.revealed", max_entries=64)  # shared read-only: ClassRound is frozen
+_FIGURES = named_cache("ui.live_screens.figures", max_entries=64)  # keyed by the ClassRound itself (hashable)
 NO_DATABASE = (
     "Live rounds need the class's database: this server keeps progress for each session only. Whoever runs it "
     "fixes the progress database (README, Deployment: KVLAB_DATA_DIR or KVLAB_DATABASE_URL)."
 )
+
+
+def _figure(builder: Callable[[ClassRound], Any], cr: ClassRound) -> Any:
+    """``builder(cr)`` built once per round state and shared read-only (ui.page.figure would hash the round
+    through Streamlit's cache on every poll of the projector: it is not made of plain values)."""
+    return _FIGURES.get_or_make((builder.__qualname__, cr), lambda: frozen_figure(builder(cr)))
 
 
 def _title(page_id: str) -> str:
@@ -133,7 +143,7 @@ def _projector(code: str) -> None:
         else:
             bins = [{"from": b.low, "to": b.high, "answers": b.count} for b in cr.bins]
             show_chart(
-                figure(class_histogram, cr),
+                _figure(class_histogram, cr),
                 "Each bar counts the class's answers in its range (no names).",
                 bins,
                 f"live-{current.lesson}-round-{current.round}",
@@ -145,7 +155,7 @@ def _projector(code: str) -> None:
             return
         groups = [{"group": g.label, "answers": g.count, "share": round(g.share, 4)} for g in cr.groups]
         show_chart(
-            figure(slip_chart, cr),
+            _figure(slip_chart, cr),
             "Each wrong answer is grouped by the slip its value matches (the lesson's feedback names the same).",
             groups,
             f"live-{current.lesson}-round-{current.round}-slips",
