@@ -35,6 +35,10 @@ from ui.memo import named_cache
 from ui.page import adopt_view, current_view, frozen_figure, show_chart
 
 _REVEALED = named_cache("ui.live_screens.revealed", max_entries=64)  # shared read-only: ClassRound is frozen
+_UNKNOWN = (
+    "This round is on {lesson}, which is not a lesson with a prediction question on this server (a replica of "
+    "another version?). Start a new round on one of this course's lessons."
+)
 _FIGURES = named_cache("ui.live_screens.figures", max_entries=64)  # keyed by the ClassRound itself (hashable)
 NO_DATABASE = (
     "Live rounds need the class's database: this server keeps progress for each session only. Whoever runs it "
@@ -88,7 +92,8 @@ def _start(board: LiveBoard, code: str) -> None:
         "predictions on that lesson come to this screen as counts, without names."
     )
     lesson = st.selectbox("Lesson", predictions.PAGES, format_func=_title, key="live_lesson")
-    if st.button("Start the live round", type="primary", key="live_start", icon=":material/cast_for_education:"):
+    start = st.button("Start the live round", type="primary", key="live_start", icon=":material/cast_for_education:")
+    if start and lesson in predictions.PAGES:  # a forged choice is not a lesson with a question: nothing opens
         board.open_round(code, lesson)
         st.session_state[live.LEAD_KEY] = code
         st.rerun()
@@ -125,6 +130,9 @@ def _projector(code: str) -> None:
         current = board.current(code)
         if current is None:
             st.info("This live session has ended.")
+            return
+        if current.lesson not in predictions.PAGES:
+            st.warning(_UNKNOWN.format(lesson=inert_md(current.lesson)))
             return
         cr = class_round(current.lesson, board.answers(code, current.round), current.revealed)
     except ProgressStoreError as exc:
@@ -177,8 +185,9 @@ def teacher_banner() -> None:
         current = board.current(code)
     except ProgressStoreError:
         return
-    if current is None:
-        st.session_state.pop(live.LEAD_KEY, None)
+    if current is None or current.lesson not in predictions.PAGES:
+        if current is None:
+            st.session_state.pop(live.LEAD_KEY, None)
         return
     box = st.container(border=True, key="live_lead_banner")
     state = "answer revealed" if current.revealed else f"{current.answers} answers so far"
@@ -214,8 +223,8 @@ def _learner_poll() -> None:
     code, learner = who
     try:
         current = board.current(code, max_age_s=live.LEARNER_MAX_AGE_S)
-        if current is None:
-            return
+        if current is None or current.lesson not in predictions.PAGES:
+            return  # no round, or one on a lesson this server's course does not ask about (another version's)
         mine = live.my_answer(board, current, learner) if current.revealed else _mine_now(current)
         cr = _revealed(board, current) if current.revealed else None
     except ProgressStoreError:

@@ -175,3 +175,16 @@ def test_an_answer_outside_the_round_stays_the_learners_own(app_test, board):
     assert at.success and board.answers(CLASS, 1) == ()  # checked and saved for them; not the class's round
     board.reveal(CLASS, 1)
     assert board.answer(CLASS, "Bob", "paged", 63) is None
+
+
+def test_a_round_on_a_lesson_without_a_question_shows_a_clear_note_not_a_traceback(app_test, board):
+    board.open_round(CLASS, "welcome")  # a valid id, but no prediction question (a row from another version)
+    at = _teacher(app_test)
+    assert not at.exception and not at.error
+    assert any("not a lesson with a prediction question" in w.value for w in at.warning)
+    banner = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), "Ana").run()
+    assert not banner.exception and not banner.markdown  # the learner sees no banner for it
+    at.button(key="live_again").click().run()  # the teacher's controls still work: a new round ...
+    at.selectbox(key="live_move_to").select("gqa")
+    at.button(key="live_move").click().run()  # ... and a move to a lesson with a question
+    assert board.current(CLASS).lesson == "gqa" and [m.value for m in at.metric] == ["0"]
