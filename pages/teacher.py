@@ -80,7 +80,7 @@ try:
 except ValueError as exc:
     st.error(f"{prose_md(exc)}.")
     st.stop()
-mode = st.segmented_control("Show", [LIVE_MODE, REPORT_MODE], default=REPORT_MODE, key="teacher_mode", required=True)
+mode = st.radio("Show", [REPORT_MODE, LIVE_MODE], key="teacher_mode", horizontal=True)
 if mode == LIVE_MODE:
     teacher_screen(code)  # made for a projector: counts only, no names
     st.stop()

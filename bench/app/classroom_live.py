@@ -50,7 +50,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from bench.app.classroom import percentile
 from bench.app.classroom_scale import route_of, sign_in
-from bench.app.client import PageRun, StreamlitSession, click, text_value
+from bench.app.client import PageRun, StreamlitSession, choose, click, text_value
 from bench.app_server import nginx_balancer, postgres_cluster, process_cpu_seconds, running_apps
 from bench.harness import emit, env_info, log, parser, save
 from lessons import predictions
@@ -156,7 +156,7 @@ async def teacher_task(room: Room) -> None:
             shown = await t.run(route, [key, click(shown.widget("button", "Open the teacher view"))])
             t.keep(text_value(shown.widget("text_input", "Class code"), CLASS_CODE))  # a browser keeps what was typed
             shown = await t.run(route)
-            t.keep(widget_state(shown.widget("button_group", "Show"), string_array_value=[LIVE_MODE]))
+            t.keep(choose(shown.widget("radio", "Show"), LIVE_MODE))
             shown = await t.run(route)
             lesson = widget_state(shown.widget("selectbox", "Lesson"), string_value=page(LESSON).title)
             shown = await t.run(route, [lesson, click(shown.widget("button", "Start the live round"))])

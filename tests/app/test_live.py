@@ -39,7 +39,7 @@ def _teacher(app_test):
     at.text_input(key="teacher_key").input(KEY)
     at.button(key="FormSubmitter:teacher_unlock-Open the teacher view").click().run()
     at.text_input(key="teacher_class_code").input(CLASS).run()
-    return at.button_group(key="teacher_mode").set_value(LIVE).run()
+    return at.radio(key="teacher_mode").set_value(LIVE).run()
 
 
 def _texts(at) -> str:

@@ -9,6 +9,7 @@ import pytest
 from lessons import predictions
 from tests.browser.conftest import TEACHER_KEY, VIEWPORT
 from tests.browser.helpers import error_texts, wait_for_app
+from tests.browser.test_a11y import AXE, axe_violations, count, describe
 from tests.browser.test_progress_signin import sign_in
 from ui import live
 from ui.course import page as course_page
@@ -19,6 +20,15 @@ CLASS = "Live-7"
 LESSON = course_page("gqa").title
 GQA = predictions.for_page("gqa")
 POLL_MS = int(1000 * (live.LEARNER_POLL_S + live.LEARNER_MAX_AGE_S)) + 15_000  # a poll, plus a loaded machine
+
+
+def _no_serious_axe_violation(pg, where: str) -> None:
+    """axe-core's WCAG 2.1 A/AA rules (tests/browser/test_a11y.py) on the page as it is now."""
+    if not AXE.exists():
+        pytest.fail(f"{AXE} is missing; run scripts/install_browser.sh")
+    found = axe_violations(pg, AXE)
+    blocking = count(found, ("serious", "critical"))
+    assert blocking == 0, f"{where}: {blocking} serious or critical axe violations:\n{describe(found)}"
 
 
 def _context(browser, app_url: str):
@@ -88,12 +98,14 @@ def test_a_live_round_teacher_opens_learners_predict_teacher_reveals(browser, ap
         projector.get_by_text("query heads instead of KV heads").first.wait_for()
         assert error_texts(teacher) == []
         shoot(teacher, "live-round-revealed", whole=True)
+        _no_serious_axe_violation(teacher, "the revealed projector")
         line = bob.locator(".st-key-live_banner").get_by_text("The engine:")
         line.wait_for(timeout=POLL_MS)
         said = line.inner_text()
         assert f"{mha:g}" in said.replace(",", "") and "query heads" in said
         line.scroll_into_view_if_needed()
         shoot(bob, "live-round-learner")
+        _no_serious_axe_violation(bob, "the learner's lesson with the revealed banner")
     finally:
         for c in contexts:
             c.close()
