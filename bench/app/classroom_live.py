@@ -46,11 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamlit.proto.WidgetStates_pb2 import WidgetState
-
 from bench.app.classroom import percentile
 from bench.app.classroom_scale import route_of, sign_in
-from bench.app.client import PageRun, StreamlitSession, choose, click, text_value
+from bench.app.client import PageRun, StreamlitSession, choose, click, number_value, text_value
 from bench.app_server import nginx_balancer, postgres_cluster, process_cpu_seconds, running_apps
 from bench.harness import emit, env_info, log, parser, save
 from lessons import predictions
@@ -109,9 +107,7 @@ class Room:
     seen: list[tuple[float, int]] = field(default_factory=list)  # (time a projector run ended, answers shown)
     teacher_polls_ms: list[float] = field(default_factory=list)
     teacher_errors: list[str] = field(default_factory=list)
-    started: asyncio.Event = field(default_factory=asyncio.Event)
     reveal_now: asyncio.Event = field(default_factory=asyncio.Event)  # the polling window is over: reveal
-    revealed: asyncio.Event = field(default_factory=asyncio.Event)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -134,17 +130,6 @@ def polling_fragment(shown: PageRun, interval_s: float) -> str:
     raise LookupError(f"no fragment polling every {interval_s} s; the page asked for {shown.auto_reruns}")
 
 
-def widget_state(proto: Any, **value: Any) -> WidgetState:
-    """A widget's value as the browser sends it (``string_value=``, ``double_value=``...)."""
-    state = WidgetState(id=proto.id)
-    for name, v in value.items():
-        if name.endswith("_array_value"):
-            getattr(state, name).data.extend(v)
-        else:
-            setattr(state, name, v)
-    return state
-
-
 async def teacher_task(room: Room) -> None:
     """Open the live round, watch the projector, reveal when every learner has answered, keep watching."""
     try:
@@ -158,13 +143,12 @@ async def teacher_task(room: Room) -> None:
             shown = await t.run(route)
             t.keep(choose(shown.widget("radio", "Show"), LIVE_MODE))
             shown = await t.run(route)
-            lesson = widget_state(shown.widget("selectbox", "Lesson"), string_value=page(LESSON).title)
+            lesson = choose(shown.widget("selectbox", "Lesson"), page(LESSON).title)
             shown = await t.run(route, [lesson, click(shown.widget("button", "Start the live round"))])
             if shown.errors:
                 raise ValueError(f"starting the round: {shown.errors[0]}")
             controls = shown.widget("button", "Reveal the answer")  # outside the projector's fragment
             room.started_at = time.perf_counter()
-            room.started.set()
             projector = polling_fragment(shown, live.TEACHER_POLL_S)
             while not room.stop.is_set():
                 await asyncio.sleep(live.TEACHER_POLL_S)
@@ -177,17 +161,14 @@ async def teacher_task(room: Room) -> None:
                 room.seen.append((time.perf_counter(), count))
                 if run.errors:
                     room.teacher_errors.append(run.errors[0])
-                if room.reveal_now.is_set() and not room.revealed.is_set():
+                if room.reveal_now.is_set() and room.revealed_at is None:
                     shown = await t.run(route, [click(controls)])
                     if shown.errors:
                         room.teacher_errors.append(f"reveal: {shown.errors[0]}")
                     room.revealed_at = time.perf_counter()
-                    room.revealed.set()
                     projector = polling_fragment(shown, live.REVEALED_POLL_S)
-    except Exception as exc:  # noqa: BLE001 - reported, and the class is released
+    except Exception as exc:  # noqa: BLE001 - reported
         room.teacher_errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
-        room.started.set()
-        room.revealed.set()
 
 
 async def learner_task(room: Room, lr: LiveLearner, delay_s: float) -> None:
@@ -217,7 +198,7 @@ async def learner_task(room: Room, lr: LiveLearner, delay_s: float) -> None:
                     await asyncio.sleep(room.think_s * lr.rng.uniform(0.5, 1.5))
                     lr.check_sent = time.perf_counter()
                     checked = await s.run(
-                        route, [widget_state(entry, double_value=lr.value), click(shown.widget("button", "Check"))]
+                        route, [number_value(entry, lr.value), click(shown.widget("button", "Check"))]
                     )
                     lr.check_done = time.perf_counter()
                     lr.runs_ms.append((lr.replica, 1000 * checked.seconds))

@@ -317,6 +317,11 @@ def text_value(proto: Any, value: str) -> WidgetState:
     return WidgetState(id=proto.id, string_value=value)
 
 
+def number_value(proto: Any, value: float) -> WidgetState:
+    """A number input's value."""
+    return WidgetState(id=proto.id, double_value=float(value))
+
+
 def opened(expander: Any) -> WidgetState:
     """An expander opened, as the browser sends it for one with a key and ``on_change`` (its contents are made
     only while it is open: ui.page.chart_table); ValueError for one that does not report its state."""
@@ -331,7 +336,8 @@ def click(proto: Any) -> WidgetState:
 
 
 def choose(proto: Any, option: str) -> WidgetState:
-    """A radio choice, sent as its option text (how this Streamlit version's frontend sends radios)."""
+    """A radio or select box choice, sent as its option text (how this Streamlit version's frontend sends them;
+    a select box's options arrive formatted)."""
     if option not in proto.options:
         raise ValueError(f"option {option!r} is not one of {list(proto.options)}")
     return WidgetState(id=proto.id, string_value=option)
