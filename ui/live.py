@@ -44,12 +44,6 @@ def live_board() -> LiveBoard | None:
     return _board(store.url, store)
 
 
-def database_key() -> str:
-    """Which database this session's board reads (a cache key: results of one database are not another's)."""
-    store = signin.get_store()
-    return store.url if isinstance(store, ProgressStore) else ""
-
-
 def signed_in() -> tuple[str, str] | None:
     """(class code, learner name) of the signed-in learner, else None."""
     who = st.session_state.get(signin.LEARNER_KEY)
@@ -76,12 +70,23 @@ def join_round(page_id: str, value: float) -> LiveRound | None:
     return live
 
 
+def _answered_here(live: LiveRound) -> tuple[str, int, float | None] | None:
+    """The session's record of this learner's answer in ``live`` (MINE_KEY), if it is about that round."""
+    mine = st.session_state.get(MINE_KEY)
+    return mine if mine and mine[0] == name_key(live.class_code) and mine[1] == live.round else None
+
+
+def answer_here(live: LiveRound) -> float | None:
+    """This learner's answer in ``live`` as this session knows it (no database read)."""
+    mine = _answered_here(live)
+    return mine[2] if mine else None
+
+
 def my_answer(board: LiveBoard, live: LiveRound, learner: str) -> float | None:
     """This learner's answer in ``live`` (from the session when they answered here, else the database once)."""
-    mine = st.session_state.get(MINE_KEY)
-    key = name_key(live.class_code)
-    if mine and mine[0] == key and mine[1] == live.round:
+    mine = _answered_here(live)
+    if mine:
         return mine[2]
     value = board.my_answer(live.class_code, learner, live.round)
-    st.session_state[MINE_KEY] = (key, live.round, value)
+    st.session_state[MINE_KEY] = (name_key(live.class_code), live.round, value)
     return value

@@ -225,7 +225,7 @@ def _learner_poll() -> None:
         current = board.current(code, max_age_s=live.LEARNER_MAX_AGE_S)
         if current is None or current.lesson not in predictions.PAGES:
             return  # no round, or one on a lesson this server's course does not ask about (another version's)
-        mine = live.my_answer(board, current, learner) if current.revealed else _mine_now(current)
+        mine = live.my_answer(board, current, learner) if current.revealed else live.answer_here(current)
         cr = _revealed(board, current) if current.revealed else None
     except ProgressStoreError:
         return  # the banner is an extra: the lesson goes on without it
@@ -252,16 +252,10 @@ def _learner_poll() -> None:
         st.switch_page(page(current.lesson).file, query_params=query)
 
 
-def _mine_now(current: LiveRound) -> float | None:
-    """This session's answer in the open round (no database read: before the reveal only this session's own)."""
-    mine = st.session_state.get(live.MINE_KEY)
-    return mine[2] if mine and mine[1] == current.round and mine[0] == name_key(current.class_code) else None
-
-
 def _revealed(board: LiveBoard, current: LiveRound) -> ClassRound:
     """The revealed round as the class answered it: read once per server for all its learners (a revealed
     round takes no more answers, so its count names its answers)."""
-    key = (live.database_key(), name_key(current.class_code), current.lesson, current.round, current.answers)
+    key = (board, name_key(current.class_code), current.lesson, current.round, current.answers)  # board: its database
     return _REVEALED.get_or_make(
         key, lambda: class_round(current.lesson, board.answers(current.class_code, current.round), True)
     )
