@@ -44,7 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from progress.names import NAME_MAX_LEN, name_key, validate_name
-from progress.store import ProgressStore, ProgressStoreError
+from progress.store import ProgressStore, ProgressStoreError, explain_failure
 
 LESSON_ID = re.compile(r"[a-z][a-z_]{0,39}")  # a page id
 MAX_SETTINGS, MAX_SETTING_LEN = 16, 200  # the teacher's deep-link query: name -> value
@@ -114,7 +114,7 @@ class LiveBoard:
         try:
             create_tables(self.engine)
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self._where)) from exc
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
 
     # --- the teacher ------------------------------------------------------------------------------------
 
@@ -152,7 +152,7 @@ class LiveBoard:
                 except IntegrityError:  # another replica opened this class's first round meanwhile
                     _pause(attempt)
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self._where)) from exc
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
         raise ProgressStoreError("could not open the round: other writes kept changing it; try again")
 
     def show(self, class_code: str, round: int, settings: Mapping[str, str]) -> LiveRound | None:
@@ -175,7 +175,7 @@ class LiveBoard:
                     return None
                 found = _read(conn, code)
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self._where)) from exc
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
         self._forget(code)
         return found
 
@@ -187,7 +187,7 @@ class LiveBoard:
                 gone = conn.execute(session_table.delete().where(session_table.c.class_code == code)).rowcount
                 conn.execute(answer_table.delete().where(answer_table.c.class_code == code))
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self._where)) from exc
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
         self._forget(code)
         return gone == 1
 
@@ -211,7 +211,7 @@ class LiveBoard:
             with self.engine.connect() as conn:
                 found = _read(conn, code)
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self._where)) from exc
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
         with self._lock:
             if writes == self._writes:  # no write through this board meanwhile: the answer is not older than one
                 if code not in self._cache and len(self._cache) >= CACHE_MAX:
@@ -265,7 +265,7 @@ class LiveBoard:
                     pass
                 _pause(attempt)
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self._where)) from exc
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
         raise ProgressStoreError("could not store the answer: the round kept changing; try again")
 
     def answers(self, class_code: str, round: int) -> tuple[float, ...]:
@@ -281,7 +281,7 @@ class LiveBoard:
             with self.engine.connect() as conn:
                 return tuple(float(v) for v in conn.execute(query).scalars())
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self._where)) from exc
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
 
     def my_answer(self, class_code: str, learner: str, round: int) -> float | None:
         """``learner``'s answer in ``round``, or None if they gave none there."""
@@ -292,7 +292,7 @@ class LiveBoard:
             with self.engine.connect() as conn:
                 found = conn.execute(query).scalar_one_or_none()
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self._where)) from exc
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
         return None if found is None else float(found)
 
     def _forget(self, code: str) -> None:
@@ -412,11 +412,3 @@ def _settings(text: str) -> tuple[tuple[str, str], ...]:
 
 def _pause(attempt: int) -> None:
     time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # a few ms: let the other writer finish
-
-
-def _explain(exc: SQLAlchemyError, where: str) -> str:
-    """A readable reason for a database failure (the driver's first line, never the URL's password)."""
-    detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-    return (
-        f"Live round database error in {where}: {detail} — check KVLAB_DATABASE_URL and that the database is running."
-    )

@@ -222,7 +222,7 @@ class ProgressStore:
         except ImportError as exc:
             raise ProgressStoreError(f"the database driver is not installed ({exc}); pip install it") from exc
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+            raise ProgressStoreError(explain_failure(exc, self.describe())) from exc
         self.message = f"Progress is saved in {self.describe()}."
 
     def describe(self) -> str:
@@ -243,7 +243,7 @@ class ProgressStore:
             with self.engine.connect() as conn:
                 text = conn.execute(query).scalar_one_or_none()
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+            raise ProgressStoreError(explain_failure(exc, self.describe())) from exc
         return _parse(text)
 
     def save(
@@ -288,7 +288,7 @@ class ProgressStore:
                 time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # a few ms: let the other writer finish
             raise ProgressStoreError("could not save progress: other sessions kept changing it; try again")
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+            raise ProgressStoreError(explain_failure(exc, self.describe())) from exc
 
     def class_records(self, class_code: str) -> list[dict[str, Any]]:
         """All learners of a class, sorted by name: ``{"learner", "learner_key", "progress", "updated_at",
@@ -315,7 +315,7 @@ class ProgressStore:
             with self.engine.connect() as conn:
                 rows = conn.execute(query).all()
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+            raise ProgressStoreError(explain_failure(exc, self.describe())) from exc
         return [
             {
                 "learner": learner,
@@ -361,7 +361,7 @@ class ProgressStore:
                     return SignIn(status, display_code, display, version)
                 # someone set a passphrase for this name meanwhile: check against theirs on the next round
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+            raise ProgressStoreError(explain_failure(exc, self.describe())) from exc
         raise ProgressStoreError("could not sign in: the record kept changing; try again")
 
     def _claim(self, row: Any, code: str, name: str, display: str, secret: str) -> int | None:
@@ -416,7 +416,7 @@ class ProgressStore:
                 ).rowcount
                 conn.execute(throttle_table.delete().where(_throttle_key(LEARNER_SCOPE, code, name)))
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+            raise ProgressStoreError(explain_failure(exc, self.describe())) from exc
         return done == 1
 
     def check_teacher_key(self, given: str, expected: str) -> None:
@@ -430,7 +430,7 @@ class ProgressStore:
                 self._clear_tries(TEACHER_SCOPE, "", "")
                 return
         except SQLAlchemyError as exc:
-            raise ProgressStoreError(_explain(exc, self.describe())) from exc
+            raise ProgressStoreError(explain_failure(exc, self.describe())) from exc
         wait = lock_seconds(failures, LOCK_CAPS[TEACHER_SCOPE])
         later = f"; wait {wait_text(wait)} before the next try" if wait else ""
         raise SignInError(f"wrong teacher key{later}", wait or None)
@@ -521,8 +521,8 @@ def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-def _explain(exc: SQLAlchemyError, where: str) -> str:
-    """A learner- and teacher-readable reason for a database failure."""
+def explain_failure(exc: SQLAlchemyError, where: str, what: str = "Progress") -> str:
+    """A learner- and teacher-readable reason for a failure of ``what``'s database (progress, a live round)."""
     detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
     low = detail.lower()
     if "locked" in low or "busy" in low:
@@ -533,7 +533,7 @@ def _explain(exc: SQLAlchemyError, where: str) -> str:
         hint = "the folder is not writable; set KVLAB_DATA_DIR to a writable folder"
     else:
         hint = "check KVLAB_DATABASE_URL and that the database is running"
-    return f"Progress database error in {where}: {detail} — {hint}."
+    return f"{what} database error in {where}: {detail} — {hint}."
 
 
 def data_dir(env: Mapping[str, str] | None = None) -> Path:
