@@ -9,14 +9,19 @@ ids themselves are the course's (ui/course.py); this module only knows the files
 
 from __future__ import annotations
 
-import functools
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import cachetools
 
 LESSON_DIR = Path(__file__).resolve().parent
 SECTION_DIR = LESSON_DIR / "sections"  # prose shown by more than one page (the KV-precision section of 2 and 6)
 PAGE_ID = re.compile(r"[a-z][a-z0-9_]*")  # a page id (or a section name) is a file stem: never a path
+
+# The app's one cache library (ui/memo.py uses it too); prose files are few, so nothing is ever evicted.
+PROSE_CACHE = 64
 
 INTRO = "intro"  # the name of the text between the title and the first `## ` heading
 
@@ -46,7 +51,7 @@ def parse(page_id: str, text: str) -> Lesson:
     return Lesson(page_id, title, {name: "\n".join(body).strip() for name, body in sections.items()})
 
 
-@functools.cache
+@cachetools.cached(cachetools.LRUCache(maxsize=PROSE_CACHE), lock=threading.Lock())
 def load(page_id: str) -> Lesson:
     """The lesson prose of `page_id`, read once per process (the files are read-only course material)."""
     if not (isinstance(page_id, str) and PAGE_ID.fullmatch(page_id) and (LESSON_DIR / f"{page_id}.md").is_file()):
@@ -54,7 +59,7 @@ def load(page_id: str) -> Lesson:
     return parse(page_id, (LESSON_DIR / f"{page_id}.md").read_text(encoding="utf-8"))
 
 
-@functools.cache
+@cachetools.cached(cachetools.LRUCache(maxsize=PROSE_CACHE), lock=threading.Lock())
 def load_section(name: str) -> Lesson:
     """The prose of a section several pages show (`lessons/sections/<name>.md`), read once per process."""
     if not (isinstance(name, str) and PAGE_ID.fullmatch(name) and (SECTION_DIR / f"{name}.md").is_file()):

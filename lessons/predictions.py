@@ -16,12 +16,14 @@ is close, one slip, or neither — `is_close` and `trap_index` say which, for ch
 
 from __future__ import annotations
 
-import functools
 import math
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Real
+
+import cachetools
 
 from engine.attention.attn_bias import SeqLenInfo
 from engine.core.block_manager import BlockManager
@@ -383,7 +385,7 @@ _BUILDERS = dict(
 )
 
 
-@functools.cache
+@cachetools.cached(cachetools.LRUCache(maxsize=len(_BUILDERS)), lock=threading.Lock())  # the app's one cache library
 def for_page(page_id: str) -> Prediction:
     """The prediction exercise of a lesson page (computed once per process; a Prediction is immutable)."""
     if page_id not in _BUILDERS:

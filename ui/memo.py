@@ -1,27 +1,31 @@
-"""A process-wide cache for the pages' pure calculations and built figures: `@memo` in place of `st.cache_data`.
+"""The app's one cache for shared results: `@memo` and `named_cache`, on cachetools' LRU cache and single flight.
 
 A lesson's numbers depend only on its settings, and the defaults are shared by every learner, so each result is
 computed once per server process and shared, read-only. `st.cache_data` does that too, but on every call it
 hashes each argument through `inspect.signature` and unpickles a copy of the result: about a millisecond per
 call, five or six calls per widget move. `memo` keys its cache by the arguments themselves (they must be
-hashable: numbers, strings, tuples) and their types, and hands out the same object: results are frozen
-dataclasses, tuples and plotly figures nobody mutates (`ui.page.frozen_figure`).
+hashable: numbers, strings, tuples, frozen dataclasses) and their types, and hands out the same object: results
+are frozen dataclasses, tuples and plotly figures nobody mutates (`ui.figure_cache.frozen_figure`).
 
 The function may be defined in a page script, which Streamlit executes again on every run: the cache belongs
 to the function's code (its file, name and bytecode), not to the function object, so every run, and every
 learner, finds the same entries; editing the function starts a new cache. Entries are evicted least recently
 used first, beyond ``max_entries`` per function. Two learners asking for the same missing entry at once wait
 for one computation (an engine run can take seconds); an exception is raised to the caller and not cached.
+
+What is cached elsewhere, and why: `st.cache_resource` holds the process's *resources*, objects with a lifetime
+rather than results (the progress store and its connection pool, the live board, a model's weights, a lock).
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
+
+import cachetools
+import cachetools.keys
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,12 +33,12 @@ R = TypeVar("R")
 DEFAULT_MAX_ENTRIES = 256
 
 
-@dataclass(frozen=True)
-class _Missing:
-    """The marker for "no entry" (None can be a cached value)."""
+def _given_key(key: Hashable, make: Callable[[], Any]) -> Hashable:
+    return key
 
 
-_MISSING = _Missing()
+def _call(key: Hashable, make: Callable[[], R]) -> R:
+    return make()
 
 
 class Cache:
@@ -44,45 +48,21 @@ class Cache:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self.max_entries = max_entries
-        self._lock = threading.Lock()  # held for dict operations only, never while computing a value
-        self._values: OrderedDict[Hashable, Any] = OrderedDict()
-        self._pending: dict[Hashable, threading.Lock] = {}  # one lock per entry being computed
-
-    def _lookup(self, key: Hashable) -> Any:
-        value = self._values.get(key, _MISSING)
-        if value is not _MISSING:
-            self._values.move_to_end(key)
-        return value
+        self.entries: cachetools.LRUCache = cachetools.LRUCache(maxsize=max_entries)
+        # With a condition, cachetools computes a missing key once: a second caller for it waits on the condition
+        # (the lock is held for the map only, never while computing), and an exception is not stored.
+        self._get = cachetools.cached(self.entries, key=_given_key, condition=threading.Condition())(_call)
 
     def get_or_make(self, key: Hashable, make: Callable[[], R]) -> R:
         """The value under ``key``, made by ``make()`` if it is missing (once, however many ask at once)."""
-        with self._lock:
-            value = self._lookup(key)
-            if value is not _MISSING:
-                return value
-            entry_lock = self._pending.setdefault(key, threading.Lock())
-        with entry_lock:  # a second caller for the same entry waits here, then finds it
-            with self._lock:
-                value = self._lookup(key)
-            if value is not _MISSING:
-                return value
-            try:
-                value = make()
-                with self._lock:
-                    self._values[key] = value
-                    while len(self._values) > self.max_entries:
-                        self._values.popitem(last=False)
-            finally:
-                with self._lock:
-                    self._pending.pop(key, None)
-        return value
+        return self._get(key, make)
 
     def clear(self) -> None:
-        with self._lock:
-            self._values.clear()
+        """Drop every entry."""
+        self._get.cache_clear()
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self.entries)
 
 
 class _Registry:
@@ -117,13 +97,15 @@ def _identity(fn: Callable[..., Any]) -> Hashable:
     return code.co_filename, fn.__qualname__, code.co_code, code.co_consts
 
 
-def _key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Hashable:
-    key = tuple((type(a), a) for a in args) + tuple((k, type(v), v) for k, v in sorted(kwargs.items()))
+def typed_key(what: str, args: tuple, kwargs: dict) -> Hashable:
+    """The cache key of a call: its arguments and their types (1, 1.0 and True are three settings); a TypeError
+    naming ``what`` and the fix when an argument is not hashable."""
+    key = cachetools.keys.typedkey(*args, **kwargs)
     try:
         hash(key)
     except TypeError:
         raise TypeError(
-            f"{fn.__qualname__}: @memo needs hashable arguments (numbers, strings, tuples), got "
+            f"{what}: cached calls need hashable arguments (numbers, strings, tuples, frozen dataclasses), got "
             f"{', '.join(type(a).__name__ for a in (*args, *kwargs.values()))}; pass a tuple instead of a list"
         ) from None
     return key
@@ -138,7 +120,7 @@ def memo(fn: Callable[P, R] | None = None, *, max_entries: int = DEFAULT_MAX_ENT
 
     @functools.wraps(fn)
     def cached(*args: P.args, **kwargs: P.kwargs) -> R:
-        return cache.get_or_make(_key(fn, args, kwargs), lambda: fn(*args, **kwargs))
+        return cache.get_or_make(typed_key(fn.__qualname__, args, kwargs), lambda: fn(*args, **kwargs))
 
     cached.cache = cache  # type: ignore[attr-defined]
     return cached

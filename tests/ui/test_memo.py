@@ -46,6 +46,18 @@ def test_arguments_of_other_types_are_other_entries_and_the_oldest_goes_first():
     assert len(area.cache) == 2
 
 
+def test_a_hit_keeps_an_entry_the_least_recently_used_goes_first():
+    scope = run_page_script(compile(PAGE_SOURCE, "pages/9_memo_lru.py", "exec"))
+    area, calls = scope["area"], scope["calls"]
+    area(1, 1), area(2, 2)
+    area(1, 1)  # a hit: (1, 1) is now the most recently used, (2, 2) the least
+    area(3, 3)  # max_entries=2: least recently used first evicts (2, 2); first in, first out would evict (1, 1)
+    area(1, 1)
+    assert calls == [(1, 1), (2, 2), (3, 3)]
+    area(2, 2)
+    assert calls == [(1, 1), (2, 2), (3, 3), (2, 2)]
+
+
 def test_unhashable_arguments_are_refused_with_the_fix():
     @memo
     def total(values):
@@ -86,6 +98,36 @@ def test_learners_asking_at_once_wait_for_one_computation():
     for t in threads:
         t.join()
     assert len(made) == 1 and len(got) == 6 and all(g is got[0] for g in got)
+
+
+def test_a_failed_computation_lets_the_waiting_learner_compute_it():
+    cache, started, release, attempts = Cache(4), threading.Event(), threading.Event(), []
+
+    def make():
+        attempts.append(1)
+        if len(attempts) == 1:
+            started.set()
+            release.wait(5)
+            raise ValueError("the first computation fails")
+        return "made"
+
+    failed, got = [], []
+
+    def first():
+        try:
+            cache.get_or_make("k", make)
+        except ValueError as exc:
+            failed.append(exc)
+
+    one = threading.Thread(target=first)
+    one.start()
+    assert started.wait(5)
+    two = threading.Thread(target=lambda: got.append(cache.get_or_make("k", make)))
+    two.start()  # waits for the first computation, which then fails: it computes the entry itself
+    release.set()
+    one.join(5), two.join(5)
+    assert len(failed) == 1 and got == ["made"] and len(attempts) == 2
+    assert cache.get_or_make("k", make) == "made" and len(attempts) == 2
 
 
 def test_named_caches_are_per_process_and_bounded():
