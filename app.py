@@ -9,8 +9,8 @@ import streamlit as st
 from ui import live
 from ui.course import COURSE
 from ui.live_screens import learner_banner, teacher_banner
-from ui.page import run_page
 from ui.progress import ensure_progress
+from ui.router import run_page
 from ui.sidebar import sidebar, sidebar_progress
 
 # A local icon: a `:material/...:` page icon makes every browser fetch the favicon from a font CDN.

@@ -7,7 +7,7 @@ it (the valid KV-group counts depend on the model), so values resolve in order. 
 a query mapping into values plus one `BadValue` per bad parameter (each falls back to its default);
 `query_for(spec, values)` is the same view as strings; `link(spec, values)` the relative link
 `paged_attention?block_size=64&max_context=4096`; `markdown_table()` the README's parameter table
-(`python -m lessons.links` prints it). ui/page.py's `linked_view` ties this to `st.query_params` and
+(`python -m lessons.links` prints it). ui/linked_view.py's `linked_view` ties this to `st.query_params` and
 `st.session_state`, and `link_note` words a `BadValue` for the page, the link's value shown inertly.
 """
 

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from ui.page import page_header, prose
+from ui.prose import page_header, prose
 
 page_header("welcome")
 prose("welcome", "How the course works")

@@ -5,21 +5,15 @@ import streamlit as st
 from lessons.labs import bandwidth as lab
 from lessons.labs import choices
 from ui import charts, charts_bandwidth
+from ui.chart_view import metric_row, show_chart
+from ui.downloads import show_table
+from ui.errors import run_or_stop, show_error
+from ui.figure_cache import figure
+from ui.linked_view import linked_view
 from ui.memo import memo
-from ui.page import (
-    figure,
-    lesson_check,
-    lesson_section,
-    linked_view,
-    metric_row,
-    page_header,
-    prose,
-    run_or_stop,
-    show_chart,
-    show_error,
-    show_table,
-    sources,
-)
+from ui.prose import page_header, prose, sources
+from ui.quiz import lesson_check
+from ui.router import lesson_section
 
 PAGE = "bandwidth"
 MEASURE_KEY = "bw_measurements"  # this learner's live measurements (session state, never shared)
@@ -45,7 +39,7 @@ page_header(PAGE)
 
 
 def _calculator() -> None:
-    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.page.lesson_section)."""
+    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.router.lesson_section)."""
     view = linked_view(PAGE)  # the settings below come from the URL (defaults in lessons/links.py) and are written back
 
     c1, c2, c3 = st.columns(3)

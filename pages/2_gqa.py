@@ -5,22 +5,17 @@ import streamlit as st
 from lessons.labs import choices
 from lessons.labs import gqa as lab
 from ui import charts_attention
+from ui.backend import backend_info
+from ui.chart_view import metric_row, show_chart
+from ui.downloads import show_table
+from ui.errors import run_or_stop
+from ui.figure_cache import figure
 from ui.kv_precision import kv_precision_section
+from ui.linked_view import linked_view
 from ui.memo import memo
-from ui.page import (
-    backend_info,
-    figure,
-    lesson_check,
-    lesson_section,
-    linked_view,
-    metric_row,
-    page_header,
-    prose,
-    run_or_stop,
-    show_chart,
-    show_table,
-    sources,
-)
+from ui.prose import page_header, prose, sources
+from ui.quiz import lesson_check
+from ui.router import lesson_section
 from ui.tensor_parallel import tensor_parallel_section
 
 PAGE = "gqa"
@@ -40,7 +35,7 @@ page_header(PAGE)
 
 
 def _calculator() -> None:
-    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.page.lesson_section)."""
+    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.router.lesson_section)."""
     view = linked_view(PAGE)  # the settings come from the URL (defaults in lessons/links.py) and are written back
 
     c1, c2 = st.columns([2, 1])

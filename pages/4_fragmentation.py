@@ -7,20 +7,15 @@ import streamlit as st
 from lessons.labs import choices
 from lessons.labs import fragmentation as lab
 from ui import charts, charts_memory
+from ui.chart_view import show_chart
+from ui.downloads import show_table
+from ui.errors import run_or_stop
+from ui.figure_cache import figure, frozen_figure
+from ui.linked_view import linked_view
 from ui.memo import memo
-from ui.page import (
-    figure,
-    frozen_figure,
-    lesson_check,
-    lesson_section,
-    linked_view,
-    page_header,
-    prose,
-    run_or_stop,
-    show_chart,
-    show_table,
-    sources,
-)
+from ui.prose import page_header, prose, sources
+from ui.quiz import lesson_check
+from ui.router import lesson_section
 
 PAGE = "fragmentation"
 
@@ -47,7 +42,7 @@ page_header(PAGE)
 
 
 def _calculator() -> None:
-    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.page.lesson_section)."""
+    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.router.lesson_section)."""
     view = linked_view(PAGE)  # the settings come from the URL (defaults in lessons/links.py) and are written back
 
     c1, c2, c3 = st.columns(3)

@@ -7,20 +7,15 @@ import streamlit as st
 from lessons.labs import paged as lab
 from lessons.labs import paged_kernel
 from ui import charts_memory
+from ui.chart_view import metric_row, show_chart
+from ui.downloads import show_table
+from ui.errors import run_or_stop
+from ui.figure_cache import frozen_figure
+from ui.linked_view import linked_view
 from ui.memo import memo
-from ui.page import (
-    frozen_figure,
-    lesson_check,
-    lesson_section,
-    linked_view,
-    metric_row,
-    page_header,
-    prose,
-    run_or_stop,
-    show_chart,
-    show_table,
-    sources,
-)
+from ui.prose import page_header, prose, sources
+from ui.quiz import lesson_check
+from ui.router import lesson_section
 
 PAGE = "paged"
 
@@ -88,7 +83,7 @@ page_header(PAGE)
 
 
 def _calculator() -> None:
-    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.page.lesson_section)."""
+    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.router.lesson_section)."""
     view = linked_view(PAGE)  # block_size and max_context come from the URL; the widgets write them back
 
     c1, c2 = st.columns(2)

@@ -9,23 +9,18 @@ from lessons.diagnosis import get_scenario, own_log, scenario_ids, symptoms, vll
 from lessons.diagnosis.readlog import MAX_LOG_CHARS
 from lessons.labs import diagnosis as lab
 from ui import charts_memory
+from ui.chart_view import show_chart
+from ui.downloads import download_rows, show_table
+from ui.errors import run_or_stop
+from ui.figure_cache import frozen_figure
 from ui.inert import prose_md
 from ui.kv_precision import kv_precision_section
+from ui.linked_view import linked_view
 from ui.memo import memo
-from ui.page import (
-    download_rows,
-    frozen_figure,
-    lesson_check,
-    lesson_section,
-    linked_view,
-    page_header,
-    prose,
-    run_or_stop,
-    show_chart,
-    show_table,
-    sources,
-)
 from ui.progress import record_diagnosis
+from ui.prose import page_header, prose, sources
+from ui.quiz import lesson_check
+from ui.router import lesson_section
 
 PAGE = "diagnosis"
 
@@ -52,7 +47,7 @@ page_header(PAGE)
 
 
 def _calculator() -> None:
-    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.page.lesson_section)."""
+    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.router.lesson_section)."""
     view = linked_view(PAGE)  # incident and variant come from the URL (defaults in lessons/links.py), written back
 
     c1, c2 = st.columns([3, 1])

@@ -10,22 +10,16 @@ from lessons.diagnosis.metrics import MAX_SCRAPE_BYTES, metrics_rows
 from lessons.labs import choices
 from lessons.labs import pressure as lab
 from ui import charts_pressure
+from ui.chart_view import metric_row, show_chart
+from ui.downloads import show_table
+from ui.errors import show_error
+from ui.figure_cache import figure, frozen_figure
 from ui.inert import prose_md
+from ui.linked_view import linked_view
 from ui.memo import memo
-from ui.page import (
-    figure,
-    frozen_figure,
-    lesson_check,
-    lesson_section,
-    linked_view,
-    metric_row,
-    page_header,
-    prose,
-    show_chart,
-    show_error,
-    show_table,
-    sources,
-)
+from ui.prose import page_header, prose, sources
+from ui.quiz import lesson_check
+from ui.router import lesson_section
 
 PAGE = "pressure"
 PASTE_CHARS = 300_000  # a real scrape is tens of KB; the reader itself refuses more than MAX_SCRAPE_BYTES
@@ -63,7 +57,7 @@ page_header(PAGE)
 
 
 def _calculator() -> None:
-    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.page.lesson_section)."""
+    """The lesson's settings, numbers and charts: a widget here re-runs only this (ui.router.lesson_section)."""
     view = linked_view(PAGE)  # the settings come from the URL (defaults in lessons/links.py) and are written back
 
     c1, c2, c3 = st.columns(3)

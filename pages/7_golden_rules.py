@@ -3,8 +3,10 @@
 import streamlit as st
 
 from lessons import quizzes
-from ui.page import lesson_check, page_header, prose, show_table
+from ui.downloads import show_table
 from ui.progress import clear_quiz, ensure_progress
+from ui.prose import page_header, prose
+from ui.quiz import lesson_check
 
 PAGE = "golden_rules"
 

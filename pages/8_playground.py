@@ -8,18 +8,12 @@ import streamlit as st
 from lessons.labs import playground as lab
 from lessons.labs.paged_kernel import BLOCK_SIZES
 from ui import charts, charts_memory
-from ui.page import (
-    lesson_check,
-    linked_view,
-    metric_row,
-    page_header,
-    prose,
-    run_or_stop,
-    show_chart,
-    show_error,
-    show_table,
-    sources,
-)
+from ui.chart_view import metric_row, show_chart
+from ui.downloads import show_table
+from ui.errors import run_or_stop, show_error
+from ui.linked_view import linked_view
+from ui.prose import page_header, prose, sources
+from ui.quiz import lesson_check
 
 PAGE = "playground"
 RUN_KEY, ENGINE_KEY = "pg_run", "pg_engine"  # per-learner state: the last run and the learner's own LLM

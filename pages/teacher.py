@@ -28,7 +28,7 @@ from progress.report import class_summary, report_file_name
 from ui.course import LESSON_IDS
 from ui.inert import inert, inert_md, prose_md
 from ui.live_screens import teacher_screen
-from ui.page import through_the_router
+from ui.router import through_the_router
 from ui.signin import get_store
 
 UNLOCKED_KEY = "teacher_unlocked"  # session state: fingerprint of the key this session gave

@@ -6,7 +6,7 @@ distinct fill patterns, line dashes or marker shapes, and heatmaps carry text in
 naming each colour (tests/ui/test_chart_colours.py checks every builder). Lines, markers and reference
 lines use `MARKS` and `INK`, which keep 3:1 against both the light and the dark theme's background; filled
 marks in the lighter colours get an `INK` outline (`OUTLINE`) for the same 3:1 edge. Pages pair every
-figure with a one-sentence summary, a caption and a data table (`ui.page.show_chart`).
+figure with a one-sentence summary, a caption and a data table (`ui.chart_view.show_chart`).
 
 Generic builders (reuse these on any page): `bar`, `stacked_area`, `lines`, `labelled_grid`; `layout` gives
 any figure the common title, axes, size and legend. Lesson figures live beside this module:

@@ -3,7 +3,7 @@
 The pictures follow PagedAttention's figures (Kwon et al., SOSP 2023, Fig. 6-8): a per-sequence block table
 maps logical blocks to physical ones, and the physical pool shows who owns each block and how full it is.
 Every cell carries text (block id, owner, fill, reference count), so colour is never the only signal; pages
-pair each figure with a caption and a table (`ui.page.show_chart`). No Streamlit here.
+pair each figure with a caption and a table (`ui.chart_view.show_chart`). No Streamlit here.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import streamlit as st
 
 from lessons import content
 from lessons.labs import kv_precision as lab
+from ui.errors import show_error
 from ui.memo import memo
-from ui.page import show_error
 
 PROSE = "kv_precision"  # lessons/sections/kv_precision.md
 

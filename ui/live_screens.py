@@ -28,11 +28,13 @@ from lessons.live import ClassRound, class_round, learner_line
 from progress import ProgressStoreError, name_key
 from progress.live import LiveBoard, LiveRound
 from ui import live
+from ui.chart_view import show_chart
 from ui.charts_live import class_histogram, histogram_summary, slip_chart, slip_summary
 from ui.course import page
+from ui.figure_cache import frozen_figure
 from ui.inert import inert_md, prose_md
+from ui.linked_view import adopt_view, current_view
 from ui.memo import named_cache
-from ui.page import adopt_view, current_view, frozen_figure, show_chart
 
 _REVEALED = named_cache("ui.live_screens.revealed", max_entries=64)  # shared read-only: ClassRound is frozen
 _UNKNOWN = (
@@ -47,8 +49,7 @@ NO_DATABASE = (
 
 
 def _figure(builder: Callable[[ClassRound], Any], cr: ClassRound) -> Any:
-    """``builder(cr)`` built once per round state and shared read-only (ui.page.figure would hash the round
-    through Streamlit's cache on every poll of the projector: it is not made of plain values)."""
+    """``builder(cr)`` built once per round state (a ClassRound is hashable: it is its own key) and shared read-only."""
     return _FIGURES.get_or_make((builder.__qualname__, cr), lambda: frozen_figure(builder(cr)))
 
 
@@ -138,7 +139,7 @@ def _projector(code: str) -> None:
     except ProgressStoreError as exc:
         st.error(prose_md(exc))
         return
-    screen = st.container(key="live_screen")  # large type (ui/page.py's PAGE_CSS)
+    screen = st.container(key="live_screen")  # large type (ui/styles.py's PAGE_CSS)
     with screen:
         st.markdown(f"### {_title(current.lesson)} · round {current.round}")
         st.markdown(cr.prompt)

@@ -1,7 +1,7 @@
 """The predict-then-observe exercise at the end of lessons 1–7 (the logic and the numbers: lessons/predictions.py).
 
-`prediction_teaser(page_id)` asks the question under the lesson's intro (ui/page.py's `page_header` calls it),
-before the page shows any number; `prediction_exercise(page_id)` (from ui/page.py's `lesson_check`) asks it
+`prediction_teaser(page_id)` asks the question under the lesson's intro (ui/prose.py's `page_header` calls it),
+before the page shows any number; `prediction_exercise(page_id)` (from ui/quiz.py's `lesson_check`) asks it
 again with a numeric input keyed `predict_<page_id>` and a Check button; the feedback says how far off the
 prediction was, with the worked arithmetic. A checked prediction is saved in the learner's progress
 (`progress["predict"][page_id]`, ui/progress.py) and its feedback shows again while the input holds the saved

@@ -9,11 +9,12 @@ import streamlit as st
 from lessons import quizzes
 from lessons.progress_table import progress_rows
 from ui import signin
+from ui.backend import backend_info
 from ui.course import LESSON_IDS
 from ui.export import to_json
 from ui.inert import prose_md
-from ui.page import backend_info, page_styles
 from ui.progress import ensure_progress
+from ui.styles import page_styles
 
 
 def sidebar() -> Any:
@@ -41,7 +42,7 @@ def sidebar_progress(slot: Any) -> None:
         st.caption(f"Quiz answers correct: {correct} / {total}")
         box = st.expander("My progress", key="sidebar_progress_open", on_change="rerun")
         if not box.open:
-            return  # the table is made only while it is open (ui.page.chart_table says why)
+            return  # the table is made only while it is open (ui.chart_view.chart_table says why)
         with box:
             st.dataframe(rows, hide_index=True, key="sidebar_progress_table")
             st.download_button(

@@ -103,7 +103,7 @@ def _adopt(progress: dict[str, Any], merged: Mapping[str, Any]) -> None:
 
 
 def _widget_values(progress: Mapping[str, Any]) -> dict[str, Any]:
-    """What the lesson widgets show for this progress: quiz radios (ui/page.py), prediction inputs (ui/predict.py)."""
+    """What the lesson widgets show for this progress: quiz radios (ui/quiz.py), prediction inputs (ui/predict.py)."""
     values: dict[str, Any] = {}
     for qid, entry in progress["quiz"].items():
         values[f"quiz_{qid}"] = entry.get("answer") if isinstance(entry, Mapping) else None

@@ -13,8 +13,8 @@ from engine.memory.units import GiB
 from lessons import content
 from lessons.labs import choices
 from lessons.labs import tensor_parallel as lab
+from ui.errors import show_error
 from ui.memo import memo
-from ui.page import show_error
 
 PROSE = "tensor_parallel"  # lessons/sections/tensor_parallel.md
 MODELS = ("llama-3-70b", "llama-3.1-405b", "qwen2.5-72b", "llama-3-8b", "llama-2-70b")

@@ -324,7 +324,7 @@ def number_value(proto: Any, value: float) -> WidgetState:
 
 def opened(expander: Any) -> WidgetState:
     """An expander opened, as the browser sends it for one with a key and ``on_change`` (its contents are made
-    only while it is open: ui.page.chart_table); ValueError for one that does not report its state."""
+    only while it is open: ui.chart_view.chart_table); ValueError for one that does not report its state."""
     if not expander.id:
         raise ValueError(f"expander {expander.label!r} has no key: the server does not track whether it is open")
     return WidgetState(id=expander.id, bool_value=True)

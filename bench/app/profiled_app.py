@@ -2,7 +2,7 @@
 
 Streamlit runs this file as the main script on every full run; it profiles the run's thread while app.py (and
 the page it routes to) executes, and writes one stats file per run into $KVLAB_BENCH_PROFILE_DIR, named
-``run-*.prof``. A widget inside a lesson's calculator re-runs only that ``st.fragment`` (ui.page.lesson_section),
+``run-*.prof``. A widget inside a lesson's calculator re-runs only that ``st.fragment`` (ui.router.lesson_section),
 not this file: the calculator is wrapped here so that such a run is profiled too, into ``fragment-*.prof``.
 """
 
@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-import ui.page
+import ui.router
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 OUT = Path(os.environ["KVLAB_BENCH_PROFILE_DIR"])
@@ -36,14 +36,14 @@ def _profiled_fragment(body):
     return run
 
 
-if not getattr(ui.page.lesson_section, "profiled", False):
-    _section = ui.page.lesson_section
+if not getattr(ui.router.lesson_section, "profiled", False):
+    _section = ui.router.lesson_section
 
     def lesson_section(body):
         return _section(_profiled_fragment(body))
 
     lesson_section.profiled = True
-    ui.page.lesson_section = lesson_section  # pages import it from ui.page on each run, after this
+    ui.router.lesson_section = lesson_section  # pages import it from ui.router on each run, after this
 
 _full_run.active = True
 _profiler = cProfile.Profile()

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ui.chart_view import CHART_TABLE_OPEN
 from ui.course import COURSE, ROOT
-from ui.page import CHART_TABLE_OPEN
 from ui.signin import BOX_KEY
 
 
@@ -32,7 +32,7 @@ def app_test() -> Callable[..., AppTest]:
 
 
 def open_chart_tables(at: AppTest) -> AppTest:
-    """Open every chart's data table on the page and run it again if that drew any (see ui.page.chart_table).
+    """Open every chart's data table on the page and run it again if that drew any (see ui.chart_view.chart_table).
 
     A chart's table is made only while its expander is open, as a learner opens it; tests that read a chart's
     numbers from its table call this first. A table that is open already stays open across runs."""

@@ -1,4 +1,4 @@
-"""A chart's data table is made only while its expander is open (ui.page.chart_table), and then it is current.
+"""A chart's data table is made only while its expander is open (ui.chart_view.chart_table), and then it is current.
 
 Lesson 1 at its defaults draws three charts and no other table; the sweep chart's table has a row per batch
 size in the sweep, and the roofline's rows name the batch the learner picked."""
@@ -6,7 +6,7 @@ size in the sweep, and the roofline's rows name the batch the learner picked."""
 from streamlit.testing.v1 import AppTest
 
 from lessons.labs import bandwidth as lab
-from ui.page import CHART_TABLE_LABEL, CHART_TABLE_OPEN
+from ui.chart_view import CHART_TABLE_LABEL, CHART_TABLE_OPEN
 
 CHARTS = ("bw_roofline", "bw_bytes", "bw_sweep")
 COLUMN = {"phase": "bw_roofline", "fits in memory": "bw_sweep", "MB per token": "bw_bytes"}  # tells them apart

@@ -6,7 +6,7 @@ from streamlit.testing.v1 import AppTest
 
 from lessons import links
 from ui.inert import inert_md
-from ui.page import LINK_OPEN
+from ui.linked_view import LINK_OPEN
 
 # page id -> (query, widget key -> the value that widget must show)
 LINKS = {

@@ -12,7 +12,7 @@ import pytest
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from bench.app.client import StreamlitSession
-from ui.page import PAGE_FAILED
+from ui.router import PAGE_FAILED
 
 pytestmark = pytest.mark.browser
 FORGED = "FORGED<b>x</b>[l](https://evil.example)"

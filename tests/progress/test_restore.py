@@ -21,8 +21,8 @@ from ui.course import LESSON_IDS
 
 def _lesson_app() -> None:
     """app.py's calls around the gqa lesson: sidebar with sign-in, the visit, the check, sidebar progress."""
-    from ui.page import lesson_check
     from ui.progress import ensure_progress, mark_visited
+    from ui.quiz import lesson_check
     from ui.sidebar import sidebar, sidebar_progress
 
     ensure_progress()

@@ -1,6 +1,6 @@
 """Charts that speak: every course chart has a one-sentence summary beside it and an accessible name.
 
-`ui.page.show_chart` writes the summary under the chart ("**In short:** ...") and puts the chart's title and
+`ui.chart_view.show_chart` writes the summary under the chart ("**In short:** ...") and puts the chart's title and
 the summary into plotly's `alt` (Streamlit's accessible name for the chart). The page tests run each lesson
 page in AppTest at its defaults; the unit tests check that the sentences say the numbers the charts draw.
 """
@@ -15,7 +15,7 @@ import pytest
 from lessons.labs import bandwidth, fragmentation, gqa, packing
 from tests.app.conftest import make_app_test
 from ui import charts_memory
-from ui.page import SUMMARY_LEAD, chart_alt
+from ui.chart_view import SUMMARY_LEAD, chart_alt
 
 CHART_PAGES = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "pressure", "diagnosis", "playground")
 LEAD = f"**{SUMMARY_LEAD}** "

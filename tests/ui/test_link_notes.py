@@ -1,4 +1,4 @@
-"""ui/page.py's `link_note`: how a page words a link parameter it did not take. The course's words stay
+"""ui/linked_view.py's `link_note`: how a page words a link parameter it did not take. The course's words stay
 Markdown; the link's value (and a free-text parameter's complaint that quotes it) is only ever inside code
 spans, whatever it holds."""
 
@@ -6,7 +6,7 @@ import pytest
 
 from lessons import links
 from ui.inert import inert_md, prose_md
-from ui.page import link_note
+from ui.linked_view import link_note
 
 PAYLOAD = (
     "[click](https://evil.example/x) ![i](https://evil.example/i.png) <img src=https://evil.example/h.png> "

@@ -1,4 +1,4 @@
-"""ui/page.py run_page: a page that raises (a bug, or a widget value no browser sends) shows a clear message and
+"""ui/router.py run_page: a page that raises (a bug, or a widget value no browser sends) shows a clear message and
 logs the traceback instead of stopping on Streamlit's redacted error; script control passes through."""
 
 import logging
@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 def _router_with_a_failing_page() -> None:
     import streamlit as st
 
-    from ui.page import run_page
+    from ui.router import run_page
 
     class Page:
         url_path = "probe"
@@ -44,7 +44,7 @@ def test_script_control_passes_through():
     def script() -> None:
         import streamlit as st
 
-        from ui.page import run_page
+        from ui.router import run_page
 
         class Page:
             url_path = "probe"

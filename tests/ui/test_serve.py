@@ -9,7 +9,7 @@ from ui import serve
 
 def test_every_app_module_imports():
     assert serve.preload() == []  # a module that fails to import would fail the first learner's page instead
-    for name in ("torch", "pandas", "plotly.graph_objects", "ui.page", "lessons.labs.pressure", "progress.store"):
+    for name in ("torch", "pandas", "plotly.graph_objects", "ui.router", "lessons.labs.pressure", "progress.store"):
         assert name in sys.modules
 
 

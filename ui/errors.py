@@ -1,0 +1,32 @@
+"""Learner-facing errors: what is wrong and how to fix it, shown inertly, never a traceback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import streamlit as st
+
+from ui.inert import prose_md
+
+T = TypeVar("T")
+
+
+def show_error(message: object, hint: str | None = None) -> None:
+    """A learner-facing error: what is wrong and how to fix it (never a traceback).
+
+    ``message`` is shown inertly (`ui.inert.prose_md`): an exception's text often quotes the bad value a
+    learner typed, so it is never read as Markdown, LaTeX, an icon or a link. ``hint`` is the course's own
+    Markdown and is rendered as such."""
+    body = prose_md(message)
+    st.error(f"{body}\n\n**How to fix:** {hint}" if hint else body)
+
+
+def run_or_stop(fn: Callable[..., T], *args: Any, hint: str | None = None, **kwargs: Any) -> T:
+    """Call fn; on a ValueError (bad learner input) show it with `show_error` and stop this re-run."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as exc:
+        show_error(exc, hint)
+        st.stop()
+        raise  # unreachable: st.stop() raises; keeps type checkers honest
