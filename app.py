@@ -16,7 +16,9 @@ from ui.sidebar import sidebar, sidebar_progress
 # A local icon: a `:material/...:` page icon makes every browser fetch the favicon from a font CDN.
 st.set_page_config(page_title="KV Lab", page_icon=str(Path(__file__).parent / "ui" / "favicon.png"), layout="wide")
 ensure_progress()
-nav = st.navigation([st.Page(p.path, title=p.title, icon=p.icon, default=(i == 0)) for i, p in enumerate(COURSE)])
+nav = st.navigation(
+    [st.Page(p.path, title=p.title, icon=p.icon, url_path=p.url, default=(i == 0)) for i, p in enumerate(COURSE)]
+)
 st.session_state[live.PAGE_KEY] = nav.url_path  # which page this run shows (the live banners' Follow needs it)
 slot = sidebar()
 teacher_banner()  # a session that leads a live round: which round, and one click to show this lesson

@@ -70,9 +70,8 @@ MOVES: dict[str, Move] = {
 
 
 def route_of(page_id: str) -> str:
-    """The page's URL path: Streamlit derives it from the script's file name (``5_paged_attention`` -> that)."""
-    stem = page(page_id).path.stem
-    return stem.split("_", 1)[1] if stem[0].isdigit() and "_" in stem else stem
+    """The page's URL path, as app.py's navigation publishes it (ui/course.py)."""
+    return page(page_id).url
 
 
 def two_states(run: PageRun, move: Move) -> tuple[list[Any], str]:

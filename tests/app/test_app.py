@@ -1,6 +1,7 @@
 """The router: app.py runs every course page, and shows the backend badge and the learner's progress."""
 
 from kernels.backend import describe
+from ui import live
 from ui.course import COURSE, LESSON_IDS, page
 
 
@@ -29,6 +30,15 @@ def test_every_course_page_is_in_the_navigation(app_test):
     for p in COURSE:
         at.switch_page(p.file)  # raises for a script the navigation does not list
     assert len(COURSE) == 11
+
+
+def test_the_navigation_serves_each_renumbered_lesson_at_its_published_url(app_test):
+    at = app_test("app.py").run()
+    assert at.session_state[live.PAGE_KEY] == ""  # the default page, at the app's root
+    # Lesson 5's path is not its id; lessons 7 and 8 were renumbered on disk (pages/7_diagnosis.py, ...).
+    for page_id, url in (("paged", "paged_attention"), ("diagnosis", "diagnosis"), ("golden_rules", "golden_rules")):
+        at.switch_page(page(page_id).file).run()
+        assert not at.exception and at.session_state[live.PAGE_KEY] == url
 
 
 def test_sidebar_progress_counts_lessons_and_repairs_the_contract_shape(app_test):

@@ -229,7 +229,7 @@ def tiny_folder(tmp_path_factory) -> Path:
 
 
 def _playground(folder: Path, block_size: int, num_blocks: int) -> AppTest:
-    at = AppTest.from_file("../../pages/8_playground.py", default_timeout=180).run()
+    at = AppTest.from_file("../../pages/9_playground.py", default_timeout=180).run()
     at.radio(key="pg_source").set_value("folder").run()  # the path field is enabled once "folder" is picked
     at.text_input(key="pg_path").set_value(str(folder))
     at.select_slider(key="pg_block").set_value(block_size)

@@ -3,10 +3,8 @@ table. How a page words a bad value (Markdown, the value inert) is tests/ui/test
 
 import math
 import re
-from pathlib import Path
 
 import pytest
-from streamlit.source_util import page_icon_and_name
 
 from engine.memory.catalog import MODELS
 from lessons import links
@@ -19,8 +17,8 @@ def test_every_lesson_with_settings_has_a_spec_on_its_real_url_path():
     assert set(LESSON_PAGES) <= set(links.SPECS)
     assert set(links.SPECS) <= {p.id for p in COURSE}
     for spec in links.SPECS.values():
-        # The path st.navigation gives the page: Streamlit's own inference from the script's file name.
-        assert spec.url_path == page_icon_and_name(Path(page(spec.page_id).file))[1]
+        # The path app.py's navigation gives the page (tests/ui/test_course.py: also Streamlit's own inference).
+        assert spec.url_path == page(spec.page_id).url
         assert len(set(spec.names)) == len(spec.names)
     assert links.SPECS["paged"].url_path == "paged_attention"
 
