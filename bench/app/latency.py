@@ -1,8 +1,8 @@
 """How long a course page takes to re-run after the learner moves its main widget (Streamlit AppTest).
 
 For every page (welcome + the eight lessons) an AppTest loads the script once, then its main widget is moved
-between two values. The first move of each value is untimed warm-up (it fills the page's st.cache_data /
-st.cache_resource entries, reported as `first_move_ms`); then `--repeats` rounds move it back and forth and
+between two values. The first move of each value is untimed warm-up (it fills the page's shared caches,
+ui.memo's and st.cache_resource's, reported as `first_move_ms`); then `--repeats` rounds move it back and forth and
 time `AppTest.run()`. Rounds are interleaved across pages (page 1, page 2, …, page 1, page 2, …) so a burst
 of load on the shared machine hits every page alike. `pages` is the median per page. Targets (docs/BENCHMARKS.md):
 calculator / simulator pages <= 100 ms, engine-backed pages <= 1,000 ms on a 2-core CPU; never asserted.
