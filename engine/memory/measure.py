@@ -73,6 +73,12 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+class TooNoisy(ValueError):
+    """A timing that came out physically impossible on every try: the machine is too busy to measure it now.
+
+    A ValueError, so a page's usual error path shows its message (what was measured, and to try again)."""
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -92,7 +98,8 @@ def time_interleaved(
     synchronized around each timed call, so a call is charged for the kernels it launched. statistic="min"
     keeps each function's fastest call: on a machine shared with other work, the least disturbed one.
     clock="cpu" counts this process's CPU time instead of wall time (CPU work only): time the process spends
-    descheduled by other programs is not charged.
+    descheduled by other programs is not charged. A function that took no measurable time is no measurement
+    (every rate and ratio of it would be infinite): TooNoisy.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
@@ -116,7 +123,14 @@ def time_interleaved(
             _sync(device)
             samples[name].append(now() - start)
     reduce = statistics.median if statistic == "median" else min
-    return {name: reduce(ts) for name, ts in samples.items()}
+    times = {name: reduce(ts) for name, ts in samples.items()}
+    unmeasured = [name for name, t in times.items() if not t > 0]
+    if unmeasured:  # a clock that did not advance: a rate or a ratio of this time would be infinite
+        raise TooNoisy(
+            f"too noisy to measure now: {', '.join(map(repr, unmeasured))} took no measurable time on the "
+            f"{clock} clock, which no real run can; try again"
+        )
+    return times
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int, device: torch.device) -> float:
@@ -205,10 +219,6 @@ def decode_kv_read_bytes(kv_bytes_per_token: int, prompt_len: int, new_tokens: i
             f"{kv_bytes_per_token}, {prompt_len}, {new_tokens}"
         )
     return kv_bytes_per_token * (prompt_len + new_tokens / 2)
-
-
-class TooNoisy(RuntimeError):
-    """A timing that came out physically impossible on every try: the machine is too busy to measure it now."""
 
 
 DECODE_ATTEMPTS = 3  # timing rounds before a decode step is called too noisy to measure

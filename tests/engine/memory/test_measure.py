@@ -177,3 +177,17 @@ def test_measure_machine_pairs_a_gemv_with_a_gemm_on_this_device():
     assert (gemv.batch, gemm.batch) == (1, 16)
     assert gemm.intensity > gemv.intensity
     assert gemv.device == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_a_call_that_took_no_measurable_time_is_not_a_measurement(clock):
+    # a clock that did not advance (or went back) would make every rate and speed-up of this time infinite
+    def free():
+        pass
+
+    def costly():
+        clock.now += 1.0
+
+    with pytest.raises(measure.TooNoisy, match="too noisy to measure now: 'free' took no measurable time"):
+        time_interleaved({"free": free, "costly": costly}, repeats=3, statistic="min")
+    assert isinstance(measure.TooNoisy("x"), ValueError)  # pages show it through their ValueError path
+    assert time_interleaved({"costly": costly}, repeats=2) == {"costly": 1.0}
