@@ -37,6 +37,10 @@ from engine.model.tokenizer import ByteBPETokenizer
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "models" / "demo"
 INDEX_FILE = "model.safetensors.index.json"
+# Layers a server (a caller passing max_bytes) builds at most. Building costs about 2 ms of CPU per layer even on
+# the meta device, and tiny layers pass any byte limit: a config.json claiming 200,000 layers of width 2 is 25 MB
+# of weights and minutes of CPU. The deepest released checkpoints have about 130 layers (Llama 3.1 405B: 126).
+MAX_SERVED_LAYERS = 256
 
 
 class HFTokenizer:
@@ -299,7 +303,7 @@ def load_model(
     allowed_roots: every file opened must resolve under one of these folders ('demo' is always allowed);
     None trusts any local path. max_bytes: ModelTooLargeError, before anything is allocated, when the
     shards on disk or the parameters at `dtype` in memory exceed it (a bf16 checkpoint loaded as float32
-    takes twice its file size).
+    takes twice its file size); with it, a config of more than MAX_SERVED_LAYERS layers is refused too.
     """
     roots = _roots(model, allowed_roots)
     path = resolve_model_path(model, allowed_roots)
@@ -315,6 +319,12 @@ def load_model(
     in_memory = model_elements(config) * dtype.itemsize
     if max_bytes is not None and in_memory > max_bytes:
         raise ModelTooLargeError(f"the weights in memory as {str(dtype).removeprefix('torch.')}", in_memory, max_bytes)
+    if max_bytes is not None and config.num_hidden_layers > MAX_SERVED_LAYERS:
+        raise ValueError(
+            f"config.json: num_hidden_layers={config.num_hidden_layers:,} is more than the "
+            f"{MAX_SERVED_LAYERS} layers this server builds (the deepest released checkpoints have about 130); "
+            "point at a real checkpoint's folder"
+        )
     with torch.device("meta"):
         net = CausalLM(config).to(dtype)  # shapes only: no byte is allocated until to_empty
     try:

@@ -10,7 +10,7 @@ import torch
 from engine.model import llama
 from engine.model.config import ModelConfig
 from engine.model.llama import CausalLM
-from engine.model.loader import ModelTooLargeError, load_model, model_elements
+from engine.model.loader import MAX_SERVED_LAYERS, ModelTooLargeError, load_model, model_elements
 from tests.tiny_model import make_tiny_model
 
 SHAPE = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4)
@@ -68,3 +68,21 @@ def test_the_memory_limit_is_exact_at_the_load_dtype(tmp_path, counted_layers):
     assert info.value.size == 2 * held and counted_layers == []
     assert load_model(folder, dtype=torch.float64, max_bytes=2 * held)[0].lm_head.weight.dtype == torch.float64
     assert len(counted_layers) == config.num_hidden_layers
+
+
+def test_tiny_layers_that_pass_any_byte_limit_are_refused_by_count_before_building(tmp_path, counted_layers):
+    # 200,000 layers of width 2 are 25 MB of weights, far under a server's 2 GiB, and minutes of CPU to build
+    folder = make_tiny_model(tmp_path / "m", "a tiny text for a tiny tokenizer. " * 10)
+    cfg = json.loads((folder / "config.json").read_text())
+    narrow = cfg | dict(hidden_size=2, intermediate_size=2, num_attention_heads=1, num_key_value_heads=1, head_dim=2)
+    (folder / "config.json").write_text(json.dumps(narrow | {"num_hidden_layers": 200_000}))
+    assert 4 * model_elements(ModelConfig.from_hf(narrow | {"num_hidden_layers": 200_000})) < 2**30
+    counted_layers.clear()
+    with pytest.raises(ValueError, match="num_hidden_layers=200,000 is more than the 256 layers this server builds"):
+        load_model(folder, max_bytes=2 * 2**30)
+    assert counted_layers == []
+    # at the limit the count passes (and the weights, made for 2 layers, are what is wrong)
+    (folder / "config.json").write_text(json.dumps(narrow | {"num_hidden_layers": MAX_SERVED_LAYERS}))
+    with pytest.raises(ValueError, match="shape|missing"):
+        load_model(folder, max_bytes=2 * 2**30)
+    assert len(counted_layers) == MAX_SERVED_LAYERS
