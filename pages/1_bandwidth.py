@@ -169,6 +169,9 @@ def _calculator() -> None:
                 demo_run = lab.measure_demo(st.session_state.get(MEASURE_KEY))
                 st.session_state[MEASURE_KEY], st.session_state[DEMO_KEY] = demo_run.machine, demo_run
                 status.update(label="Measured", state="complete")
+            except lab.TooNoisy as exc:  # every round of timing came out impossible: say so, keep what was shown
+                status.update(label="Too noisy to measure now", state="error")
+                show_error(f"The decode step was {exc}.", "press the button again in a moment, when it is less busy.")
             except (FileNotFoundError, OSError, ValueError) as exc:
                 st.session_state.pop(DEMO_KEY, None)
                 status.update(label="Demo model unavailable", state="error")
@@ -176,21 +179,9 @@ def _calculator() -> None:
     demo: lab.DemoDecode | None = st.session_state.get(DEMO_KEY)
     if demo:
         demo = demo.against(st.session_state[MEASURE_KEY])  # this machine's latest measurement
-        d1, d2, d3 = metric_row(3)
-        d1.metric("Demo model: time per generated token", f"{demo.ms_per_token:,.2f} ms")
-        d2.metric("Demo model: bytes moved per second", f"{demo.gb_per_s:,.2f} GB/s", help="weights + KV read per step")
-        d3.metric(
-            "Model bandwidth utilization (MBU)",
-            f"{demo.mbu:,.1%}",
-            help="the decode step's bytes per second over this machine's measured (GEMV) bandwidth",
-        )
-        st.caption(
-            f"{demo.mb_per_step:,.2f} MB per decode step ({demo.step.shape}, {demo.step.dtype}) in "
-            f"{demo.ms_per_token:,.2f} ms is {demo.gb_per_s:,.2f} GB/s, {demo.mbu:,.1%} of the "
-            f"{demo.machine.best_gb_per_s:,.1f} GB/s this machine streamed in the GEMV. "
-            "A tiny model pays a fixed cost per step (Python, kernel launches, sampling) that its few bytes cannot "
-            "hide."
-        )
+        for column, (label, value, help_text) in zip(metric_row(3), demo.metrics(), strict=True):
+            column.metric(label, value, help=help_text)
+        st.caption(demo.caption())
         show_table(demo.rows(), "demo-decode-measurement", "bw_demo_table", "measurement")
 
 

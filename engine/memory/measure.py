@@ -8,14 +8,16 @@ roofline (Williams, Waterman and Patterson, "Roofline", CACM 2009). `measure_llm
 steps of the engine's model when one is loaded.
 
 Measurements are kept small (tens of MB, a handful of repeats) so they finish in about a second on a
-2-core CPU; the median of the repeats is reported because a shared machine is noisy.
+2-core CPU; the median of the repeats is reported because a shared machine is noisy. A number derived from
+the difference of timings (the decode step's cost per token) is fitted over several lengths and checked
+against what the machine can do; when it still comes out impossible it is refused (TooNoisy), never shown.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -71,6 +73,12 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+class TooNoisy(ValueError):
+    """A timing that came out physically impossible on every try: the machine is too busy to measure it now.
+
+    A ValueError, so a page's usual error path shows its message (what was measured, and to try again)."""
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -90,7 +98,8 @@ def time_interleaved(
     synchronized around each timed call, so a call is charged for the kernels it launched. statistic="min"
     keeps each function's fastest call: on a machine shared with other work, the least disturbed one.
     clock="cpu" counts this process's CPU time instead of wall time (CPU work only): time the process spends
-    descheduled by other programs is not charged.
+    descheduled by other programs is not charged. A function that took no measurable time is no measurement
+    (every rate and ratio of it would be infinite): TooNoisy.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
@@ -114,7 +123,14 @@ def time_interleaved(
             _sync(device)
             samples[name].append(now() - start)
     reduce = statistics.median if statistic == "median" else min
-    return {name: reduce(ts) for name, ts in samples.items()}
+    times = {name: reduce(ts) for name, ts in samples.items()}
+    unmeasured = [name for name, t in times.items() if not t > 0]
+    if unmeasured:  # a clock that did not advance: a rate or a ratio of this time would be infinite
+        raise TooNoisy(
+            f"too noisy to measure now: {', '.join(map(repr, unmeasured))} took no measurable time on the "
+            f"{clock} clock, which no real run can; try again"
+        )
+    return times
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int, device: torch.device) -> float:
@@ -205,31 +221,78 @@ def decode_kv_read_bytes(kv_bytes_per_token: int, prompt_len: int, new_tokens: i
     return kv_bytes_per_token * (prompt_len + new_tokens / 2)
 
 
-def measure_llm_decode(llm: object, prompt_len: int = 16, new_tokens: int = 8, repeats: int = 3) -> Measurement:
-    """Time real decode steps of an `engine.llm.LLM`: seconds per generated token and bytes moved per second.
+DECODE_ATTEMPTS = 3  # timing rounds before a decode step is called too noisy to measure
 
-    Runs a prompt-only request (1 token) and a full request (`new_tokens` tokens) and takes the
-    difference, so prefill cost cancels and what is left is the per-token decode step. Bytes moved per step
-    are every weight plus the KV cache the step reads (`decode_kv_read_bytes`, from the LLM's
-    `kv_bytes_per_token` when it has one).
-    """
+
+def decode_lengths(new_tokens: int, points: int = 3) -> tuple[int, ...]:
+    """The generation lengths timed to fit the per-token cost: 1 and new_tokens and evenly spaced ones between."""
     if new_tokens < 2:
         raise ValueError(f"new_tokens={new_tokens} must be >= 2 to separate decode from prefill")
+    k = min(points, new_tokens)
+    return tuple(sorted({round(1 + i * (new_tokens - 1) / (k - 1)) for i in range(k)}))
+
+
+def per_token_slope(lengths: Sequence[int], seconds: Sequence[float]) -> float:
+    """Least-squares slope of seconds against generation length: what each extra token adds (<= 0 when noisy).
+
+    A fit over several lengths uses every timing, so one disturbed run shifts the slope instead of deciding
+    it; a difference of two medians turns a busy moment during the shorter run into a negative step time."""
+    if len(lengths) != len(seconds) or len(set(lengths)) < 2:
+        raise ValueError(f"need seconds for at least two distinct lengths, got {list(lengths)}, {list(seconds)}")
+    mean_n, mean_t = statistics.fmean(lengths), statistics.fmean(seconds)
+    spread = sum((n - mean_n) ** 2 for n in lengths)
+    return sum((n - mean_n) * (t - mean_t) for n, t in zip(lengths, seconds, strict=True)) / spread
+
+
+def measure_llm_decode(
+    llm: object,
+    prompt_len: int = 16,
+    new_tokens: int = 8,
+    repeats: int = 3,
+    max_bytes_per_s: float | None = None,
+    attempts: int = DECODE_ATTEMPTS,
+) -> Measurement:
+    """Time real decode steps of an `engine.llm.LLM`: seconds per generated token and bytes moved per second.
+
+    Requests of several lengths (`decode_lengths`: 1 … `new_tokens` tokens) are timed round-robin, each
+    length's fastest run kept (noise only ever adds time), and the seconds-per-token is the least-squares
+    slope over the lengths, so prefill cost cancels. A slope that is not positive, or a step that would move
+    its bytes faster than `max_bytes_per_s` (this machine's best measured bandwidth), is no measurement: it is
+    timed again, up to `attempts` rounds, then TooNoisy. Bytes moved per step are every weight plus the KV
+    cache the step reads (`decode_kv_read_bytes`, from the LLM's `kv_bytes_per_token` when it has one).
+    """
+    lengths = decode_lengths(new_tokens)
+    if attempts < 1:
+        raise ValueError(f"attempts={attempts} must be >= 1")
     model = getattr(llm, "model", None)
     if not isinstance(model, torch.nn.Module):
         raise ValueError("llm has no torch `model` attribute to count weight bytes of; pass an engine.llm.LLM")
     prompt = [[(7 * i + 3) % 100 + 1 for i in range(prompt_len)]]
     device = next(model.parameters()).device
+    weights = model_weight_bytes(model)
+    kv = decode_kv_read_bytes(int(getattr(llm, "kv_bytes_per_token", 0)), prompt_len, new_tokens)
+    fastest = (weights + kv) / max_bytes_per_s if max_bytes_per_s else 0.0  # the shortest step physics allows
 
     def run(n: int) -> Callable[[], object]:
         params = SamplingParams(max_tokens=n, temperature=0.0, seed=0, ignore_eos=True)
         return lambda: llm.generate(prompt, params)
 
-    short = median_seconds(run(1), repeats, 1, device)
-    full = median_seconds(run(new_tokens), repeats, 0, device)
-    per_token = max(full - short, 1e-9) / (new_tokens - 1)
-    weights = model_weight_bytes(model)
-    kv = decode_kv_read_bytes(int(getattr(llm, "kv_bytes_per_token", 0)), prompt_len, new_tokens)
+    fns = {str(n): run(n) for n in lengths}
+    fns[str(lengths[0])]()  # one untimed warm-up (first-call costs); warming every length would double the tokens
+    tried = []
+    for _ in range(attempts):
+        times = time_interleaved(fns, repeats, 0, device, statistic="min")
+        per_token = per_token_slope(lengths, [times[str(n)] for n in lengths])
+        if per_token > 0 and per_token >= fastest:
+            break
+        tried.append(per_token)
+    else:
+        ceiling = f", or faster than {max_bytes_per_s / 1e9:,.2f} GB/s allows" if max_bytes_per_s else ""
+        raise TooNoisy(
+            f"too noisy to measure now: {attempts} rounds of timing gave per-token times of "
+            f"{', '.join(f'{t * 1e3:,.3f} ms' for t in tried)} (not positive{ceiling}); the machine is busy, "
+            "try again in a moment"
+        )
     return Measurement(
         name="engine decode step (demo model)",
         shape=f"batch 1, prompt {prompt_len}, {new_tokens} new tokens; per step {weights / 1e6:,.2f} MB of weights "
@@ -244,11 +307,11 @@ def measure_llm_decode(llm: object, prompt_len: int = 16, new_tokens: int = 8, r
     )
 
 
-def measure_demo_decode(new_tokens: int = 8, repeats: int = 3) -> Measurement:
+def measure_demo_decode(new_tokens: int = 8, repeats: int = 3, max_bytes_per_s: float | None = None) -> Measurement:
     """Load a fresh demo-model engine (never shared between learners), time its decode step, drop it.
 
     Raises FileNotFoundError when the demo weights are not installed (models/demo is created by the
-    project's training script).
+    project's training script), TooNoisy when no round of timing gave a possible step time.
     """
     llm = LLM(model="demo")
-    return measure_llm_decode(llm, new_tokens=new_tokens, repeats=repeats)
+    return measure_llm_decode(llm, new_tokens=new_tokens, repeats=repeats, max_bytes_per_s=max_bytes_per_s)

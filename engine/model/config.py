@@ -9,6 +9,7 @@ Anything the engine does not implement is rejected here with a message, not sile
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,47 @@ ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
 }
 ROPE_TYPES = ("default", "linear", "llama3")
+
+
+def real_number(field: str, value: Any) -> float:
+    """`value` as a float when it is a finite real number (not a bool, text or null); else ValueError naming `field`.
+
+    Python's json reads `NaN`, `Infinity` and `-Infinity`, and a NaN compares False with everything, so a
+    `rope_theta <= 0` check alone lets it through: the model then loads and emits token 0 forever."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{field}={value!r} must be a number (a JSON number such as 1e-05, not text or true/false)")
+    if not math.isfinite(value):
+        raise ValueError(f"{field}={value!r} is not a finite number; a real checkpoint's config.json has a finite one")
+    return float(value)
+
+
+# The float fields of a config and why each must be positive: a zero or negative one has no meaning, and the
+# model would produce NaN (an rsqrt of a negative mean square, 0 ** -x frequencies) or silent garbage.
+_POSITIVE = {
+    "rms_norm_eps": "RMSNorm adds it under a square root; checkpoints use 1e-06 … 1e-05",
+    "rope_theta": "the base of the rotary wavelengths; checkpoints use 10,000 … 1,000,000",
+}
+_POSITIVE_SCALING = {
+    "factor": "how many times the trained context is stretched",
+    "low_freq_factor": "llama3 rope scaling divides the original context by it",
+    "high_freq_factor": "llama3 rope scaling divides the original context by it",
+    "original_max_position_embeddings": "the context the checkpoint was trained at",
+}
+
+
+def _check_real_numbers(config: ModelConfig) -> None:
+    """Refuse a float field that no checkpoint can have (NaN, infinite, not a number, not positive), by name."""
+    for field, why in _POSITIVE.items():
+        if real_number(field, getattr(config, field)) <= 0:
+            raise ValueError(f"{field}={getattr(config, field)!r} must be > 0 ({why})")
+    scaling = config.rope_scaling or {}
+    for key, why in _POSITIVE_SCALING.items():
+        if key in scaling and real_number(f"rope scaling {key}", scaling[key]) <= 0:
+            raise ValueError(f"rope scaling {key}={scaling[key]!r} must be > 0 ({why})")
+    if "low_freq_factor" in scaling and "high_freq_factor" in scaling:
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        if high <= low:  # the blend between them divides by high - low
+            raise ValueError(f"rope scaling high_freq_factor={high!r} must be > low_freq_factor={low!r}")
 
 
 @dataclass(slots=True)
@@ -66,8 +108,6 @@ class ModelConfig:
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.head_dim < 2 or self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate pairs)")
-        if self.rope_theta <= 0:
-            raise ValueError(f"rope_theta={self.rope_theta} must be > 0")
         if self.rope_scaling is not None:
             rope_type = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
             if rope_type not in ROPE_TYPES:
@@ -76,6 +116,7 @@ class ModelConfig:
             for key in needed.get(rope_type, ()):
                 if key not in self.rope_scaling:
                     raise ValueError(f"rope scaling {rope_type!r} needs {key!r} in the config")
+        _check_real_numbers(self)
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"sliding_window={self.sliding_window} must be >= 1 or None")
 
@@ -115,7 +156,7 @@ class ModelConfig:
             raise ValueError(f"config.json is missing required key {exc.args[0]!r}") from exc
         # transformers 5: rope_parameters {"rope_type", "rope_theta", ...}; transformers 4: rope_theta + rope_scaling.
         rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-        rope_theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
+        rope_theta = real_number("rope_theta", rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         rope_scaling = None if rope_type == "default" else rope
         sliding_window = cfg.get("sliding_window")
@@ -130,7 +171,7 @@ class ModelConfig:
             **required,
             num_key_value_heads=int(cfg.get("num_key_value_heads") or required["num_attention_heads"]),
             head_dim=cfg.get("head_dim"),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rms_norm_eps=real_number("rms_norm_eps", cfg.get("rms_norm_eps", 1e-6)),
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
             max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),

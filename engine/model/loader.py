@@ -37,6 +37,10 @@ from engine.model.tokenizer import ByteBPETokenizer
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "models" / "demo"
 INDEX_FILE = "model.safetensors.index.json"
+# Layers a server (a caller passing max_bytes) builds at most. Building costs about 2 ms of CPU per layer even on
+# the meta device, and tiny layers pass any byte limit: a config.json claiming 200,000 layers of width 2 is 25 MB
+# of weights and minutes of CPU. The deepest released checkpoints have about 130 layers (Llama 3.1 405B: 126).
+MAX_SERVED_LAYERS = 256
 
 
 class HFTokenizer:
@@ -275,6 +279,16 @@ def _load_tokenizer(path: Path, config: ModelConfig, roots: tuple[Path, ...] | N
     return None
 
 
+def model_elements(config: ModelConfig) -> int:
+    """Elements in CausalLM(config)'s parameters and buffers (all cast to the load dtype), from the config alone."""
+    h, d = config.hidden_size, config.head_dim
+    q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
+    attention = h * (q + 2 * kv) + q * h + (q + 2 * kv) * config.qkv_bias + h * config.o_bias
+    layer = attention + 3 * h * config.intermediate_size + 2 * h  # + gate, up, down and two RMSNorm weights
+    embeddings = config.vocab_size * h * (1 if config.tie_word_embeddings else 2)  # embed_tokens, lm_head
+    return config.num_hidden_layers * layer + embeddings + h + d // 2  # + the final norm, the rotary inv_freq
+
+
 def load_model(
     model: str | Path,
     device: torch.device | str = "cpu",
@@ -289,7 +303,7 @@ def load_model(
     allowed_roots: every file opened must resolve under one of these folders ('demo' is always allowed);
     None trusts any local path. max_bytes: ModelTooLargeError, before anything is allocated, when the
     shards on disk or the parameters at `dtype` in memory exceed it (a bf16 checkpoint loaded as float32
-    takes twice its file size).
+    takes twice its file size); with it, a config of more than MAX_SERVED_LAYERS layers is refused too.
     """
     roots = _roots(model, allowed_roots)
     path = resolve_model_path(model, allowed_roots)
@@ -300,11 +314,19 @@ def load_model(
         raise ModelTooLargeError("the weights on disk", on_disk, max_bytes)
     if dtype is None:
         dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-    with torch.device("meta"):
-        net = CausalLM(config).to(dtype)  # shapes only: sized before a byte is allocated
-    in_memory = sum(t.numel() * t.element_size() for t in (*net.parameters(), *net.buffers()))
+    # Sized from the config's numbers before any module is built: building even a meta-device model costs
+    # milliseconds of CPU per layer, so a config.json claiming 200,000 layers took minutes to refuse.
+    in_memory = model_elements(config) * dtype.itemsize
     if max_bytes is not None and in_memory > max_bytes:
         raise ModelTooLargeError(f"the weights in memory as {str(dtype).removeprefix('torch.')}", in_memory, max_bytes)
+    if max_bytes is not None and config.num_hidden_layers > MAX_SERVED_LAYERS:
+        raise ValueError(
+            f"config.json: num_hidden_layers={config.num_hidden_layers:,} is more than the "
+            f"{MAX_SERVED_LAYERS} layers this server builds (the deepest released checkpoints have about 130); "
+            "point at a real checkpoint's folder"
+        )
+    with torch.device("meta"):
+        net = CausalLM(config).to(dtype)  # shapes only: no byte is allocated until to_empty
     try:
         net = net.to_empty(device=device)
         if config.tie_word_embeddings:  # materialising may untie the shared parameter; tie it again

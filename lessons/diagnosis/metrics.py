@@ -44,7 +44,8 @@ Which limit binds, per engine (``BINDS_KV_POOL``, ``BINDS_MAX_NUM_SEQS``, ``BIND
 6. waiting with room in both and no preemptions: neither limit is at its cap; requests are being admitted
    at the token budget's pace (max_num_batched_tokens) or a long prompt needs more free blocks than are left.
 
-Limits on the input: at most ``MAX_SCRAPE_BYTES`` (2 MB) of UTF-8; a real scrape is tens of KB. Lines that
+Limits on the input: at most ``MAX_SCRAPE_BYTES`` (2 MB) of UTF-8 and ``MAX_SCRAPE_LINES`` (30,000) lines,
+counted before anything is parsed; a real scrape is tens of KB and a few thousand lines. Lines that
 are not Prometheus text (log lines, Markdown fences) are skipped with a note when the whole text does not
 parse. A figure no server reports (a usage outside 0..1, a negative or non-finite count) is left out with a
 note. Nothing here imports Streamlit.
@@ -66,6 +67,7 @@ __all__ = [
     "DEFAULT_MAX_NUM_SEQS",
     "KV_FULL",
     "MAX_SCRAPE_BYTES",
+    "MAX_SCRAPE_LINES",
     "EngineMetrics",
     "VllmMetrics",
     "metrics_rows",
@@ -73,6 +75,10 @@ __all__ = [
 ]
 
 MAX_SCRAPE_BYTES = 2_000_000  # 2 MB: a vLLM scrape is tens of KB (histograms included); more is not a scrape
+# A scrape has one to two thousand lines per engine (histogram buckets included). The parser costs microseconds a
+# line, and a paste that does not parse whole is parsed again line by line: 2 MB of one-character lines cost
+# seconds of server CPU. Counting the lines first bounds the parsing at twice this many lines per paste.
+MAX_SCRAPE_LINES = 30_000
 MAX_COUNT = 10**9  # requests one engine could hold running or waiting; beyond it a line is misread or made up
 MAX_PREEMPTIONS = 10**15
 MAX_BLOCKS = 10**10
@@ -217,6 +223,14 @@ def _too_big(size: int) -> str:
     )
 
 
+def _too_many_lines(lines: int) -> str:
+    return (
+        f"The paste has {lines:,} lines, more than the {MAX_SCRAPE_LINES:,} this reader takes; a vLLM /metrics "
+        "scrape has one to two thousand per engine. Paste only vLLM's lines, e.g. "
+        "`curl -s http://HOST:8000/metrics | grep '^vllm:'`."
+    )
+
+
 _BINARY = "The paste looks like binary data, not text. Paste the text that `curl -s http://HOST:8000/metrics` prints."
 
 
@@ -231,7 +245,8 @@ def _samples(text: str) -> tuple[list[tuple[str, dict[str, str], float]], int, i
     """Every sample as (name, labels, value); the number of lines skipped and the first skipped line's number.
 
     The whole text goes through prometheus_client's parser first; when it fails (a log line or a code fence
-    pasted in between), each line is parsed on its own and the lines the parser refuses are skipped.
+    pasted in between), each line is parsed on its own and the lines the parser refuses are skipped. Lines end
+    at "\n" only, as the parser reads them (a "\r" before it is dropped), so the caller's line count bounds both.
     """
     try:
         return (
@@ -243,7 +258,8 @@ def _samples(text: str) -> tuple[list[tuple[str, dict[str, str], float]], int, i
         pass
     out: list[tuple[str, dict[str, str], float]] = []
     skipped, first = 0, None
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip() or line.startswith("#"):
             continue
         try:
@@ -377,6 +393,9 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
         return _failed(error or "Nothing was pasted.")
     if not body.strip():
         return _failed("The paste is empty. Paste the output of `curl -s http://HOST:8000/metrics`.")
+    lines = body.count("\n") + (not body.endswith("\n"))  # before any parsing: it bounds the parser's work
+    if lines > MAX_SCRAPE_LINES:
+        return _failed(_too_many_lines(lines))
     if _looks_binary(body):
         return _failed(_BINARY)
     notes: list[str] = []

@@ -154,3 +154,42 @@ def test_quiz_and_prediction(at):
     assert not at.exception
     assert any("Close" in m.value and "4 requests" in m.value for m in at.success)
     assert at.session_state["progress"]["predict"]["pressure"]["close"] is True
+
+
+# A setting no other test here runs: its runs are not in the process-wide cache, so each costs a real run.
+UNCACHED = {"pr_rate": 0.5, "pr_prompt": 96, "pr_blocks": 128, "pr_seqs": 64, "pr_budget": 512}
+
+
+def test_a_session_past_its_allowance_of_new_runs_is_told_why_and_keeps_its_settings(app_test, monkeypatch):
+    from lessons.run_limit import RunAllowance
+
+    started: list[tuple] = []
+    real = lab.run
+
+    def counted(traffic, *args, **kwargs):
+        started.append((traffic, args[1] if len(args) > 1 else kwargs.get("burst", False)))
+        return real(traffic, *args, **kwargs)
+
+    monkeypatch.setattr(lab, "run", counted)
+    clock = [0.0]
+    at = app_test("pressure", timeout=180)
+    at.session_state["pr_run_allowance"] = RunAllowance(limit=2, window_s=60, clock=lambda: clock[0])
+    for key, value in UNCACHED.items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception and len(started) == 2  # the dashboard's run and one of the sweep's, then refused
+    refusals = [w.value for w in at.warning if "new engine runs" in w.value]
+    assert len(refusals) == 2  # the traffic sweep and the token budget sections each say why they are missing
+    assert "started 2 new engine runs in the last 1 minute," in refusals[0] and "can run in 60 s" in refusals[0]
+    assert shown(at)["Limit that binds"]  # what did run is shown
+    assert all(at.session_state[key] == value for key, value in UNCACHED.items())  # no lost settings
+    passes = 1
+    while any("new engine runs" in w.value for w in at.warning):
+        clock[0] += 60  # the window has room again
+        before = len(started)
+        at.run()
+        passes += 1
+        assert not at.exception and len(started) - before <= 2 and passes < 8
+    # every setting of the page ran exactly once: runs already made (by anyone) are never charged again
+    assert len(started) == len(set(started)) == 7 and passes == 4
+    assert sweep(at) and budget_rows(at) and not at.error

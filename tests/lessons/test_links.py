@@ -207,3 +207,12 @@ def test_choices_match_ascii_only():
                 if p.kind is str and p.check is None:
                     values, notes = links.resolve(spec, {p.name: raw})
                     assert list(notes) == [p.name], (p.name, raw)
+
+
+def test_a_kelvin_sign_never_selects_the_128k_incident():
+    # "default-128\u212a" (Kelvin sign) lowers to "default-128k"; without the ASCII check it selects that incident
+    spec = links.SPECS["diagnosis"]
+    values, notes = links.resolve(spec, {"incident": "default-128\u212a"})
+    assert list(notes) == ["incident"] and notes["incident"].raw == "default-128\u212a"
+    assert values["incident"] == links.resolve(spec, {})[0]["incident"] != "default-128k"
+    assert links.resolve(spec, {"incident": "default-128K"}) == ({**values, "incident": "default-128k"}, {})

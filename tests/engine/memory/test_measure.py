@@ -89,24 +89,82 @@ def test_time_interleaved_min_and_cpu_clock(monkeypatch):
         time_interleaved({"k": fn}, clock="cpu", device="meta")
 
 
-def test_measure_llm_decode_subtracts_prefill(clock):
-    class FakeLLM:
-        """generate() costs 10 s of prefill plus 3 s per generated token on the fake clock."""
+class ScriptedLLM:
+    """generate() advances the fake clock by cost(call number, max_tokens); it records every length it ran."""
 
-        def __init__(self) -> None:
-            self.model = torch.nn.Linear(8, 4)  # 36 parameters
+    def __init__(self, clock: FakeClock, cost) -> None:
+        self.model = torch.nn.Linear(8, 4)  # 36 parameters: 144 bytes in fp32
+        self.clock, self.cost, self.calls = clock, cost, []
 
-        def generate(self, prompts, params):
-            clock.now += 10.0 + 3.0 * params.max_tokens
-            return []
+    def generate(self, prompts, params):
+        self.clock.now += self.cost(len(self.calls), params.max_tokens)
+        self.calls.append(params.max_tokens)
+        return []
 
-    m = measure.measure_llm_decode(FakeLLM(), prompt_len=4, new_tokens=5, repeats=2)
+
+def test_measure_llm_decode_fits_the_cost_per_token_over_several_lengths(clock):
+    llm = ScriptedLLM(clock, lambda i, n: 10.0 + 3.0 * n)  # 10 s of prefill, 3 s per generated token
+    m = measure.measure_llm_decode(llm, prompt_len=4, new_tokens=5, repeats=2)
     assert m.seconds == pytest.approx(3.0)
     assert m.bytes_moved == 36 * 4 and m.flops == 2 * 36
+    assert llm.calls == [1] + [1, 3, 5] * 2  # one warm-up call, two timed rounds, the lengths interleaved
     with pytest.raises(ValueError, match="new_tokens"):
-        measure.measure_llm_decode(FakeLLM(), new_tokens=1)
+        measure.measure_llm_decode(llm, new_tokens=1)
     with pytest.raises(ValueError, match="no torch `model`"):
         measure.measure_llm_decode(object())
+
+
+def test_one_disturbed_run_does_not_decide_the_step_time(clock):
+    # the machine stalls 50 s during the second timed 8-token run: each length keeps its fastest run
+    llm = ScriptedLLM(clock, lambda i, n: 10.0 + 2.0 * n + (50.0 if i == 6 else 0.0))
+    assert measure.measure_llm_decode(llm, new_tokens=8, repeats=3).seconds == pytest.approx(2.0)
+
+
+def test_a_busy_machine_where_the_longer_run_is_faster_is_measured_again(clock):
+    # first round (a warm-up call + 3 timed rounds of lengths 1, 4, 8 = 10 calls): the short runs were slowed so that
+    # the longest run is the fastest; the old `max(full - short, 1e-9)` showed a 1 ns step (an MBU of millions %)
+    def cost(i, n):
+        return (40.0 - 3.0 * n) if i < 10 else 5.0 + 0.5 * n
+
+    llm = ScriptedLLM(clock, cost)
+    m = measure.measure_llm_decode(llm, new_tokens=8, repeats=3)
+    assert m.seconds == pytest.approx(0.5) and len(llm.calls) == 10 + 9  # a second round, without warm-up
+
+
+def test_a_machine_too_busy_on_every_round_is_too_noisy_to_measure(clock):
+    llm = ScriptedLLM(clock, lambda i, n: 40.0 - 3.0 * n)  # the longer run is always the faster one
+    with pytest.raises(measure.TooNoisy, match="too noisy to measure now: 3 rounds .* -3,000.000 ms"):
+        measure.measure_llm_decode(llm, new_tokens=8, repeats=3)
+    assert len(llm.calls) == 1 + 3 * 9  # warm-up, then three rounds: bounded, then it gives up
+    flat = ScriptedLLM(clock, lambda i, n: 7.0)  # no cost per token at all: not a measurement either
+    with pytest.raises(measure.TooNoisy):
+        measure.measure_llm_decode(flat, new_tokens=8, repeats=1, attempts=2)
+
+
+def test_a_step_faster_than_the_machines_best_bandwidth_is_measured_again(clock):
+    # 144 bytes per step; at 100 bytes/s the fastest possible step is 1.44 s. A 1 s slope is impossible.
+    def cost(i, n):
+        return 10.0 + (1.0 if i < 7 else 2.0) * n
+
+    llm = ScriptedLLM(clock, cost)
+    m = measure.measure_llm_decode(llm, new_tokens=8, repeats=2, max_bytes_per_s=100.0)
+    assert m.seconds == pytest.approx(2.0) and m.bytes_per_s <= 100.0
+    always = ScriptedLLM(clock, lambda i, n: 10.0 + 1.0 * n)
+    with pytest.raises(measure.TooNoisy, match="faster than 0.00 GB/s allows"):
+        measure.measure_llm_decode(always, new_tokens=8, repeats=2, max_bytes_per_s=100.0)
+
+
+def test_per_token_slope_is_the_least_squares_fit():
+    assert measure.per_token_slope([1, 4, 8], [12.0, 18.0, 26.0]) == pytest.approx(2.0)
+    # numpy's polyfit as the independent reference, on scattered points
+    ns, ts = [1, 2, 4, 8], [3.0, 2.5, 7.0, 9.5]
+    import numpy as np
+
+    assert measure.per_token_slope(ns, ts) == pytest.approx(np.polyfit(ns, ts, 1)[0])
+    assert measure.per_token_slope([1, 8], [9.0, 2.0]) < 0  # what the caller must re-measure, never show
+    with pytest.raises(ValueError, match="two distinct lengths"):
+        measure.per_token_slope([4, 4], [1.0, 2.0])
+    assert measure.decode_lengths(8) == (1, 4, 8) and measure.decode_lengths(2) == (1, 2)
 
 
 def test_measurement_rates():
@@ -119,3 +177,17 @@ def test_measure_machine_pairs_a_gemv_with_a_gemm_on_this_device():
     assert (gemv.batch, gemm.batch) == (1, 16)
     assert gemm.intensity > gemv.intensity
     assert gemv.device == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_a_call_that_took_no_measurable_time_is_not_a_measurement(clock):
+    # a clock that did not advance (or went back) would make every rate and speed-up of this time infinite
+    def free():
+        pass
+
+    def costly():
+        clock.now += 1.0
+
+    with pytest.raises(measure.TooNoisy, match="too noisy to measure now: 'free' took no measurable time"):
+        time_interleaved({"free": free, "costly": costly}, repeats=3, statistic="min")
+    assert isinstance(measure.TooNoisy("x"), ValueError)  # pages show it through their ValueError path
+    assert time_interleaved({"costly": costly}, repeats=2) == {"costly": 1.0}

@@ -19,6 +19,7 @@ from lessons.diagnosis.metrics import (
     FIX_NONE,
     KV_FULL,
     MAX_SCRAPE_BYTES,
+    MAX_SCRAPE_LINES,
     VllmMetrics,
     metrics_rows,
 )
@@ -270,9 +271,10 @@ def test_huge_paste_is_refused_with_the_limit_named():
         assert not r.ok and "2 MB" in r.error and "grep" in r.error
     # characters count as their UTF-8 bytes: 1,100,000 two-byte characters are 2.2 MB
     assert "2 MB" in read_vllm_metrics("é" * 1_100_000).error
-    # just under the limit is read
+    # just under the limit is read (a long comment line: the byte limit, not the line limit, is what this checks)
     fits = scrape(1, 0, "0.1")
-    assert read_vllm_metrics(fits * (MAX_SCRAPE_BYTES // len(fits))).ok
+    fits += "# " + "x" * (MAX_SCRAPE_BYTES - len(fits) - 3) + "\n"
+    assert len(fits.encode()) == MAX_SCRAPE_BYTES and read_vllm_metrics(fits).ok
 
 
 def test_bytes_are_decoded():
@@ -378,3 +380,55 @@ def test_long_label_values_are_cut_before_they_are_echoed():
     assert len(r.model) == 200 and r.model.endswith("…")
     r = read_vllm_metrics(scrape(1, 0, "0.1"), max_num_seqs="9" * 10_000)
     assert all(len(n) < 400 for n in r.notes)
+
+
+@pytest.fixture
+def parsed_lines(monkeypatch):
+    """The lines handed to the Prometheus parser, summed over its calls (the reader's work, not its time)."""
+    from lessons.diagnosis import metrics
+
+    fed: list[int] = []
+    real = metrics.text_string_to_metric_families
+
+    def counting(text):
+        fed.append(text.count("\n") + (not text.endswith("\n")))
+        return real(text)
+
+    monkeypatch.setattr(metrics, "text_string_to_metric_families", counting)
+    return fed
+
+
+def test_two_mb_of_one_character_lines_are_refused_before_any_parsing(parsed_lines):
+    # the line-by-line fallback used to hand each of these 1,000,000 lines to the parser (seconds of server CPU)
+    for paste in ("a\n" * 1_000_000, b"a\n" * 1_000_000, "\n".join("x" * 1_000_000)):
+        r = read_vllm_metrics(paste)
+        assert not r.ok and "1,000,000 lines" in r.error and f"{MAX_SCRAPE_LINES:,}" in r.error and "grep" in r.error
+    assert parsed_lines == []
+
+
+def test_the_line_limit_is_exact_and_bounds_the_fallback(parsed_lines):
+    # the worst paste the reader takes: all its lines, a bad one last so the whole-text parse fails late
+    good = scrape(3, 1, "0.97")
+    body = good + "# filler\n" * (MAX_SCRAPE_LINES - good.count("\n") - 1) + "not a metric line\n"
+    assert body.count("\n") == MAX_SCRAPE_LINES
+    r = read_vllm_metrics(body)
+    assert r.ok and (r.running, r.waiting, r.binding) == (3, 1, BINDS_KV_POOL)
+    assert any("1 line is not Prometheus text" in n for n in r.notes)
+    assert sum(parsed_lines) <= 2 * MAX_SCRAPE_LINES  # once whole, then the sample lines one by one
+    assert len(parsed_lines) == 1 + good.count("\n") // 2 + 1  # the whole, each sample line, the bad line
+    parsed_lines.clear()
+    r = read_vllm_metrics(body + "one more\n")
+    assert not r.ok and f"{MAX_SCRAPE_LINES + 1:,} lines" in r.error and parsed_lines == []
+
+
+def test_lines_end_at_newlines_only_as_the_parser_reads_them(parsed_lines):
+    # splitlines() also breaks at \r, \x0b, \x1c, \u2028: a paste of those would pass a "\n" count and then
+    # be parsed as a million lines
+    for sep in ("\r", "\x0b", "\x1c", "\u2028", "\x85"):
+        r = read_vllm_metrics(sep.join("a" * 600_000))
+        assert not r.ok
+        assert len(parsed_lines) <= 2, sep
+        parsed_lines.clear()
+    crlf = scrape(2, 0, "0.5").replace("\n", "\r\n")
+    r = read_vllm_metrics(crlf)
+    assert r.ok and r.running == 2 and r.kv_cache_usage == 0.5

@@ -112,12 +112,20 @@ def test_measure_demo_times_the_machine_only_when_it_is_not_measured(monkeypatch
     calls = []
     gemv, gemm = timed("gemv", 64e6, 32e6, 0.01), timed("gemm", 8e6, 1024e6, 0.02, batch=256)
     monkeypatch.setattr(lab, "measure_machine", lambda: calls.append("machine") or [gemv, gemm])
-    monkeypatch.setattr(lab, "measure_demo_decode", lambda: calls.append("demo") or timed("demo", 3.2e6, 1, 0.002))
+    ceilings = []
+
+    def demo_decode(max_bytes_per_s):
+        ceilings.append(max_bytes_per_s)
+        return calls.append("demo") or timed("demo", 3.2e6, 1, 0.002)
+
+    monkeypatch.setattr(lab, "measure_demo_decode", demo_decode)
     assert lab.measure_here() == lab.MachineBandwidth(gemv, gemm) and calls == ["machine"]
     demo = lab.measure_demo()
-    assert demo.machine == lab.MachineBandwidth(gemv, gemm) and calls == ["machine", "demo", "machine"]
+    # the machine first: its best bandwidth is the ceiling the step is checked against
+    assert demo.machine == lab.MachineBandwidth(gemv, gemm) and calls == ["machine", "machine", "demo"]
     given = lab.MachineBandwidth(gemm, gemv)
     assert lab.measure_demo(given).machine is given and calls[-1] == "demo"
+    assert ceilings == [6.4e9, gemv.bytes_per_s]  # the step may not stream faster than the machine's best
 
 
 def test_bytes_per_op_add_up_to_the_bytes_per_token():
@@ -149,15 +157,19 @@ def test_decode_step_bytes_are_weights_plus_the_kv_it_reads():
         def generate(self, prompts, params):
             return []
 
-    m = measure.measure_llm_decode(FakeLLM(), prompt_len=4, new_tokens=6, repeats=1)
-    assert m.bytes_moved == 36 * 4 + 1000 * (4 + 3)
+    with pytest.MonkeyPatch.context() as mp:  # a fake clock: each generated token costs 1 s
+        clock = [0.0]
+        mp.setattr(measure.time, "perf_counter", lambda: clock[0])
+        FakeLLM.generate = lambda self, prompts, params: clock.__setitem__(0, clock[0] + params.max_tokens)
+        m = measure.measure_llm_decode(FakeLLM(), prompt_len=4, new_tokens=6, repeats=1)
+    assert m.bytes_moved == 36 * 4 + 1000 * (4 + 3) and m.seconds == pytest.approx(1.0)
 
 
 def test_claims_check_the_fit_marks_and_report_mbu(monkeypatch):
     gemv, gemm = timed("gemv", 40e9, 1.0, 2.0), timed("gemm", 1e9, 1.0, 2.0, batch=256)  # 20 and 0.5 GB/s
     demo = timed("demo", 1e9, 1.0, 0.5)  # 2 GB/s
     monkeypatch.setattr(lab, "measure_machine", lambda: [gemv, gemm])
-    monkeypatch.setattr(lab, "measure_demo_decode", lambda: demo)
+    monkeypatch.setattr(lab, "measure_demo_decode", lambda max_bytes_per_s: demo)
     entry = lab.claims()["bandwidth"]
     fit = lab.batch_fit("llama-3-8b", "h100-sxm", 4096)
     assert entry["holds"] is True and entry["mbu"] == 0.1 and entry["max_batch"] == fit.max_batch
@@ -165,7 +177,7 @@ def test_claims_check_the_fit_marks_and_report_mbu(monkeypatch):
     assert entry["sweep"][256] == "no" and entry["sweep"][1] == "yes" and entry["shown_fitting_beyond_capacity"] == []
     assert entry["attention_FLOP_per_byte"] == [4.0]
 
-    def missing():
+    def missing(max_bytes_per_s):
         raise FileNotFoundError("models/demo")
 
     monkeypatch.setattr(lab, "measure_demo_decode", missing)
@@ -210,3 +222,50 @@ def test_batch_sweep_throughput_rises():
 def test_lesson_rejects_bad_config(args, match):
     with pytest.raises(ValueError, match=match):
         lab.lesson(*args)
+
+
+def test_an_mbu_no_machine_can_produce_is_never_shown_as_a_measurement():
+    # the page once showed an MBU of 210,973,748.7 %: a 0.14 ns step against a 6.4 GB/s machine
+    machine = lab.MachineBandwidth(timed("gemv", 64e6, 32e6, 0.01), timed("gemm", 8e6, 1024e6, 0.02, batch=256))
+    impossible = lab.DemoDecode(timed("demo", 3.2e6, 1e6, 1.4e-10), machine)
+    assert impossible.mbu > 1 and not impossible.measured and impossible.mbu_text == lab.TOO_NOISY
+    shown = [value for _, value, _ in impossible.metrics()] + [impossible.caption()]
+    assert not any("%" in text for text in shown) and shown[1:3] == [lab.TOO_NOISY, lab.TOO_NOISY]
+    assert "no MBU is shown" in impossible.caption()
+    exactly_full = lab.DemoDecode(timed("demo", 6.4e6, 1e6, 0.001), machine)  # 6.4 GB/s: 100 %, possible
+    assert exactly_full.measured and exactly_full.mbu_text == "100.0%"
+    possible = lab.DemoDecode(timed("demo", 3.2e6, 1e6, 0.002), machine)
+    labels = [label for label, _, _ in possible.metrics()]
+    assert [value for _, value, _ in possible.metrics()] == ["2.00 ms", "1.60 GB/s", "25.0%"]
+    assert labels[2] == "Model bandwidth utilization (MBU)" and "25.0% of the 6.4 GB/s" in possible.caption()
+    # a later, slower measurement of the machine makes the same step impossible: then it is not shown either
+    slower = lab.MachineBandwidth(timed("gemv", 64e6, 32e6, 0.1), machine.gemm)  # 0.64 GB/s
+    assert possible.against(slower).mbu_text == lab.TOO_NOISY
+
+
+def test_a_too_noisy_step_measures_the_machine_again_then_says_so(monkeypatch):
+    slow = lab.MachineBandwidth(timed("gemv", 64e6, 32e6, 0.1), timed("gemm", 8e6, 1024e6, 0.02, batch=256))
+    fast = lab.MachineBandwidth(timed("gemv", 64e6, 32e6, 0.01), slow.gemm)
+    machines, ceilings = iter([fast, slow]), []
+    monkeypatch.setattr(lab, "measure_here", lambda: next(machines))
+
+    def demo_decode(max_bytes_per_s):
+        ceilings.append(max_bytes_per_s)
+        if len(ceilings) == 1:
+            raise measure.TooNoisy("too noisy to measure now: ...")
+        return timed("demo", 3.2e6, 1e6, 0.002)
+
+    monkeypatch.setattr(lab, "measure_demo_decode", demo_decode)
+    demo = lab.measure_demo(slow)  # a machine measurement slowed by load: the honest step looked impossible
+    assert demo.machine is fast and ceilings == [slow.best_bytes_per_s, fast.best_bytes_per_s] and demo.measured
+
+    def never(max_bytes_per_s):
+        raise measure.TooNoisy("too noisy to measure now: ...")
+
+    machines = iter([slow, slow])
+    monkeypatch.setattr(lab, "measure_demo_decode", never)
+    with pytest.raises(lab.TooNoisy, match="too noisy to measure now"):
+        lab.measure_demo(fast)
+    monkeypatch.setattr(lab, "measure_here", lambda: fast)
+    entry = lab.claims()["bandwidth"]
+    assert entry["holds"] is False and "too noisy" in entry["error"]
