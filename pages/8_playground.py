@@ -41,6 +41,18 @@ def _weights(model: str, policy: lab.ModelPolicy) -> tuple[Any, Any, Any]:
         return lab.load(model, None, policy)
 
 
+def _generate(
+    model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy, prompts: list[str], params: Any, status: Any
+) -> lab.PlaygroundRun:
+    """One run on the learner's engine, leased from the server's pool only inside this function: a name in
+    the page's globals would keep the engine alive after its session ends (the script's namespace lives on
+    in a reference cycle until Python's cyclic collector runs)."""
+    with _lease(model, settings, policy) as llm:
+        status.write(f"Running {len(prompts)} request(s) through the scheduler …")
+        live = st.empty()  # tokens/s and KV usage while the engine runs
+        return lab.generate(llm, prompts, params, on_progress=live.caption)
+
+
 def _lease(model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy) -> Any:
     """The learner's LLM, leased from the server's pool and rebuilt only when the model or engine knobs change
     (so the prefix cache persists); the session holds only a ticket, so a closed tab frees the engine."""
@@ -122,10 +134,7 @@ if st.button("Generate", key="pg_generate", type="primary"):
         params = lab.sampling_params(int(max_tokens), float(temperature), float(top_p), int(top_k), int(seed))
         with st.status("Generating with the real engine …", expanded=False) as status:
             status.write("Loading weights (once per process) …")
-            with _lease(model, settings, policy) as llm:
-                status.write(f"Running {len(prompts)} request(s) through the scheduler …")
-                live = st.empty()  # tokens/s and KV usage while the engine runs
-                st.session_state[RUN_KEY] = lab.generate(llm, prompts, params, on_progress=live.caption)
+            st.session_state[RUN_KEY] = _generate(model, settings, policy, prompts, params, status)
             status.update(label="Done", state="complete")
         st.session_state.pop("pg_step", None)
     except ValueError as exc:

@@ -25,8 +25,9 @@ click (`PlaygroundRun`) and one recorded step drawn (`StepView`), with the rows 
 Memory is the server's, not a learner's: every learner's engine is leased from one `EnginePool` per
 process, which holds at most KVLAB_PLAYGROUND_KV_BYTES of KV cache (default 512 MiB: two learners at the
 largest pool the sliders allow with the demo model, hundreds at the default settings) and frees an engine
-nobody has used for `IDLE_S` seconds, or whose session ended. A learner who would take the pool past its
-budget waits a few seconds for room, then gets `PlaygroundBusyError` (a ValueError) and keeps their last run.
+nobody has used for KVLAB_PLAYGROUND_IDLE_S seconds (default 180), or whose session ended. A learner who
+would take the pool past its budget waits a few seconds for room, then gets `PlaygroundBusyError` (a
+ValueError) and keeps their last run.
 
 A run interrupted part-way (Generate pressed again: Streamlit raises its RerunException inside the running
 `generate`; an exception in the progress callback; a closed tab) leaves nothing in the learner's engine:
@@ -65,7 +66,7 @@ MAX_NEW_TOKENS = 64  # keeps one generate click to a few seconds on a 2-core CPU
 MAX_BLOCKS = 256
 DEFAULT_PROMPTS = "def fibonacci(n):\nclass Stack:\nimport collections\nfor line in open(path):"
 MODEL_DIRS_ENV, MAX_BYTES_ENV = "KVLAB_MODEL_DIRS", "KVLAB_MAX_MODEL_BYTES"
-POOL_BYTES_ENV = "KVLAB_PLAYGROUND_KV_BYTES"
+POOL_BYTES_ENV, IDLE_ENV = "KVLAB_PLAYGROUND_KV_BYTES", "KVLAB_PLAYGROUND_IDLE_S"
 DEFAULT_POOL_BYTES = 512 * 2**20  # the largest demo pool (256 blocks x 256 tokens) takes 256 MiB
 IDLE_S = 180.0  # an engine unused this long is freed (Streamlit keeps a closed tab's session 120 s)
 WAIT_S = 5.0  # how long a learner waits for room in the pool before hearing that the playground is busy
@@ -305,6 +306,19 @@ class _Held:
     in_use: bool = False
 
 
+def _whole(env: Mapping[str, str], name: str, default: int, what: str) -> int:
+    """A whole number >= 1 from the environment (ASCII digits only), `default` when unset or empty."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    value = int(raw) if raw.isascii() and raw.isdigit() else 0
+    if value < 1:
+        raise ValueError(
+            f"{name}={raw!r} must be a whole number of {what}; the operator fixes it in the server's environment"
+        )
+    return value
+
+
 @dataclass
 class EnginePool:
     """Every learner's engine in this process, within `budget_bytes` of KV cache and `max_engines` engines.
@@ -328,16 +342,12 @@ class EnginePool:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EnginePool:
-        """A pool sized by KVLAB_PLAYGROUND_KV_BYTES (whole bytes >= 1; unset or empty: 512 MiB)."""
+        """A pool sized by KVLAB_PLAYGROUND_KV_BYTES (whole bytes >= 1; unset or empty: 512 MiB), freeing
+        engines unused for KVLAB_PLAYGROUND_IDLE_S seconds (a whole number >= 1; unset or empty: 180)."""
         env = os.environ if env is None else env
-        raw = env.get(POOL_BYTES_ENV, "").strip()
-        budget = int(raw) if raw.isascii() and raw.isdigit() else 0 if raw else DEFAULT_POOL_BYTES
-        if budget < 1:
-            raise ValueError(
-                f"{POOL_BYTES_ENV}={raw!r} must be a whole number of bytes >= 1, e.g. {DEFAULT_POOL_BYTES} (512 MiB); "
-                "the operator fixes it in the server's environment"
-            )
-        return cls(budget)
+        budget = _whole(env, POOL_BYTES_ENV, DEFAULT_POOL_BYTES, f"bytes >= 1, e.g. {DEFAULT_POOL_BYTES} (512 MiB)")
+        idle = _whole(env, IDLE_ENV, int(IDLE_S), f"seconds >= 1, e.g. {IDLE_S:.0f}")
+        return cls(budget, idle_s=float(idle))
 
     def ticket(self) -> PoolTicket:
         """A new learner's ticket; once nothing refers to it (their session is gone), their engine is freed."""
@@ -769,6 +779,7 @@ __all__ = [
     "MAX_PROMPTS_TEXT_CHARS",
     "MODEL_DIRS_ENV",
     "TIMELINE",
+    "IDLE_ENV",
     "IDLE_S",
     "MAX_ENGINES",
     "POOL_BYTES_ENV",

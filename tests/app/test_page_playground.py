@@ -4,6 +4,7 @@ folder, stepping through the scheduler, the knobs at their extremes, the server'
 
 import gc
 import itertools
+import weakref
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,23 @@ def test_a_closed_session_gives_its_engine_back(app_test, monkeypatch, tiny):
     del app  # the session's state goes, and the ticket with it
     gc.collect()
     assert pool.engines == 0 and pool.used_bytes == 0
+
+
+def test_a_freed_engine_is_gone_at_once_not_at_the_next_garbage_collection(app_test, monkeypatch, tiny):
+    # The page's script namespace lives on in a reference cycle (its functions point back at it) until the
+    # cyclic collector runs, which Streamlit no longer forces after each run (postScriptGC = false): an
+    # engine named there would outlive its session. The pool must hold the only reference.
+    pool = lab.EnginePool(1 << 30, wait_s=0.0)
+    monkeypatch.setattr(lab, "_shared", pool)
+    app = folder_app(app_test, monkeypatch, tiny)
+    gc.collect()
+    gc.disable()
+    try:
+        generate(app)
+        assert not app.error
+        ticket = app.session_state["pg_ticket"]
+        cache = weakref.ref(pool.engine(ticket).kv_cache.kv)
+        app.run()  # a rerun that does not generate
+        assert pool.release(ticket.id) and cache() is None
+    finally:
+        gc.enable()

@@ -510,9 +510,12 @@ def test_a_second_run_of_one_session_never_takes_its_running_engine():
 def test_the_pool_budget_from_the_environment():
     assert lab.EnginePool.from_env({}).budget_bytes == lab.DEFAULT_POOL_BYTES == 512 * 2**20
     assert lab.EnginePool.from_env({lab.POOL_BYTES_ENV: " 1048576 "}).budget_bytes == 2**20
-    for bad in ("0", "-5", "1e9", "2_000", "١٢", "lots"):
-        with pytest.raises(ValueError, match=f"KVLAB_PLAYGROUND_KV_BYTES={bad!r} must be a whole number"):
-            lab.EnginePool.from_env({lab.POOL_BYTES_ENV: bad})
+    assert lab.EnginePool.from_env({}).idle_s == lab.IDLE_S == 180.0
+    assert lab.EnginePool.from_env({lab.IDLE_ENV: "30"}).idle_s == 30.0
+    for name in (lab.POOL_BYTES_ENV, lab.IDLE_ENV):
+        for bad in ("0", "-5", "1e9", "2_000", "١٢", "lots"):
+            with pytest.raises(ValueError, match=f"{name}={bad!r} must be a whole number"):
+                lab.EnginePool.from_env({name: bad})
 
 
 def test_the_sweeper_thread_frees_idle_engines_on_its_own():
