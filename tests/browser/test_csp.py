@@ -5,12 +5,14 @@ enforced, and the check would see a violation)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from bench.app.browser import RUNS_FINISHED_JS
 from bench.app_server import nginx_balancer
 from tests.browser.conftest import VIEWPORT
-from tests.browser.helpers import error_texts, metric_value, press_and_wait, slider_input, wait_for_app
+from tests.browser.helpers import error_texts, metric_value, runs_finished, slider_input, wait_for_app
 from tests.pg import require_nginx
 
 pytestmark = pytest.mark.browser
@@ -47,6 +49,15 @@ def guarded_page(browser, site):
     context.close()
 
 
+def wait_until(page, expression: str, timeout_s: float = 60.0) -> None:
+    """Poll ``expression`` from here: Playwright's wait_for_function evaluates its predicate with eval(), which
+    this policy blocks (as it should)."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(f"() => Boolean({expression})"):
+        assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+        page.wait_for_timeout(50)
+
+
 def violations(page) -> list[str]:
     return page.evaluate("window.__csp") + [m for m in page.console_messages if "Content Security Policy" in m]
 
@@ -70,7 +81,10 @@ def test_the_app_runs_under_the_policy_with_no_violation(guarded_page):
     groups = slider_input(page, "KV groups G")
     before = metric_value(page, "KV per token")
     groups.focus()
-    press_and_wait(page, groups, "ArrowLeft")  # a widget event over the websocket, a re-run, new numbers
+    runs = runs_finished(page)
+    groups.press("ArrowLeft")  # a widget event over the websocket, a re-run, new numbers
+    wait_until(page, f"window.__kvFinished > {runs}")
+    wait_for_app(page)
     assert metric_value(page, "KV per token") != before
     assert violations(page) == []
 
@@ -84,5 +98,5 @@ def test_an_inline_script_the_app_did_not_ship_is_blocked(guarded_page):
                    document.body.appendChild(s); return window.__injected === 1; }"""
     )
     assert ran is False
-    page.wait_for_function("window.__csp.length > 0", timeout=10_000)
+    wait_until(page, "window.__csp.length > 0", timeout_s=10)
     assert any(v.startswith("script-src") for v in violations(page)), violations(page)
