@@ -293,7 +293,11 @@ http {{
 UPSTREAM_HEADER = "X-KVLab-Upstream"  # loopback runs only: which replica answered (the benchmark's bookkeeping)
 # deploy/nginx.conf is a template: its ${KVLAB_...} names and their defaults, the same as compose.yaml's lb
 # service (tests/deploy/test_nginx_headers.py checks that the two agree).
-NGINX_TEMPLATE_DEFAULTS = {"KVLAB_FRAME_ANCESTORS": "'self'"}
+# KVLAB_SERVER_NAME has no default in compose (a deployment names its site); loopback runs answer to the
+# loopback address, localhost and the benchmarks' site name (.test is reserved for testing, RFC 2606).
+LOOPBACK_SITE = "kvlab.test"
+NGINX_TEMPLATE_DEFAULTS = {"KVLAB_FRAME_ANCESTORS": "'self'", "KVLAB_SERVER_NAME": f"{HOST} localhost {LOOPBACK_SITE}"}
+NGINX_REQUIRED = ("KVLAB_SERVER_NAME",)  # compose refuses to start without them
 
 
 def find_nginx() -> str | None:
@@ -338,13 +342,15 @@ def fill_nginx_template(text: str, values: dict[str, str] | None = None) -> str:
 def loopback_nginx_conf(
     app_ports: list[int], listen_port: int, prefix: Path, template_values: dict[str, str] | None = None
 ) -> str:
-    """deploy/nginx.conf for a loopback run: the upstream lists the replicas' 127.0.0.1 ports, the server
-    listens on 127.0.0.1:``listen_port``, and responses name the replica that answered (UPSTREAM_HEADER).
+    """deploy/nginx.conf for a loopback run: the upstream lists the replicas' 127.0.0.1 ports, both servers
+    (the site's and the default one that refuses other Hosts) listen on 127.0.0.1:``listen_port``, and
+    responses name the replica that answered (UPSTREAM_HEADER).
     Its template variables get ``template_values`` or their defaults (``fill_nginx_template``). Everything
     else (cookie, hashing, websocket headers, security headers, limits, timeouts) is the deployment's own text."""
     site = fill_nginx_template(NGINX_SITE.read_text(), template_values)
     site = _replace_line(site, r"^\s*server app:8501;.*$", [f"server {HOST}:{p};" for p in app_ports])
     site = _replace_line(site, r"^\s*listen 80;.*$", [f"listen {HOST}:{listen_port};"])
+    site = _replace_line(site, r"^\s*listen 80 default_server;.*$", [f"listen {HOST}:{listen_port} default_server;"])
     site = _replace_line(
         site,
         r"^\s*add_header Set-Cookie \$kvlab_route_cookie always;.*$",

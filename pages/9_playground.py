@@ -1,5 +1,6 @@
 """Engine playground: prompts in, the real engine generates, and the learner replays its scheduler steps."""
 
+import functools
 import threading
 from typing import Any
 
@@ -16,7 +17,7 @@ from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
 
 PAGE = "playground"
-RUN_KEY, ENGINE_KEY = "pg_run", "pg_engine"  # per-learner state: the last run and the learner's own LLM
+RUN_KEY, TICKET_KEY = "pg_run", "pg_ticket"  # per-learner state: the last run and their claim on the engine pool
 
 
 @st.cache_resource(show_spinner=False)
@@ -34,15 +35,30 @@ def _weights(model: str, policy: lab.ModelPolicy) -> tuple[Any, Any, Any]:
         return lab.load(model, None, policy)
 
 
-def _engine(model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy) -> Any:
-    """The learner's LLM, rebuilt only when the model or engine knobs change (so the prefix cache persists)."""
-    held = st.session_state.get(ENGINE_KEY)
-    if held is not None and held[0] == (model, settings):
-        return held[1]
-    st.session_state.pop(ENGINE_KEY, None)  # let the old engine (and a model no longer cached) go first
-    llm = lab.new_engine(_weights(model, policy), model, settings)
-    st.session_state[ENGINE_KEY] = ((model, settings), llm)
-    return llm
+def _generate(
+    model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy, prompts: list[str], params: Any, status: Any
+) -> lab.PlaygroundRun:
+    """One run on the learner's engine, leased from the server's pool only inside this function: a name in
+    the page's globals would keep the engine alive after its session ends (the script's namespace lives on
+    in a reference cycle until Python's cyclic collector runs)."""
+    with _lease(model, settings, policy) as llm:
+        status.write(f"Running {len(prompts)} request(s) through the scheduler …")
+        live = st.empty()  # tokens/s and KV usage while the engine runs
+        return lab.generate(llm, prompts, params, on_progress=live.caption)
+
+
+def _lease(model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy) -> Any:
+    """The learner's LLM, leased from the server's pool and rebuilt only when the model or engine knobs change
+    (so the prefix cache persists); the session holds only a ticket, so a closed tab frees the engine."""
+    pool = lab.shared_pool()
+    ticket = st.session_state.get(TICKET_KEY)
+    if ticket is None:
+        ticket = st.session_state[TICKET_KEY] = pool.ticket()
+    if pool.engine(ticket, (model, settings)) is None:
+        pool.release(ticket.id)  # the old engine (and a model no longer cached) goes before new weights load
+    weights = _weights(model, policy)
+    build = functools.partial(lab.new_engine, weights, model, settings)
+    return pool.lease(ticket, (model, settings), lab.kv_pool_bytes(weights, settings), build)
 
 
 page_header(PAGE)
@@ -112,10 +128,7 @@ if st.button("Generate", key="pg_generate", type="primary"):
         params = lab.sampling_params(int(max_tokens), float(temperature), float(top_p), int(top_k), int(seed))
         with st.status("Generating with the real engine …", expanded=False) as status:
             status.write("Loading weights (once per process) …")
-            llm = _engine(model, settings, policy)
-            status.write(f"Running {len(prompts)} request(s) through the scheduler …")
-            live = st.empty()  # tokens/s and KV usage while the engine runs
-            st.session_state[RUN_KEY] = lab.generate(llm, prompts, params, on_progress=live.caption)
+            st.session_state[RUN_KEY] = _generate(model, settings, policy, prompts, params, status)
             status.update(label="Done", state="complete")
         st.session_state.pop("pg_step", None)
     except ValueError as exc:

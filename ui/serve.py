@@ -1,5 +1,6 @@
 """Start the course: `python -m ui.serve [SCRIPT.py] [streamlit options]` is `streamlit run app.py` (or SCRIPT)
-with the app's imports done before the server answers its health check.
+with the app's imports done before the server answers its health check, and widget values no browser sends
+dropped before they reach Streamlit's widgets (ui/widget_guard.py).
 
 Streamlit imports a page's modules on the first run that needs them, so the first learner after a start waited
 for torch (about 3 s on a small CPU), pandas, plotly and the progress store: some 5 s of a 6.7 s first render.
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> None:
         log.info("not preloaded: %s", line)
     from streamlit.web import cli
 
+    from ui import widget_guard
+
+    widget_guard.install()  # a forged widget value must not break a learner's session (ui/widget_guard.py)
     sys.argv = ["streamlit", "run", str(script), *args]
     cli.main()
 

@@ -22,6 +22,13 @@ so the box cannot be used to learn what exists on the server.
 The page gets dataclasses back: the server's `ModelPolicy`, the engine knobs (`EngineSettings`), one generate
 click (`PlaygroundRun`) and one recorded step drawn (`StepView`), with the rows of their tables.
 
+Memory is the server's, not a learner's: every learner's engine is leased from one `EnginePool` per
+process, which holds at most KVLAB_PLAYGROUND_KV_BYTES of KV cache (default 512 MiB: two learners at the
+largest pool the sliders allow with the demo model, hundreds at the default settings) and frees an engine
+nobody has used for KVLAB_PLAYGROUND_IDLE_S seconds (default 180), or whose session ended. A learner who
+would take the pool past its budget waits a few seconds for room, then gets `PlaygroundBusyError` (a
+ValueError) and keeps their last run.
+
 A run interrupted part-way (Generate pressed again: Streamlit raises its RerunException inside the running
 `generate`; an exception in the progress callback; a closed tab) leaves nothing in the learner's engine:
 `generate` aborts whatever is still queued or running, before the run and in a `finally`.
@@ -29,15 +36,20 @@ A run interrupted part-way (Generate pressed again: Streamlit raises its RerunEx
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import itertools
 import os
+import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine import LLM, RequestOutput, SamplingParams
+from engine.config import EngineConfig
 from engine.llm import PromptTooLongError
 from engine.memory.measure import default_device
 from engine.model import access
@@ -54,6 +66,11 @@ MAX_NEW_TOKENS = 64  # keeps one generate click to a few seconds on a 2-core CPU
 MAX_BLOCKS = 256
 DEFAULT_PROMPTS = "def fibonacci(n):\nclass Stack:\nimport collections\nfor line in open(path):"
 MODEL_DIRS_ENV, MAX_BYTES_ENV = "KVLAB_MODEL_DIRS", "KVLAB_MAX_MODEL_BYTES"
+POOL_BYTES_ENV, IDLE_ENV = "KVLAB_PLAYGROUND_KV_BYTES", "KVLAB_PLAYGROUND_IDLE_S"
+DEFAULT_POOL_BYTES = 512 * 2**20  # the largest demo pool (256 blocks x 256 tokens) takes 256 MiB
+IDLE_S = 180.0  # an engine unused this long is freed (Streamlit keeps a closed tab's session 120 s)
+WAIT_S = 5.0  # how long a learner waits for room in the pool before hearing that the playground is busy
+MAX_ENGINES = 32  # engines at once, whatever their size (each also holds a scheduler and a runner)
 DEFAULT_MAX_MODEL_BYTES = 2 * 2**30  # 2 GiB: a ~500M-parameter model in float32; the demo takes ~10 MiB
 PROJECT_DIR = DEMO_DIR.parents[1]
 FOLDERS_DISABLED = (
@@ -238,8 +255,7 @@ class EngineSettings:
 def new_engine(loaded: tuple[Any, Any, Any], model: str, settings: EngineSettings) -> LLM:
     """A learner's own engine around shared read-only weights: its own KV cache, allocator and scheduler."""
     net = loaded[0]
-    if isinstance(settings.num_blocks, bool) or not 1 <= settings.num_blocks <= MAX_BLOCKS:
-        raise ValueError(f"num blocks {settings.num_blocks} must be a whole number in 1 … {MAX_BLOCKS}")
+    _check_blocks(settings)
     device = next(net.parameters()).device
     return LLM(
         model,
@@ -249,6 +265,245 @@ def new_engine(loaded: tuple[Any, Any, Any], model: str, settings: EngineSetting
         enable_prefix_caching=settings.enable_prefix_caching,
         preloaded=loaded,
     )
+
+
+def _check_blocks(settings: EngineSettings) -> None:
+    if isinstance(settings.num_blocks, bool) or not 1 <= settings.num_blocks <= MAX_BLOCKS:
+        raise ValueError(f"num blocks {settings.num_blocks} must be a whole number in 1 … {MAX_BLOCKS}")
+
+
+def kv_pool_bytes(loaded: tuple[Any, Any, Any], settings: EngineSettings) -> int:
+    """Bytes of K/V the engine `new_engine(loaded, ..., settings)` would allocate, computed by the engine's own
+    sizing (engine/config.py) before anything is allocated."""
+    _check_blocks(settings)
+    net, config = loaded[0], loaded[1]
+    cfg = EngineConfig(
+        block_size=settings.block_size, num_gpu_blocks=settings.num_blocks, device=next(net.parameters()).device
+    )
+    cache = cfg.size_cache(config, net.lm_head.weight.dtype)
+    return cache.kv_bytes_per_token * settings.block_size * settings.num_blocks
+
+
+class PlaygroundBusyError(ValueError):
+    """The server's playground has no room for this engine right now; the message says what to do."""
+
+
+class PoolTicket:
+    """A learner's claim on the pool, kept in their session: when the session is dropped, so is its engine."""
+
+    __slots__ = ("__weakref__", "id")
+
+    def __init__(self, ticket_id: int) -> None:
+        self.id = ticket_id
+
+
+@dataclass
+class _Held:
+    key: Any
+    llm: Any
+    nbytes: int
+    last_used: float
+    in_use: bool = False
+
+
+def _whole(env: Mapping[str, str], name: str, default: int, what: str) -> int:
+    """A whole number >= 1 from the environment (ASCII digits only), `default` when unset or empty."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    value = int(raw) if raw.isascii() and raw.isdigit() else 0
+    if value < 1:
+        raise ValueError(
+            f"{name}={raw!r} must be a whole number of {what}; the operator fixes it in the server's environment"
+        )
+    return value
+
+
+@dataclass
+class EnginePool:
+    """Every learner's engine in this process, within `budget_bytes` of KV cache and `max_engines` engines.
+
+    A learner's engine is kept between runs (its prefix cache persists) until its settings change, its
+    session ends (`ticket` ties it to the session), or it sits unused for `idle_s` seconds (`sweep`, also
+    run by `start_sweeper`'s thread: a closed tab's session may linger in Streamlit long after). An engine
+    that is running is never taken away. `clock` is injectable for tests."""
+
+    budget_bytes: int = DEFAULT_POOL_BYTES
+    idle_s: float = IDLE_S
+    wait_s: float = WAIT_S
+    max_engines: int = MAX_ENGINES
+    clock: Callable[[], float] = time.monotonic
+    _held: dict[int, _Held] = field(default_factory=dict, init=False, repr=False)
+    _reserved: int = field(default=0, init=False, repr=False)  # bytes of engines being built right now
+    _ids: Iterator[int] = field(default_factory=itertools.count, init=False, repr=False)
+    _room: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+    _sweeper: threading.Thread | None = field(default=None, init=False, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EnginePool:
+        """A pool sized by KVLAB_PLAYGROUND_KV_BYTES (whole bytes >= 1; unset or empty: 512 MiB), freeing
+        engines unused for KVLAB_PLAYGROUND_IDLE_S seconds (a whole number >= 1; unset or empty: 180)."""
+        env = os.environ if env is None else env
+        budget = _whole(env, POOL_BYTES_ENV, DEFAULT_POOL_BYTES, f"bytes >= 1, e.g. {DEFAULT_POOL_BYTES} (512 MiB)")
+        idle = _whole(env, IDLE_ENV, int(IDLE_S), f"seconds >= 1, e.g. {IDLE_S:.0f}")
+        return cls(budget, idle_s=float(idle))
+
+    def ticket(self) -> PoolTicket:
+        """A new learner's ticket; once nothing refers to it (their session is gone), their engine is freed."""
+        ticket = PoolTicket(next(self._ids))
+        weakref.finalize(ticket, self.release, ticket.id)
+        return ticket
+
+    @property
+    def used_bytes(self) -> int:
+        """KV bytes held by every engine in the pool, and by those being built."""
+        with self._room:
+            return self._reserved + sum(h.nbytes for h in self._held.values())
+
+    @property
+    def engines(self) -> int:
+        """Engines the pool holds now."""
+        with self._room:
+            return len(self._held)
+
+    def engine(self, ticket: PoolTicket, key: Any = None) -> Any:
+        """This learner's engine in the pool now (the one for `key`, when given), else None."""
+        with self._room:
+            held = self._held.get(ticket.id)
+            return held.llm if held is not None and (key is None or held.key == key) else None
+
+    @contextlib.contextmanager
+    def lease(self, ticket: PoolTicket, key: Any, nbytes: int, build: Callable[[], Any]) -> Iterator[Any]:
+        """The learner's engine for `key` (model and settings) while the block runs: theirs from before when
+        the key is the same, else built by `build()` (which allocates `nbytes` of KV cache) once there is room.
+
+        ValueError when `nbytes` is more than the whole budget; PlaygroundBusyError when other learners'
+        engines leave no room within `wait_s` seconds."""
+        llm = self._acquire(ticket.id, key, nbytes, build)
+        try:
+            yield llm
+        finally:
+            with self._room:
+                held = self._held.get(ticket.id)
+                if held is not None and held.llm is llm:
+                    held.in_use, held.last_used = False, self.clock()
+
+    def _acquire(self, tid: int, key: Any, nbytes: int, build: Callable[[], Any]) -> Any:
+        if nbytes > self.budget_bytes:
+            raise ValueError(
+                f"a KV pool of {format_bytes(nbytes)} is more than this server's playground holds for all learners "
+                f"together ({format_bytes(self.budget_bytes)}, {POOL_BYTES_ENV}); choose fewer KV blocks or a "
+                "smaller block size"
+            )
+        with self._room:
+            held = self._held.get(tid)
+            if held is not None and held.in_use:  # a run of this session that has not stopped yet
+                raise PlaygroundBusyError("your previous run is still stopping; press Generate again in a moment")
+            if held is not None and held.key == key:
+                held.in_use, held.last_used = True, self.clock()
+                return held.llm
+            self._drop(tid)  # the learner's old engine (other settings) goes before the new one is counted
+            deadline = time.monotonic() + self.wait_s
+            while not self._fits(nbytes):
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._room.wait(left):
+                    if not self._fits(nbytes):
+                        raise PlaygroundBusyError(self._busy(nbytes)) from None
+            self._reserved += nbytes
+        try:
+            llm = build()
+        except BaseException:
+            with self._room:
+                self._reserved -= nbytes
+                self._room.notify_all()
+            raise
+        with self._room:
+            self._reserved -= nbytes
+            self._held[tid] = _Held(key, llm, nbytes, self.clock(), in_use=True)
+        return llm
+
+    def _fits(self, nbytes: int) -> bool:
+        """Room for `nbytes` more, after freeing idle engines (the caller holds the lock)."""
+        self._sweep_locked()
+        used = self._reserved + sum(h.nbytes for h in self._held.values())
+        return used + nbytes <= self.budget_bytes and len(self._held) < self.max_engines
+
+    def _busy(self, nbytes: int) -> str:
+        used = self._reserved + sum(h.nbytes for h in self._held.values())
+        return (
+            f"the playground is busy: {len(self._held)} learners' engine{'s' * (len(self._held) != 1)} "
+            f"hold{'s' * (len(self._held) == 1)} {format_bytes(used)} of this "
+            f"server's {format_bytes(self.budget_bytes)} of KV cache, and yours needs {format_bytes(nbytes)}. Your "
+            f"last run is kept; press Generate again in a minute (an engine unused for {self.idle_s / 60:.0f} "
+            "minutes is freed), or choose fewer KV blocks or a smaller block size"
+        )
+
+    def release(self, ticket_id: int) -> bool:
+        """Free this learner's engine now, unless it is running (then `sweep` frees it later); True if freed."""
+        with self._room:
+            held = self._held.get(ticket_id)
+            if held is None or held.in_use:
+                return False
+            self._drop(ticket_id)
+            return True
+
+    def sweep(self) -> int:
+        """Free every engine unused for `idle_s` seconds and not running; returns how many were freed."""
+        with self._room:
+            return self._sweep_locked()
+
+    def _sweep_locked(self) -> int:
+        now = self.clock()
+        stale = [t for t, h in self._held.items() if not h.in_use and now - h.last_used >= self.idle_s]
+        for tid in stale:
+            self._drop(tid)
+        return len(stale)
+
+    def _drop(self, tid: int) -> None:
+        """Forget an engine (the caller holds the lock): its KV tensors go with the last reference."""
+        if self._held.pop(tid, None) is not None:  # an engine has no reference cycles: freed right here
+            self._room.notify_all()
+
+    def start_sweeper(self, interval_s: float | None = None) -> None:
+        """Sweep every `interval_s` seconds (a quarter of `idle_s` by default) in a daemon thread, once."""
+        with self._room:
+            if self._sweeper is not None:
+                return
+            every = self.idle_s / 4 if interval_s is None else interval_s
+            ref, stop = weakref.ref(self), self._stop
+
+            def loop() -> None:  # holds the pool only while sweeping: a dropped pool ends the thread
+                while not stop.wait(every) and (pool := ref()) is not None:
+                    pool.sweep()
+                    del pool
+
+            self._sweeper = threading.Thread(target=loop, name="kvlab-playground-sweeper", daemon=True)
+            self._sweeper.start()
+
+    def close(self) -> None:
+        """Stop the sweeper and free every engine that is not running."""
+        self._stop.set()
+        with self._room:
+            for tid in [t for t, h in self._held.items() if not h.in_use]:
+                self._drop(tid)
+        if self._sweeper is not None:
+            self._sweeper.join()
+
+
+_shared: EnginePool | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_pool() -> EnginePool:
+    """This process's pool, every learner's engine in it: sized from the environment on first use, with its
+    sweeper thread running. ValueError when KVLAB_PLAYGROUND_KV_BYTES is not a whole number of bytes."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = EnginePool.from_env()
+            _shared.start_sweeper()
+        return _shared
 
 
 def sampling_params(max_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None) -> SamplingParams:
@@ -512,6 +767,7 @@ def step_view(run: PlaygroundRun, index: int) -> StepView:
 
 __all__ = [
     "DEFAULT_MAX_MODEL_BYTES",
+    "DEFAULT_POOL_BYTES",
     "DEFAULT_PROMPTS",
     "FOLDERS_DISABLED",
     "FOLDERS_DISABLED_NOTICE",
@@ -523,12 +779,21 @@ __all__ = [
     "MAX_PROMPTS_TEXT_CHARS",
     "MODEL_DIRS_ENV",
     "TIMELINE",
+    "IDLE_ENV",
+    "IDLE_S",
+    "MAX_ENGINES",
+    "POOL_BYTES_ENV",
+    "WAIT_S",
+    "EnginePool",
     "EngineSettings",
     "ModelPolicy",
+    "PlaygroundBusyError",
     "PlaygroundRun",
+    "PoolTicket",
     "StepView",
     "abort_all",
     "generate",
+    "kv_pool_bytes",
     "live_line",
     "load",
     "model_policy",
@@ -538,6 +803,7 @@ __all__ = [
     "pending_requests",
     "resolve_model",
     "sampling_params",
+    "shared_pool",
     "step_rows",
     "step_view",
     "timeline",

@@ -2,7 +2,9 @@
 folder, stepping through the scheduler, the knobs at their extremes, the server's model policy
 (KVLAB_MODEL_DIRS, KVLAB_MAX_MODEL_BYTES) and a run interrupted part-way."""
 
+import gc
 import itertools
+import weakref
 from pathlib import Path
 
 import pytest
@@ -226,7 +228,7 @@ def test_an_interrupted_run_leaves_no_phantom_requests(app_test, monkeypatch, ti
     assert steps["waiting"].max() <= 4 and steps["running"].max() <= 4  # no phantom request queued
     assert set(" ".join(steps["joined"]).split()) <= {"r0", "r1", "r2", "r3", "—"}
     assert steps["KV blocks used"].iloc[-1] == 0
-    llm = app.session_state["pg_engine"][1]
+    llm = lab.shared_pool().engine(app.session_state["pg_ticket"])
     assert lab.pending_requests(llm) == [] and llm.block_manager.num_free_blocks == llm.num_gpu_blocks
 
 
@@ -240,3 +242,62 @@ def test_the_text_boxes_hold_at_most_their_limits(at):
     at.radio(key="pg_source").set_value("demo")
     at.text_input(key="pg_path").set_value("")
     at.text_area(key="pg_prompts").set_value(lab.DEFAULT_PROMPTS).run()
+
+
+def folder_app(app_test, monkeypatch, tiny) -> AppTest:
+    monkeypatch.setenv(lab.MODEL_DIRS_ENV, str(Path(tiny).parent))
+    app = app_test("playground", timeout=120)
+    app.run()
+    app.radio(key="pg_source").set_value("folder").run()
+    app.text_input(key="pg_path").set_value(tiny)
+    app.text_area(key="pg_prompts").set_value(PROMPTS)
+    return app
+
+
+def test_a_full_playground_says_it_is_busy_and_keeps_the_learners_run(app_test, monkeypatch, tiny):
+    pool = lab.EnginePool(1 << 20, wait_s=0.0)  # this server's playground: 1 MiB of KV cache in all
+    monkeypatch.setattr(lab, "_shared", pool)
+    app = folder_app(app_test, monkeypatch, tiny)
+    generate(app)
+    assert not app.error and pool.engines == 1
+    kept = app.session_state["pg_run"]
+    with pool.lease(pool.ticket(), "a classmate", (1 << 20) - pool.used_bytes, object):
+        app.slider(key="pg_blocks").set_value(64)  # new settings: a bigger engine than the room left
+        generate(app)
+        assert "the playground is busy: 1 learners' engine holds" in error_text(app)
+        assert "How to fix" in app.error[0].value and pool.used_bytes <= 1 << 20
+    assert app.session_state["pg_run"] is kept and [m for m in app.metric if m.label == "Tokens/s"]  # still shown
+    app.select_slider(key="pg_block").set_value(256)  # 64 x 256 tokens is more than the whole budget
+    generate(app)
+    assert "more than this server's playground holds for all learners together (1.00 MiB" in error_text(app)
+
+
+def test_a_closed_session_gives_its_engine_back(app_test, monkeypatch, tiny):
+    pool = lab.EnginePool(1 << 30, wait_s=0.0)
+    monkeypatch.setattr(lab, "_shared", pool)
+    app = folder_app(app_test, monkeypatch, tiny)
+    generate(app)
+    assert not app.error and pool.engines == 1
+    del app  # the session's state goes, and the ticket with it
+    gc.collect()
+    assert pool.engines == 0 and pool.used_bytes == 0
+
+
+def test_a_freed_engine_is_gone_at_once_not_at_the_next_garbage_collection(app_test, monkeypatch, tiny):
+    # The page's script namespace lives on in a reference cycle (its functions point back at it) until the
+    # cyclic collector runs, which Streamlit no longer forces after each run (postScriptGC = false): an
+    # engine named there would outlive its session. The pool must hold the only reference.
+    pool = lab.EnginePool(1 << 30, wait_s=0.0)
+    monkeypatch.setattr(lab, "_shared", pool)
+    app = folder_app(app_test, monkeypatch, tiny)
+    gc.collect()
+    gc.disable()
+    try:
+        generate(app)
+        assert not app.error
+        ticket = app.session_state["pg_ticket"]
+        cache = weakref.ref(pool.engine(ticket).kv_cache.kv)
+        app.run()  # a rerun that does not generate
+        assert pool.release(ticket.id) and cache() is None
+    finally:
+        gc.enable()

@@ -5,6 +5,9 @@ import itertools
 import os
 import re
 import shutil
+import threading
+import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -347,3 +350,186 @@ def test_a_run_reports_its_own_prefix_cache_hits_in_tokens(tiny):
     assert again.prefix_cache_hit_rate == again.prefix_cache_hits / n
     off = lab.new_engine(loaded, tiny, lab.EngineSettings(block_size=4, num_blocks=64))
     assert lab.generate(off, ["def add(a, b): return a + b"], params).prefix_cache_queries == 0  # caching off
+
+
+# --- The server's engine pool: bounded KV memory, engines freed when a session ends or idles -------------
+
+
+class Clock:
+    """A hand-moved clock for the pool's idle times."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_engine() -> object:
+    return type("FakeLLM", (), {})()
+
+
+def pool_of(budget: int, **kw) -> lab.EnginePool:
+    return lab.EnginePool(budget, wait_s=kw.pop("wait_s", 0.0), **kw)
+
+
+def use(pool: lab.EnginePool, ticket: lab.PoolTicket, key: object, nbytes: int, build=fake_engine) -> object:
+    with pool.lease(ticket, key, nbytes, build) as llm:
+        return llm
+
+
+@pytest.mark.parametrize(("block_size", "num_blocks"), [(1, 1), (4, 9), (16, 256), (256, 3)])
+def test_kv_pool_bytes_is_what_the_engine_allocates(tiny, block_size, num_blocks):
+    loaded = lab.load(tiny, "cpu", policy_for(Path(tiny).parent))
+    settings = lab.EngineSettings(block_size=block_size, num_blocks=num_blocks)
+    config = loaded[1]
+    by_hand = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4  # K+V, float32
+    assert lab.kv_pool_bytes(loaded, settings) == by_hand * block_size * num_blocks
+    assert lab.kv_pool_bytes(loaded, settings) == lab.new_engine(loaded, tiny, settings).kv_cache_bytes
+    with pytest.raises(ValueError, match="num blocks 0"):
+        lab.kv_pool_bytes(loaded, lab.EngineSettings(num_blocks=0))
+
+
+def test_the_pool_never_holds_more_than_its_budget_and_says_it_is_busy():
+    pool = pool_of(100)
+    alice, bob = pool.ticket(), pool.ticket()
+    first = use(pool, alice, "k", 60)
+    with pytest.raises(
+        lab.PlaygroundBusyError, match=r"busy: 1 learners' engine holds 60 bytes of this server's 100 bytes"
+    ):
+        use(pool, bob, "k", 41)
+    assert pool.used_bytes == 60 and pool.engines == 1 and pool.engine(alice) is first  # Alice keeps hers
+    assert use(pool, bob, "k", 40) is not first and pool.used_bytes == 100  # exactly the budget fits
+    with pytest.raises(
+        ValueError, match=r"more than this server's playground holds .*100 bytes.*KVLAB_PLAYGROUND_KV_BYTES"
+    ):
+        use(pool, pool.ticket(), "k", 101)  # bigger than the whole budget: no point waiting
+    assert not isinstance(_raised(lambda: use(pool, pool.ticket(), "k", 101)), lab.PlaygroundBusyError)
+
+
+def _raised(fn) -> BaseException | None:
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001 - the test looks at which one
+        return exc
+    return None
+
+
+def test_a_learner_keeps_their_engine_until_the_settings_change():
+    pool, built = pool_of(100), []
+
+    def build():
+        built.append(fake_engine())
+        return built[-1]
+
+    alice = pool.ticket()
+    assert use(pool, alice, "a", 60, build) is use(pool, alice, "a", 60, build) is built[0]  # the prefix cache stays
+    other = use(pool, alice, "b", 70, build)  # 60 + 70 > 100: her old engine goes first, so it fits
+    assert other is built[1] and len(built) == 2 and pool.used_bytes == 70 and pool.engine(alice, "a") is None
+
+
+def test_an_ended_session_frees_its_engine(tiny):
+    loaded = lab.load(tiny, "cpu", policy_for(Path(tiny).parent))
+    settings = lab.EngineSettings(block_size=4, num_blocks=9)
+    pool, ticket = pool_of(10**9), None
+    ticket = pool.ticket()
+    with pool.lease(
+        ticket, settings, lab.kv_pool_bytes(loaded, settings), lambda: lab.new_engine(loaded, tiny, settings)
+    ) as llm:
+        lab.generate(llm, ["def f(x):"], lab.sampling_params(4, 0.0, 1.0, 0, 0))
+        cache = weakref.ref(llm.kv_cache.kv)  # the K/V tensor itself
+    del llm
+    assert pool.engines == 1 and cache() is not None
+    del ticket  # Streamlit drops the session's state: the ticket, and with it the engine and its KV tensors
+    assert pool.engines == 0 and pool.used_bytes == 0 and cache() is None
+
+
+def test_idle_engines_are_freed_but_never_a_running_one():
+    clock = Clock()
+    pool = pool_of(100, clock=clock, idle_s=60.0)
+    alice, bob = pool.ticket(), pool.ticket()
+    use(pool, alice, "k", 50)
+    with pool.lease(bob, "k", 50, fake_engine):
+        clock.now += 59.0
+        assert pool.sweep() == 0 and pool.engines == 2
+        clock.now += 1.0
+        assert pool.sweep() == 1 and pool.engine(alice) is None  # Alice's, unused for 60 s
+        clock.now += 600.0
+        assert pool.sweep() == 0 and pool.release(bob.id) is False  # Bob's is running: it stays
+    assert pool.engines == 1
+    clock.now += 60.0
+    assert pool.sweep() == 1 and pool.used_bytes == 0
+
+
+def test_a_full_pool_frees_idle_engines_to_make_room():
+    clock = Clock()
+    pool = pool_of(100, clock=clock, idle_s=60.0)
+    alice, bob = pool.ticket(), pool.ticket()
+    use(pool, alice, "k", 100)
+    with pytest.raises(lab.PlaygroundBusyError):
+        use(pool, bob, "k", 10)
+    clock.now += 60.0  # no sweeper ran: the learner who needs room frees Alice's idle engine
+    use(pool, bob, "k", 10)
+    assert pool.engine(alice) is None and pool.used_bytes == 10
+
+
+def test_a_waiting_learner_gets_the_room_an_ending_session_leaves():
+    pool = lab.EnginePool(100, wait_s=60.0)
+    alice, bob = pool.ticket(), pool.ticket()
+    use(pool, alice, "k", 100)
+    timer = threading.Timer(0.2, pool.release, (alice.id,))
+    timer.start()
+    try:
+        assert use(pool, bob, "k", 100) is not None  # waited for Alice's engine to go, then built Bob's
+    finally:
+        timer.cancel()
+    assert pool.engine(alice) is None and pool.used_bytes == 100
+
+
+def test_the_engine_count_is_bounded_too_and_a_failed_build_gives_its_room_back():
+    pool = pool_of(10**6, max_engines=2)
+    tickets = [pool.ticket() for _ in range(3)]
+    use(pool, tickets[0], "k", 1)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        use(pool, tickets[1], "k", 10**5, lambda: (_ for _ in ()).throw(RuntimeError("out of memory")))
+    assert pool.used_bytes == 1 and pool.engines == 1
+    use(pool, tickets[1], "k", 1)
+    with pytest.raises(lab.PlaygroundBusyError, match="2 learners' engines"):
+        use(pool, tickets[2], "k", 1)
+
+
+def test_a_second_run_of_one_session_never_takes_its_running_engine():
+    pool = pool_of(100)
+    alice = pool.ticket()
+    with pool.lease(alice, "k", 10, fake_engine) as running:
+        with pytest.raises(lab.PlaygroundBusyError, match="previous run is still stopping"):
+            use(pool, alice, "other", 10)
+        assert pool.engine(alice) is running
+
+
+def test_the_pool_budget_from_the_environment():
+    assert lab.EnginePool.from_env({}).budget_bytes == lab.DEFAULT_POOL_BYTES == 512 * 2**20
+    assert lab.EnginePool.from_env({lab.POOL_BYTES_ENV: " 1048576 "}).budget_bytes == 2**20
+    assert lab.EnginePool.from_env({}).idle_s == lab.IDLE_S == 180.0
+    assert lab.EnginePool.from_env({lab.IDLE_ENV: "30"}).idle_s == 30.0
+    for name in (lab.POOL_BYTES_ENV, lab.IDLE_ENV):
+        for bad in ("0", "-5", "1e9", "2_000", "١٢", "lots"):
+            with pytest.raises(ValueError, match=f"{name}={bad!r} must be a whole number"):
+                lab.EnginePool.from_env({name: bad})
+
+
+def test_the_sweeper_thread_frees_idle_engines_on_its_own():
+    pool = lab.EnginePool(100, idle_s=0.0)
+    ticket = pool.ticket()
+    use(pool, ticket, "k", 10)
+    try:
+        pool.start_sweeper(interval_s=0.01)
+        pool.start_sweeper(interval_s=0.01)  # once only
+        assert sum(t.name == "kvlab-playground-sweeper" for t in threading.enumerate()) >= 1
+        deadline = time.monotonic() + 60
+        while pool.engines and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.engines == 0  # nobody called sweep(): the thread did
+    finally:
+        pool.close()
+    assert pool.engine(ticket) is None
