@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from lessons.labs.paged import BlockSizeRow
+from lessons.labs.paged_kernel import VllmAccepts
 from ui.charts import DASHES, INK, MARKS, OUTLINE, PALETTE, PATTERNS, labelled_grid, layout, legend_key, log_x_marker
 from ui.inert import LONG, plotly_text
 
@@ -105,23 +107,29 @@ def block_pool_grid(
     return fig.update_layout(height=fig.layout.height + 40)
 
 
+def _sizes(points: Sequence[BlockSizeRow], chosen: int, what: str) -> list[int]:
+    """The sweep's block sizes; ValueError when it is empty or does not hold `chosen`."""
+    if not points:
+        raise ValueError(f"{what}: no block sizes; sweep at least one")
+    sizes = [p.block_size for p in points]
+    if chosen not in sizes:
+        raise ValueError(f"chosen block size {chosen} is not in the sweep {sizes}")
+    return sizes
+
+
 def block_size_sweep(
-    rows: Sequence[Mapping[str, float]], chosen: int, title: str = "Block size: waste vs block-table length"
+    points: Sequence[BlockSizeRow], chosen: int, title: str = "Block size: waste vs block-table length"
 ) -> go.Figure:
     """Internal waste (%) on the left axis and block-table entries per sequence on the right, per block size.
 
-    `rows`: dicts with "block size", "internal waste %" and "entries per sequence"; `chosen` is marked.
+    `points`: the sweep's rows (lessons.labs.paged.BlockSizeSweep.points), ascending; `chosen` is marked.
     """
-    if not rows:
-        raise ValueError("block_size_sweep: no rows; sweep at least one block size")
-    sizes = [int(r["block size"]) for r in rows]
-    if chosen not in sizes:
-        raise ValueError(f"chosen block size {chosen} is not in the sweep {sizes}")
+    sizes = _sizes(points, chosen, "block_size_sweep")
     fig = go.Figure()
     fig.add_scatter(
         name="internal waste % (left)",
         x=sizes,
-        y=[r["internal waste %"] for r in rows],
+        y=[p.internal_waste_pct for p in points],
         mode="lines+markers",
         line={"color": MARKS[1], "dash": DASHES[0]},
         marker={"symbol": "circle", "size": 8},
@@ -129,7 +137,7 @@ def block_size_sweep(
     fig.add_scatter(
         name="block-table entries per sequence (right)",
         x=sizes,
-        y=[r["entries per sequence"] for r in rows],
+        y=[p.entries_per_sequence for p in points],
         mode="lines+markers",
         yaxis="y2",
         line={"color": MARKS[0], "dash": DASHES[1]},
@@ -152,34 +160,32 @@ def block_size_sweep(
     return layout(fig, title, "block size (tokens, log scale)", "internal waste (% of allocated slots)", height=400)
 
 
-def _chosen_row(rows: Sequence[Mapping[str, object]], chosen: int) -> Mapping[str, object]:
-    for r in rows:
-        if int(r["block size"]) == chosen:  # type: ignore[call-overload]
-            return r
-    raise ValueError(f"chosen block size {chosen} is not in the sweep {[r['block size'] for r in rows]}")
+def _peak(points: Sequence[BlockSizeRow]) -> int:
+    """The index of the most tokens/s, the smaller block size on a tie (as `block_size_throughput` labels it)."""
+    return max(range(len(points)), key=lambda i: (points[i].tokens_per_s, -i))
 
 
-def block_size_sweep_summary(rows: Sequence[Mapping[str, float]], chosen: int) -> str:
+def block_size_sweep_summary(points: Sequence[BlockSizeRow], chosen: int) -> str:
     """`block_size_sweep`'s chart in one sentence (its text alternative): the chosen size against both ends."""
-    r, small, large = _chosen_row(rows, chosen), rows[0], rows[-1]
+    sizes = _sizes(points, chosen, "block_size_sweep_summary")
+    r, small, large = points[sizes.index(chosen)], points[0], points[-1]
     return (
-        f"{chosen}-token blocks waste {r['internal waste %']:.2f}% of the allocated KV slots with "
-        f"{r['entries per sequence']:,.1f} block-table entries per sequence; {small['block size']:.0f}-token blocks "
-        f"waste {small['internal waste %']:.2f}% with {small['entries per sequence']:,.1f}, "
-        f"{large['block size']:.0f}-token blocks {large['internal waste %']:.2f}% with "
-        f"{large['entries per sequence']:,.1f}."
+        f"{chosen}-token blocks waste {r.internal_waste_pct:.2f}% of the allocated KV slots with "
+        f"{r.entries_per_sequence:,.1f} block-table entries per sequence; {small.block_size}-token blocks "
+        f"waste {small.internal_waste_pct:.2f}% with {small.entries_per_sequence:,.1f}, "
+        f"{large.block_size}-token blocks {large.internal_waste_pct:.2f}% with "
+        f"{large.entries_per_sequence:,.1f}."
     )
 
 
-def block_size_throughput_summary(rows: Sequence[Mapping[str, object]], chosen: int) -> str:
+def block_size_throughput_summary(points: Sequence[BlockSizeRow], chosen: int) -> str:
     """`block_size_throughput`'s chart in one sentence: the chosen size's tokens/s against the peak's."""
-    r = _chosen_row(rows, chosen)
-    tps = [float(x["tokens/s"]) for x in rows]  # type: ignore[arg-type]
-    peak = rows[max(range(len(rows)), key=lambda i: (tps[i], -i))]  # the smaller block size on a tie, as drawn
+    sizes = _sizes(points, chosen, "block_size_throughput_summary")
+    r, peak = points[sizes.index(chosen)], points[_peak(points)]
     return (
-        f"{chosen}-token blocks give {float(r['tokens/s']):,.0f} tokens/s "  # type: ignore[arg-type]
-        f"({100 * float(r['tokens/s']) / max(tps):.1f}% of the peak); the peak is "  # type: ignore[arg-type]
-        f"{max(tps):,.0f} tokens/s at {peak['block size']}-token blocks."
+        f"{chosen}-token blocks give {r.tokens_per_s:,.0f} tokens/s "
+        f"({100 * r.tokens_per_s / peak.tokens_per_s:.1f}% of the peak); the peak is "
+        f"{peak.tokens_per_s:,.0f} tokens/s at {peak.block_size}-token blocks."
     )
 
 
@@ -248,45 +254,35 @@ def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:
 
 
 def block_size_throughput(
-    rows: Sequence[Mapping[str, object]], chosen: int, title: str = "Tokens/s by block size"
+    points: Sequence[BlockSizeRow], chosen: int, title: str = "Tokens/s by block size"
 ) -> go.Figure:
-    """Bars of tokens/s per block size (the peak labelled, sizes vLLM refuses hatched and named) and the
+    """Bars of tokens/s per block size (the peak labelled, sizes vLLM's FlashAttention refuses dotted) and the
     measured kernel cost vs its best block size on the right axis.
 
-    `rows`: dicts with "block size", "tokens/s", "kernel cost vs best" and "vLLM accepts" ("yes" / "no" / ...).
+    `points`: the sweep's rows (lessons.labs.paged.BlockSizeSweep.points), ascending; `chosen` is marked.
     """
-    if not rows:
-        raise ValueError("block_size_throughput: no rows; sweep at least one block size")
-    sizes = [str(r["block size"]) for r in rows]
-    if str(chosen) not in sizes:
-        raise ValueError(f"chosen block size {chosen} is not in the sweep {sizes}")
-    tps = [float(r["tokens/s"]) for r in rows]  # type: ignore[arg-type]
-    peak = max(range(len(rows)), key=lambda i: (tps[i], -i))
-    verdict = [str(r["vLLM accepts"]) for r in rows]
-    texts = [
-        f"{v:,.0f}" + (" ← peak" if i == peak else "") + ("<br>not in vLLM" if verdict[i] == "no" else "")
-        for i, v in enumerate(tps)
-    ]
+    sizes = [str(s) for s in _sizes(points, chosen, "block_size_throughput")]
+    tps = [p.tokens_per_s for p in points]
+    peak = _peak(points)
+    refused = [p.vllm_accepts is not VllmAccepts.YES for p in points]
     fig = go.Figure()
     fig.add_bar(
         name="tokens/s (left)",
         x=sizes,
         y=tps,
-        text=texts,
+        text=[f"{v:,.0f}" + (" ← peak" if i == peak else "") for i, v in enumerate(tps)],
         textposition="outside",
         cliponaxis=False,
         marker={
-            "color": [
-                PALETTE[1] if i == peak else "#BBBBBB" if verdict[i] == "no" else PALETTE[0] for i in range(len(rows))
-            ],
-            "pattern": {"shape": ["x" if v == "no" else "." if v != "yes" else "" for v in verdict]},
+            "color": [PALETTE[1] if i == peak else PALETTE[0] for i in range(len(points))],
+            "pattern": {"shape": ["." if r else "" for r in refused]},
             "line": OUTLINE,
         },
     )
     fig.add_scatter(
         name="kernel cost vs best block size (right)",
         x=sizes,
-        y=[r["kernel cost vs best"] for r in rows],
+        y=[p.kernel_cost for p in points],
         mode="lines+markers",
         yaxis="y2",
         line={"color": MARKS[1], "dash": DASHES[1]},

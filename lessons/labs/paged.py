@@ -29,6 +29,7 @@ from lessons.labs.paged_kernel import (
     BLOCK_SIZES,
     KERNEL_CONTEXT,
     KERNEL_SEQS,
+    VllmAccepts,
     fitted_costs,
     kernel_costs,
     vllm_accepts,
@@ -44,12 +45,12 @@ NAMES = "ABCDEFGH"
 NEAR_PEAK = 0.99
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlockSizeRow:
     """One block size of the sweep: waste, block-table size, and throughput with and without the kernel's cost."""
 
     block_size: int
-    vllm_accepts: str  # "yes" or "not on FlashAttention" (paged_kernel.vllm_accepts)
+    vllm_accepts: VllmAccepts  # paged_kernel.vllm_accepts
     internal_waste_pct: float  # % of allocated slots holding no token, step-averaged
     utilization_pct: float  # % of held KV slots storing a token, step-averaged
     entries_per_sequence: float  # block-table entries per request at its end, mean over the trace
@@ -66,10 +67,10 @@ class BlockSizeRow:
         return self.block_size - 1
 
     def row(self) -> dict[str, Any]:
-        """The sweep table's row (also what the block-size charts read)."""
+        """The sweep table's row (the block-size charts read the fields)."""
         return {
             "block size": self.block_size,
-            "vLLM accepts": self.vllm_accepts,
+            "vLLM accepts": self.vllm_accepts.value,
             "internal waste %": self.internal_waste_pct,
             "utilization %": self.utilization_pct,
             "entries per sequence": self.entries_per_sequence,

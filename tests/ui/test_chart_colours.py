@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import plotly.graph_objects as go
 import pytest
 
+from tests.ui.chart_inputs import size_row
 from ui import charts, charts_attention, charts_bandwidth, charts_memory, charts_pressure
 
 LIGHT_BG, DARK_BG = "#FFFFFF", "#171614"  # Streamlit 1.67's light and dark backgrounds
@@ -139,19 +140,9 @@ def figures() -> Iterator[tuple[str, go.Figure]]:
         )
     ]
     yield "block_pool_grid", charts_memory.block_pool_grid(blocks, 16, "pool", columns=4)
-    sweep = [
-        {"block size": b, "internal waste %": b / 10, "entries per sequence": 512 / b} for b in (1, 8, 16, 32, 256)
-    ]
+    sweep = [size_row(b, internal_waste_pct=b / 10, entries_per_sequence=512 / b) for b in (1, 8, 16, 32, 256)]
     yield "block_size_sweep", charts_memory.block_size_sweep(sweep, 16)
-    tps = [
-        {"block size": b, "tokens/s": t, "kernel cost vs best": c, "vLLM accepts": v}
-        for b, t, c, v in [
-            (1, 900, 1.1, "yes"),
-            (4, 950, 1.0, "no"),
-            (8, 990, 1.0, "not on FlashAttention"),
-            (16, 1000, 1.0, "yes"),
-        ]
-    ]
+    tps = [size_row(b, tokens_per_s=t, kernel_cost=c) for b, t, c in [(1, 900, 1.1), (8, 990, 1.0), (16, 1000, 1.0)]]
     yield "block_size_throughput", charts_memory.block_size_throughput(tps, 16)
     parts = ["weights", "activations", "CUDA context", "CUDA graphs", "KV cache", "rest", "held back"]  # the most drawn
     yield (

@@ -14,6 +14,7 @@ import pytest
 
 from lessons.labs import bandwidth, fragmentation, gqa, packing
 from tests.app.conftest import make_app_test
+from tests.ui.chart_inputs import size_row
 from ui import charts_memory
 from ui.page import SUMMARY_LEAD, chart_alt
 
@@ -112,11 +113,13 @@ def test_pool_and_table_summaries_count_what_the_pictures_draw():
 
 def test_block_size_summaries_name_the_chosen_size_and_the_peak():
     rows = [
-        {"block size": 8, "internal waste %": 0.9, "entries per sequence": 60.0, "tokens/s": 900.0},
-        {"block size": 16, "internal waste %": 1.7, "entries per sequence": 30.0, "tokens/s": 1000.0},
-        {"block size": 32, "internal waste %": 3.5, "entries per sequence": 15.0, "tokens/s": 950.0},
+        size_row(bs, internal_waste_pct=waste, entries_per_sequence=entries, tokens_per_s=tps)
+        for bs, waste, entries, tps in ((8, 0.9, 60.0, 900.0), (16, 1.7, 30.0, 1000.0), (32, 3.5, 15.0, 950.0))
     ]
-    assert charts_memory.block_size_sweep_summary(rows, 32).startswith("32-token blocks waste 3.50%")
+    assert charts_memory.block_size_sweep_summary(rows, 32) == (
+        "32-token blocks waste 3.50% of the allocated KV slots with 15.0 block-table entries per sequence; "
+        "8-token blocks waste 0.90% with 60.0, 32-token blocks 3.50% with 15.0."
+    )
     said = charts_memory.block_size_throughput_summary(rows, 8)
     assert "900 tokens/s (90.0% of the peak)" in said and "1,000 tokens/s at 16-token blocks" in said
     with pytest.raises(ValueError, match="not in the sweep"):

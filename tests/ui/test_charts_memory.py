@@ -2,6 +2,8 @@
 
 import pytest
 
+from lessons.labs.paged_kernel import VllmAccepts
+from tests.ui.chart_inputs import size_row
 from ui import charts_memory as cm
 
 
@@ -49,13 +51,16 @@ def test_block_pool_grid_marks_shared_blocks_in_words():
 
 
 def test_block_size_sweep_has_two_axes_and_marks_the_choice():
-    rows = [{"block size": b, "internal waste %": b / 10, "entries per sequence": 512 / b} for b in (1, 16, 256)]
+    rows = [size_row(b, internal_waste_pct=b / 10, entries_per_sequence=512 / b) for b in (1, 16, 256)]
     fig = cm.block_size_sweep(rows, 16)
     waste, entries = fig.data
-    assert list(waste.y) == [0.1, 1.6, 25.6] and entries.yaxis == "y2"
+    assert list(waste.x) == [1, 16, 256] and list(waste.y) == [0.1, 1.6, 25.6]
+    assert list(entries.y) == [512.0, 32.0, 2.0] and entries.yaxis == "y2"
     assert any("chosen: 16" in a.text for a in fig.layout.annotations)
     with pytest.raises(ValueError, match="not in the sweep"):
         cm.block_size_sweep(rows, 32)
+    with pytest.raises(ValueError, match="no block sizes"):
+        cm.block_size_sweep([], 16)
 
 
 def test_memory_breakdown_labels_each_part():
@@ -65,20 +70,20 @@ def test_memory_breakdown_labels_each_part():
     assert fig.data[1].text[0] == "KV cache: 5.5 GiB" and fig.layout.barmode == "stack"
 
 
-def test_block_size_throughput_labels_the_peak_and_vllm_refusals():
+def test_block_size_throughput_labels_the_peak_and_dots_what_vllm_refuses():
     rows = [
-        {"block size": bs, "tokens/s": tps, "kernel cost vs best": cost, "vLLM accepts": ok}
-        for bs, tps, cost, ok in (
-            (2, 90.0, 1.4, "no"),
-            (8, 95.0, 1.1, "not on FlashAttention"),
-            (16, 100.0, 1.0, "yes"),
-            (256, 80.0, 1.0, "yes"),
-        )
+        size_row(bs, tokens_per_s=tps, kernel_cost=cost)
+        for bs, tps, cost in ((2, 90.0, 1.4), (8, 95.0, 1.1), (16, 100.0, 1.0), (256, 80.0, 1.0))
     ]
     bars, cost = cm.block_size_throughput(rows, 16).data
     assert list(bars.x) == ["2", "8", "16", "256"] and list(cost.y) == [1.4, 1.1, 1.0, 1.0]
+    assert list(bars.y) == [90.0, 95.0, 100.0, 80.0]
     assert "peak" in bars.text[2] and not any("peak" in t for i, t in enumerate(bars.text) if i != 2)
-    assert "not in vLLM" in bars.text[0] and list(bars.marker.pattern.shape) == ["x", ".", "", ""]
+    assert list(bars.marker.pattern.shape) == [".", ".", "", ""]  # 2 and 8: not a multiple of 16
+    assert list(bars.marker.color) == [cm.PALETTE[0], cm.PALETTE[0], cm.PALETTE[1], cm.PALETTE[0]]
+    # the pattern follows the verdict the row carries, not the block size
+    (bars, _) = cm.block_size_throughput([size_row(16, vllm_accepts=VllmAccepts.NOT_ON_FLASH_ATTENTION)], 16).data
+    assert list(bars.marker.pattern.shape) == ["."]
     with pytest.raises(ValueError, match="chosen block size 4"):
         cm.block_size_throughput(rows, 4)
 

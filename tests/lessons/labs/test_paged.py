@@ -59,7 +59,8 @@ def test_sweep_rows_keep_the_table_columns(swept):
     for row, r in zip(rows, swept.points, strict=True):
         assert row["block size"] == r.block_size and row["internal waste %"] == r.internal_waste_pct
         assert (row["table width (max entries)"], row["tokens/s"]) == (r.table_width, r.tokens_per_s)
-        assert row["vLLM accepts"] == r.vllm_accepts and row["kernel cost vs best"] == r.kernel_cost
+        assert row["vLLM accepts"] == r.vllm_accepts.value and type(row["vLLM accepts"]) is str  # a plain table cell
+        assert row["kernel cost vs best"] == r.kernel_cost
 
 
 @settings(max_examples=9, deadline=None)
@@ -128,9 +129,11 @@ def test_one_token_blocks_never_need_a_copy():
 
 def test_vllm_verdicts_follow_flash_attentions_multiple_of_16():
     verdicts = {bs: paged_kernel.vllm_accepts(bs) for bs in BLOCK_SIZES}
-    assert set(verdicts.values()) == {"yes", "not on FlashAttention"}  # v0.29's config takes any positive size
-    assert [bs for bs, v in verdicts.items() if v == "not on FlashAttention"] == [1, 2, 4, 8]
-    assert all(verdicts[bs] == "yes" for bs in (16, 32, 64, 128, 256))
+    assert set(verdicts.values()) == set(paged_kernel.VllmAccepts)  # v0.29's config takes any positive size
+    refused = paged_kernel.VllmAccepts.NOT_ON_FLASH_ATTENTION
+    assert [bs for bs, v in verdicts.items() if v is refused] == [1, 2, 4, 8]
+    assert all(verdicts[bs] is paged_kernel.VllmAccepts.YES for bs in (16, 32, 64, 128, 256))
+    assert [v.value for v in paged_kernel.VllmAccepts] == ["yes", "not on FlashAttention"]  # the page's words
 
 
 @pytest.mark.parametrize("bs", [1, 16, 256])
