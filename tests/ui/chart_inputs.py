@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lessons.labs.bandwidth import SweepPoint
 from lessons.labs.paged import BlockSizeRow
 from lessons.labs.paged_kernel import vllm_accepts
 
@@ -22,3 +23,10 @@ def size_row(block_size: int, **fields: object) -> BlockSizeRow:
         "tokens_per_s": 1.0,
     }
     return BlockSizeRow(**(base | fields))  # type: ignore[arg-type]
+
+
+def sweep_point(batch: int, tokens_per_s: float, *, fits: bool) -> SweepPoint:
+    """One batch of the decode sweep with its tokens/s and whether its KV fits (the rest: plausible numbers)."""
+    return SweepPoint(
+        batch, fits, batch * 2**20, float(batch), 4.0, batch * 2e6, batch * 2e6 + 16e9, tokens_per_s, "memory"
+    )

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import plotly.graph_objects as go
 import pytest
 
-from tests.ui.chart_inputs import size_row
+from lessons.labs.bandwidth import RooflinePoint
+from tests.ui.chart_inputs import size_row, sweep_point
 from ui import charts, charts_attention, charts_bandwidth, charts_memory, charts_pressure
 
 LIGHT_BG, DARK_BG = "#FFFFFF", "#171614"  # Streamlit 1.67's light and dark backgrounds
@@ -122,14 +123,9 @@ def figures() -> Iterator[tuple[str, go.Figure]]:
         "packing_sweep",
         charts_attention.packing_sweep([0, 40, 80], [3, 2, 1], [1, 2, 3], 40.0, "sweep", "SDPA", 73.0),
     )
-    points = [
-        {"name": "decode", "intensity": 1.2, "flops": 4e12},
-        {"name": "prefill", "intensity": 2000, "flops": 9e14},
-    ]
+    points = [RooflinePoint("decode", 1.2, 4e12), RooflinePoint("prefill", 2000, 9e14)]
     yield "roofline", charts_bandwidth.roofline(9.9e14, 3.35e12, points)
-    rows = [
-        {"batch": b, "tokens per s": 100.0 * b, "fits in memory": "yes" if b <= 16 else "no"} for b in (1, 4, 16, 64)
-    ]
+    rows = [sweep_point(b, 100.0 * b, fits=b <= 16) for b in (1, 4, 16, 64)]
     yield "batch_sweep", charts_bandwidth.batch_sweep(rows, 16)
     tables, fills = {"A": [3, 7, 1], "B": [2]}, {"A": [16, 16, 5], "B": [9]}
     yield "block_table_picture", charts_memory.block_table_picture(tables, fills, 16, "tables")
