@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 import pytest
 
 from lessons.labs.bandwidth import RooflinePoint
-from tests.ui.chart_inputs import size_row, sweep_point
+from lessons.labs.pressure import Traffic
+from tests.ui.chart_inputs import gpu_point, run_point, size_row, step_row, sweep_point
 from ui import charts, charts_attention, charts_bandwidth, charts_memory, charts_pressure
 
 LIGHT_BG, DARK_BG = "#FFFFFF", "#171614"  # Streamlit 1.67's light and dark backgrounds
@@ -148,27 +149,18 @@ def figures() -> Iterator[tuple[str, go.Figure]]:
     waste = [{"server": s, "stored %": 20.0, "reserved %": 30.0, "internal %": 40.0, "external %": 10.0} for s in "ab"]
     yield "waste_by_policy", charts_memory.waste_by_policy(waste)
     yield "with_marker", charts_memory.with_marker(charts.lines([1, 2], {"running": [1, 2]}, "t"), 2, "step 2")
-    steps = [
-        {"step": i, "KV usage %": 10.0 * i, "running": i, "waiting": 3 - i, "preemptions (total)": i // 2}
-        for i in (1, 2, 3)
-    ]
+    steps = [step_row(i, kv_usage=i / 10, running=i, waiting=3 - i, preemptions=i // 2) for i in (1, 2, 3)]
     names = {"kv_usage": "vllm:kv_cache_usage_perc", "running": "vllm:num_requests_running"}
     names |= {"waiting": "vllm:num_requests_waiting", "preemptions": "vllm:num_preemptions_total"}
     yield "pressure dashboard", charts_pressure.dashboard(steps, names, "run")
     rates = [
-        {"requests per step": r, "preemptions": p, "TTFT p50 steps": 1.0, "TTFT p95 steps": 3.0}
+        run_point(Traffic(rate=r), preemptions=p, ttft_p50_steps=1.0, ttft_p95_steps=3.0)
         for r, p in ((0.1, 0), (0.3, 2))
     ]
     yield "pressure traffic_sweep", charts_pressure.traffic_sweep(rates, "traffic")
-    budgets = [
-        {"max_num_batched_tokens": b, "TTFT p50 ms": 100.0 / b, "its duration ms": b / 4, "TPOT p50 ms": 10.0}
-        for b in (16, 256)
-    ]
+    budgets = [run_point(Traffic(budget=b), ttft_p50_ms=100.0 / b, stall_ms=b / 4, tpot_p50_ms=10.0) for b in (16, 256)]
     yield "pressure budget_trade", charts_pressure.budget_trade(budgets, "budget")
-    sim = [
-        {"requests/s": r, "preemptions": p, "p95 queue time s": r / 2, "peak KV usage %": 50.0 + r}
-        for r, p in ((1, 0), (8, 40))
-    ]
+    sim = [gpu_point(r, preemptions=p, p95_wait_s=r / 2, peak_kv_usage=0.5 + r / 100) for r, p in ((1, 0), (8, 40))]
     yield "pressure gpu_sweep", charts_pressure.gpu_sweep(sim, "gpu")
 
 
