@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from lessons.labs.fragmentation import PolicyShare
 from lessons.labs.paged import BlockSizeRow
 from lessons.labs.paged_kernel import VllmAccepts
 from ui.charts import DASHES, INK, MARKS, OUTLINE, PALETTE, PATTERNS, labelled_grid, layout, legend_key, log_x_marker
@@ -299,21 +300,24 @@ def block_size_throughput(
     return layout(fig, title, "block size (tokens)", "tokens/s (simulated, kernel cost charged)", height=420)
 
 
-def waste_by_policy(
-    rows: Sequence[Mapping[str, object]], title: str = "Where held KV memory goes, by policy"
-) -> go.Figure:
+def waste_by_policy(shares: Sequence[PolicyShare], title: str = "Where held KV memory goes, by policy") -> go.Figure:
     """One horizontal stacked bar per server: stored / reserved / internal / external % of held KV slots.
 
-    `rows`: dicts with "server" and the four "... %" columns (FragmentationReport.waste_rows()).
+    `shares`: lessons.labs.fragmentation.FragmentationReport.shares(), one per server.
     """
-    if not rows:
-        raise ValueError("waste_by_policy: no rows")
-    names = [str(r["server"]) for r in rows]
+    if not shares:
+        raise ValueError("waste_by_policy: no servers")
+    names = [s.server for s in shares]
     fig = go.Figure()
-    for i, part in enumerate(("stored %", "reserved %", "internal %", "external %")):
-        values = [float(r[part]) for r in rows]  # type: ignore[arg-type]
+    parts = (
+        ("stored", [s.stored_pct for s in shares]),
+        ("reserved", [s.reserved_pct for s in shares]),
+        ("internal", [s.internal_pct for s in shares]),
+        ("external", [s.external_pct for s in shares]),
+    )
+    for i, (part, values) in enumerate(parts):
         fig.add_bar(
-            name=part.removesuffix(" %"),
+            name=part,
             y=names,
             x=values,
             orientation="h",

@@ -110,7 +110,7 @@ class TraceSummary:
     output_mean: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PolicyShare:
     """Where one server's held KV memory goes, step-averaged, with what it achieved and the paper's figure."""
 
@@ -235,7 +235,8 @@ class FragmentationReport:
         return policy_share(key, self.policies[key])
 
     def waste_rows(self) -> list[dict[str, float | str]]:
-        """Step-averaged shares of held memory per kind, one row per policy, with the paper's figure."""
+        """The comparison table: step-averaged shares of held memory per kind, one row per policy, with the
+        paper's figure (the waste-by-policy chart reads `shares`)."""
         return [s.row() for s in self.shares()]
 
     def area_summary(self) -> str:

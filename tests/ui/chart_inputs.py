@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lessons.labs.bandwidth import SweepPoint
+from lessons.labs.fragmentation import PolicyShare
 from lessons.labs.paged import BlockSizeRow
 from lessons.labs.paged_kernel import vllm_accepts
 from lessons.labs.pressure import GpuPoint, RunPoint, StepRow, Traffic
@@ -65,3 +66,8 @@ def run_point(traffic: Traffic | None = None, **fields: object) -> RunPoint:
 def gpu_point(rate: float, *, preemptions: int, p95_wait_s: float, peak_kv_usage: float) -> GpuPoint:
     """One simulated request rate (peaks and tokens/s: plausible numbers)."""
     return GpuPoint(rate, preemptions, 32, 4, peak_kv_usage, p95_wait_s, 100.0 * rate)
+
+
+def policy_share(server: str, stored: float, reserved: float, internal: float, external: float) -> PolicyShare:
+    """One server's shares of held KV slots, in % (what it achieved: plausible numbers)."""
+    return PolicyShare("paged", server, stored, 96.3, reserved, internal, external, 8, 1000.0, 0.5)

@@ -16,7 +16,7 @@ import pytest
 
 from lessons.labs.bandwidth import RooflinePoint
 from lessons.labs.pressure import Traffic
-from tests.ui.chart_inputs import gpu_point, run_point, size_row, step_row, sweep_point
+from tests.ui.chart_inputs import gpu_point, policy_share, run_point, size_row, step_row, sweep_point
 from ui import charts, charts_attention, charts_bandwidth, charts_memory, charts_pressure
 
 LIGHT_BG, DARK_BG = "#FFFFFF", "#171614"  # Streamlit 1.67's light and dark backgrounds
@@ -146,7 +146,7 @@ def figures() -> Iterator[tuple[str, go.Figure]]:
         "memory_breakdown",
         charts_memory.memory_breakdown([{"part": p, "GiB": 1.0 + i} for i, p in enumerate(parts)], "mem"),
     )
-    waste = [{"server": s, "stored %": 20.0, "reserved %": 30.0, "internal %": 40.0, "external %": 10.0} for s in "ab"]
+    waste = [policy_share(s, 20.0, 30.0, 40.0, 10.0) for s in "ab"]
     yield "waste_by_policy", charts_memory.waste_by_policy(waste)
     yield "with_marker", charts_memory.with_marker(charts.lines([1, 2], {"running": [1, 2]}, "t"), 2, "step 2")
     steps = [step_row(i, kv_usage=i / 10, running=i, waiting=3 - i, preemptions=i // 2) for i in (1, 2, 3)]

@@ -3,7 +3,7 @@
 import pytest
 
 from lessons.labs.paged_kernel import VllmAccepts
-from tests.ui.chart_inputs import size_row
+from tests.ui.chart_inputs import policy_share, size_row
 from ui import charts_memory as cm
 
 
@@ -89,16 +89,13 @@ def test_block_size_throughput_labels_the_peak_and_dots_what_vllm_refuses():
 
 
 def test_waste_by_policy_stacks_the_four_shares_per_server():
-    rows = [
-        {"server": "static Max", "stored %": 20.0, "reserved %": 10.0, "internal %": 65.0, "external %": 5.0},
-        {"server": "paged", "stored %": 98.0, "reserved %": 0.0, "internal %": 2.0, "external %": 0.0},
-    ]
+    rows = [policy_share("static Max", 20.0, 10.0, 65.0, 5.0), policy_share("paged", 98.0, 0.0, 2.0, 0.0)]
     fig = cm.waste_by_policy(rows)
     assert [t.name for t in fig.data] == ["stored", "reserved", "internal", "external"]
-    for i in range(2):
-        assert sum(t.x[i] for t in fig.data) == pytest.approx(100.0)
+    assert [list(t.x) for t in fig.data] == [[20.0, 98.0], [10.0, 0.0], [65.0, 2.0], [5.0, 0.0]]
+    assert list(fig.data[2].text) == ["65.0%", ""]  # a share under 4% has no room for its label
     assert list(fig.data[0].y) == ["static Max", "paged"] and fig.layout.barmode == "stack"
-    with pytest.raises(ValueError, match="no rows"):
+    with pytest.raises(ValueError, match="no servers"):
         cm.waste_by_policy([])
 
 
