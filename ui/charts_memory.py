@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs.fragmentation import PolicyShare
 from lessons.labs.paged import BlockSizeRow
 from lessons.labs.paged_kernel import VllmAccepts
@@ -190,14 +191,16 @@ def block_size_throughput_summary(points: Sequence[BlockSizeRow], chosen: int) -
     )
 
 
-def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Figure:
-    """One horizontal stacked bar of a GPU's memory by part (GiB), each part labelled in its segment."""
-    if not rows:
-        raise ValueError("memory_breakdown: no rows")
+def memory_breakdown(parts: Sequence[MemoryPart], title: str) -> go.Figure:
+    """One horizontal stacked bar of a GPU's memory by part (GiB), each part labelled in its segment.
+
+    `parts`: lessons.diagnosis Symptoms.memory or own_log.memory_parts (a negative part is drawn as 0)."""
+    if not parts:
+        raise ValueError("memory_breakdown: no parts")
     fig = go.Figure()
-    for i, r in enumerate(rows):
-        gib = float(r["GiB"])  # type: ignore[arg-type]
-        part = plotly_text(str(r["part"]))  # parts are the course's words; escaped all the same
+    for i, p in enumerate(parts):
+        gib = p.gib
+        part = plotly_text(p.part)  # parts are the course's words; escaped all the same
         fig.add_bar(
             name=part,
             y=["GPU memory"],
@@ -237,15 +240,15 @@ def pool_summary(blocks: Sequence[Mapping[str, object]]) -> str:
     return f"Of {len(blocks)} physical blocks: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "."
 
 
-def memory_summary(rows: Sequence[Mapping[str, object]]) -> str:
+def memory_summary(parts: Sequence[MemoryPart]) -> str:
     """`memory_breakdown`'s chart in one sentence (its text alternative): the total and every part, in GiB.
 
     Page 7 draws it for an incident and for a learner's pasted log; the parts are the course's words."""
-    if not rows:
-        raise ValueError("memory_summary: no rows")
-    parts = [(str(r["part"]), max(float(r["GiB"]), 0.0)) for r in rows]  # type: ignore[arg-type]
-    total = sum(g for _, g in parts)
-    return f"{total:,.1f} GiB of GPU memory in all: " + ", ".join(f"{p} {g:,.1f} GiB" for p, g in parts) + "."
+    if not parts:
+        raise ValueError("memory_summary: no parts")
+    drawn = [(p.part, max(p.gib, 0.0)) for p in parts]
+    total = sum(g for _, g in drawn)
+    return f"{total:,.1f} GiB of GPU memory in all: " + ", ".join(f"{p} {g:,.1f} GiB" for p, g in drawn) + "."
 
 
 def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import plotly.graph_objects as go
 import pytest
 
+from engine.memory.units import GiB
+from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs.bandwidth import RooflinePoint
 from lessons.labs.pressure import Traffic
 from tests.ui.chart_inputs import gpu_point, policy_share, run_point, size_row, step_row, sweep_point
@@ -144,7 +146,7 @@ def figures() -> Iterator[tuple[str, go.Figure]]:
     parts = ["weights", "activations", "CUDA context", "CUDA graphs", "KV cache", "rest", "held back"]  # the most drawn
     yield (
         "memory_breakdown",
-        charts_memory.memory_breakdown([{"part": p, "GiB": 1.0 + i} for i, p in enumerate(parts)], "mem"),
+        charts_memory.memory_breakdown([MemoryPart(p, (1.0 + i) * GiB) for i, p in enumerate(parts)], "mem"),
     )
     waste = [policy_share(s, 20.0, 30.0, 40.0, 10.0) for s in "ab"]
     yield "waste_by_policy", charts_memory.waste_by_policy(waste)

@@ -12,6 +12,8 @@ import re
 import plotly.graph_objects as go
 import pytest
 
+from engine.memory.units import GiB
+from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs import bandwidth, fragmentation, gqa, packing
 from tests.app.conftest import make_app_test
 from tests.ui.chart_inputs import size_row
@@ -127,7 +129,7 @@ def test_block_size_summaries_name_the_chosen_size_and_the_peak():
 
 
 def test_memory_summary_totals_the_parts():
-    rows = [{"part": "weights", "GiB": 15.0}, {"part": "KV cache", "GiB": 4.5}, {"part": "free", "GiB": 0.5}]
+    rows = [MemoryPart("weights", 15.0 * GiB), MemoryPart("KV cache", 4.5 * GiB), MemoryPart("free", 0.5 * GiB)]
     assert charts_memory.memory_summary(rows) == (
         "20.0 GiB of GPU memory in all: weights 15.0 GiB, KV cache 4.5 GiB, free 0.5 GiB."
     )

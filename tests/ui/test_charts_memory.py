@@ -2,6 +2,8 @@
 
 import pytest
 
+from engine.memory.units import GiB
+from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs.paged_kernel import VllmAccepts
 from tests.ui.chart_inputs import policy_share, size_row
 from ui import charts_memory as cm
@@ -64,10 +66,13 @@ def test_block_size_sweep_has_two_axes_and_marks_the_choice():
 
 
 def test_memory_breakdown_labels_each_part():
-    rows = [{"part": "weights", "GiB": 15.0}, {"part": "KV cache", "GiB": 5.5}]
+    rows = [MemoryPart("weights", 15.0 * GiB), MemoryPart("KV cache", 5.5 * GiB), MemoryPart("over capacity", -GiB)]
     fig = cm.memory_breakdown(rows, "gpu")
-    assert [t.name for t in fig.data] == ["weights", "KV cache"]
+    assert [t.name for t in fig.data] == ["weights", "KV cache", "over capacity"]
+    assert [list(t.x) for t in fig.data] == [[15.0], [5.5], [0.0]]  # an oversold part is not drawn below zero
     assert fig.data[1].text[0] == "KV cache: 5.5 GiB" and fig.layout.barmode == "stack"
+    with pytest.raises(ValueError, match="no parts"):
+        cm.memory_breakdown([], "gpu")
 
 
 def test_block_size_throughput_labels_the_peak_and_dots_what_vllm_refuses():
@@ -108,7 +113,7 @@ def test_names_and_owners_from_a_run_are_shown_as_typed_not_as_plotly_markup():
     )
     cell = pool.data[0].text[0][0]
     assert "&lt;a href=" in cell and "<a" not in cell and cell.count("<br>") == 1  # only the builder's own break
-    bar = cm.memory_breakdown([{"part": evil, "GiB": 1.0}], "mem")
+    bar = cm.memory_breakdown([MemoryPart(evil, GiB)], "mem")
     assert "<" not in bar.data[0].name and "<" not in bar.data[0].text[0]
     marked = cm.with_marker(bar, 0.5, evil)
     assert all("<a" not in a.text for a in marked.layout.annotations)
