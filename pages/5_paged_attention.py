@@ -77,7 +77,7 @@ def _pool(picture: lab.PoolPicture, stage: int | None, title: str, name: str, ke
         _pool_fig(picture.block_size, stage, title),
         "Every physical block of the pool: its state (free / cached / used / shared — written in the cell, "
         "not only coloured), the sequences that own it, ×N for its reference count and its filled slots.",
-        picture.blocks,
+        picture.block_rows(),
         name,
         key,
         summary=charts_memory.pool_summary(picture.blocks),

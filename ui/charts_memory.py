@@ -16,12 +16,23 @@ from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs.fragmentation import PolicyShare
 from lessons.labs.paged import BlockSizeRow
 from lessons.labs.paged_kernel import VllmAccepts
+from lessons.labs.pool import BlockState, PoolBlock
 from ui.charts import DASHES, INK, MARKS, OUTLINE, PALETTE, PATTERNS, labelled_grid, layout, legend_key, log_x_marker
 from ui.inert import LONG, plotly_text
 
-# Block states in the pool picture -> (heatmap value, word shown in the cell).
-STATE_VALUES: dict[str, float] = {"free": 0.0, "cached": 0.35, "used": 0.7, "shared": 1.0}
-STATE_COLORS: dict[str, str] = {"free": "#FFFFFF", "cached": "#F0E442", "used": PALETTE[5], "shared": PALETTE[3]}
+# Block states in the pool picture -> heatmap value and colour (light to dark in greyscale); the cell says the word.
+STATE_VALUES: dict[BlockState, float] = {
+    BlockState.FREE: 0.0,
+    BlockState.CACHED: 0.35,
+    BlockState.USED: 0.7,
+    BlockState.SHARED: 1.0,
+}
+STATE_COLORS: dict[BlockState, str] = {
+    BlockState.FREE: "#FFFFFF",
+    BlockState.CACHED: "#F0E442",
+    BlockState.USED: PALETTE[5],
+    BlockState.SHARED: PALETTE[3],
+}
 _POOL_SCALE = [[STATE_VALUES[s], c] for s, c in STATE_COLORS.items()]
 
 
@@ -68,14 +79,11 @@ def block_table_picture(
     return fig
 
 
-def block_pool_grid(
-    blocks: Sequence[Mapping[str, object]], block_size: int, title: str, columns: int = 16
-) -> go.Figure:
+def block_pool_grid(blocks: Sequence[PoolBlock], block_size: int, title: str, columns: int = 16) -> go.Figure:
     """The physical pool, `columns` blocks per row: state, owners, fill and reference count in every cell.
 
-    `blocks`: dicts with block_id, state ("free" | "cached" | "used"), ref_count, owners (str) and filled.
-    A block with ref_count > 1 is drawn as "shared". The state is written in every cell and a legend names
-    each state's colour (light to dark in greyscale: free, cached, used, shared).
+    `blocks`: lessons.labs.pool.PoolBlock values, in id order. The state is written in every cell and a legend
+    names each state's colour (light to dark in greyscale: free, cached, used, shared).
     """
     if columns < 1:
         raise ValueError(f"columns must be positive, got {columns}")
@@ -87,25 +95,17 @@ def block_pool_grid(
         row_v: list[float | None] = [None] * columns
         row_t = [""] * columns
         for j, b in enumerate(blocks[start : start + columns]):
-            state = str(b["state"])
-            refs = int(b["ref_count"])  # type: ignore[arg-type]
-            if state == "used" and refs > 1:
-                state = "shared"
-            if state not in STATE_VALUES:
-                raise ValueError(f"block {b['block_id']}: unknown state {state!r}; use one of {list(STATE_VALUES)}")
-            row_v[j] = STATE_VALUES[state]
-            owners = plotly_text(str(b.get("owners", "")), LONG) or "—"
-            refs_txt = f" ×{refs}" if refs > 1 else ""
-            row_t[j] = (
-                f"#{plotly_text(b['block_id'])} {state}{refs_txt}<br>{owners} {plotly_text(b['filled'])}/{block_size}"
-            )
+            row_v[j] = STATE_VALUES[b.state]
+            owners = plotly_text("+".join(b.owners), LONG) or "—"
+            refs = f" ×{b.ref_count}" if b.ref_count > 1 else ""
+            row_t[j] = f"#{b.block_id} {b.state.value}{refs}<br>{owners} {b.filled}/{block_size}"
         values.append(row_v)
         text.append(row_t)
     ylabels = [f"blocks {s}–{min(s + columns, len(blocks)) - 1}" for s in range(0, len(blocks), columns)]
     fig = labelled_grid(values, text, title, xlabels=[str(c) for c in range(columns)], ylabels=ylabels)
     fig.update_traces(colorscale=_POOL_SCALE, zmin=0, zmax=1, textfont={"size": 10}, selector={"type": "heatmap"})
     fig.update_xaxes(showticklabels=False)
-    legend_key(fig, list(STATE_COLORS.items()))
+    legend_key(fig, [(s.value, c) for s, c in STATE_COLORS.items()])
     return fig.update_layout(height=fig.layout.height + 40)
 
 
@@ -231,13 +231,11 @@ def block_tables_summary(
     return f"{len(tables)} sequence(s) map {total} logical blocks of {block_size} tokens to physical ones: {each}."
 
 
-def pool_summary(blocks: Sequence[Mapping[str, object]]) -> str:
+def pool_summary(blocks: Sequence[PoolBlock]) -> str:
     """`block_pool_grid` in one sentence: how many physical blocks are in each state (shared: more than one owner)."""
-    counts = dict.fromkeys(("used", "shared", "cached", "free"), 0)
-    for b in blocks:
-        state = "shared" if b["state"] == "used" and int(b["ref_count"]) > 1 else str(b["state"])  # type: ignore[arg-type]
-        counts[state] = counts.get(state, 0) + 1
-    return f"Of {len(blocks)} physical blocks: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "."
+    order = (BlockState.USED, BlockState.SHARED, BlockState.CACHED, BlockState.FREE)
+    counts = ", ".join(f"{sum(b.state is s for b in blocks)} {s.value}" for s in order)
+    return f"Of {len(blocks)} physical blocks: {counts}."
 
 
 def memory_summary(parts: Sequence[MemoryPart]) -> str:

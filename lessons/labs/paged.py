@@ -34,6 +34,7 @@ from lessons.labs.paged_kernel import (
     kernel_costs,
     vllm_accepts,
 )
+from lessons.labs.pool import PoolBlock, block_rows, pool_blocks
 
 MAX_CONTEXTS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CONTEXT = 16, 2048  # the page's defaults (lessons/links.py reads them)
@@ -246,7 +247,7 @@ class PoolPicture:
     block_size: int
     tables: dict[str, list[int]]  # sequence name -> physical block ids
     fills: dict[str, list[int]]  # sequence name -> tokens in each of its blocks
-    blocks: list[dict[str, object]]  # every physical block: block_id, state, ref_count, owners, filled
+    blocks: tuple[PoolBlock, ...]  # every physical block, in id order
     allocated_slots: int = 0
     used_slots: int = 0
     notes: list[str] = field(default_factory=list)
@@ -260,6 +261,10 @@ class PoolPicture:
     def idle_slots(self) -> int:
         """Allocated slots holding no token (all in the sequences' last blocks)."""
         return self.allocated_slots - self.used_slots
+
+    def block_rows(self) -> list[dict[str, object]]:
+        """The pool table: one row per physical block (`PoolBlock.row`)."""
+        return block_rows(self.blocks)
 
     def table_rows(self) -> list[dict[str, object]]:
         """One row per (sequence, logical block): the mapping the attention kernel follows."""
@@ -279,16 +284,7 @@ def _picture(bm: BlockManager, seqs: dict[str, Sequence], notes: list[str]) -> P
             n = s.num_computed_tokens
             tables[name] = list(s.block_table)
             fills[name] = [max(0, min(bs, n - i * bs)) for i in range(len(s.block_table))]
-    blocks = [
-        {
-            "block_id": b.block_id,
-            "state": b.state,
-            "ref_count": b.ref_count,
-            "owners": "+".join(names.get(o, str(o)) for o in b.owners),
-            "filled": b.num_filled,
-        }
-        for b in bm.snapshot()
-    ]
+    blocks = pool_blocks(bm.snapshot(), lambda o: names.get(o, str(o)))
     usage = bm.usage()
     return PoolPicture(bs, tables, fills, blocks, usage.allocated_slots, usage.used_slots, list(notes))
 
@@ -345,7 +341,7 @@ class SharingStage:
 
     def row(self) -> dict[str, object]:
         """A table row: each sequence's block table, the copies made and the blocks with ref count > 1."""
-        shared = {b["block_id"]: b["ref_count"] for b in self.picture.blocks if int(b["ref_count"]) > 1}  # type: ignore[arg-type]
+        shared = {b.block_id: b.ref_count for b in self.picture.blocks if b.ref_count > 1}
         out: dict[str, object] = {"stage": self.title}
         out.update({f"{k} table": str(v) for k, v in self.picture.tables.items()})
         out["copy-on-write copies (src→dst)"] = ", ".join(f"{s}→{d}" for s, d in self.copies) or "none"

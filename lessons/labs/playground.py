@@ -43,6 +43,7 @@ from engine.memory.measure import default_device
 from engine.model import access
 from engine.model.loader import DEMO_DIR, ModelTooLargeError, format_bytes, load_model
 from engine.outputs import StepTrace
+from lessons.labs.pool import PoolBlock, block_rows, pool_blocks
 
 MAX_PROMPTS = 8
 MAX_PROMPT_CHARS = 400
@@ -456,8 +457,12 @@ class StepView:
     scheduled: list[dict[str, Any]]  # one table row per request that ran in the step
     tables: dict[str, list[int]]  # request name -> physical block ids
     fills: dict[str, list[int]]  # request name -> tokens in each of its blocks
-    blocks: list[dict[str, Any]]  # every physical block: block_id, state, ref_count, owners, filled
+    blocks: tuple[PoolBlock, ...]  # every physical block, in id order
     story: str  # what happened in the step, in sentences
+
+    def block_rows(self) -> list[dict[str, object]]:
+        """The pool table: one row per physical block (`PoolBlock.row`)."""
+        return block_rows(self.blocks)
 
     def table_rows(self) -> list[dict[str, str]]:
         """The block tables as a table: one row per request."""
@@ -473,16 +478,7 @@ def step_view(run: PlaygroundRun, index: int) -> StepView:
     filled = {b.block_id: b.num_filled for b in t.blocks}
     tables = {_name(r, first): list(tbl) for r, tbl in t.block_tables.items()}
     fills = {_name(r, first): [filled[b] for b in tbl] for r, tbl in t.block_tables.items()}
-    blocks = [
-        {
-            "block_id": b.block_id,
-            "state": b.state,
-            "ref_count": b.ref_count,
-            "owners": "+".join(_name(o, first) for o in b.owners),
-            "filled": b.num_filled,
-        }
-        for b in t.blocks
-    ]
+    blocks = pool_blocks(t.blocks, lambda o: _name(o, first))
     scheduled = [
         {
             "request": _name(r.request_id, first),

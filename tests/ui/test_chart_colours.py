@@ -17,6 +17,7 @@ import pytest
 from engine.memory.units import GiB
 from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs.bandwidth import RooflinePoint
+from lessons.labs.pool import BlockState, PoolBlock
 from lessons.labs.pressure import Traffic
 from tests.ui.chart_inputs import gpu_point, policy_share, run_point, size_row, step_row, sweep_point
 from ui import charts, charts_attention, charts_bandwidth, charts_memory, charts_pressure
@@ -133,9 +134,14 @@ def figures() -> Iterator[tuple[str, go.Figure]]:
     tables, fills = {"A": [3, 7, 1], "B": [2]}, {"A": [16, 16, 5], "B": [9]}
     yield "block_table_picture", charts_memory.block_table_picture(tables, fills, 16, "tables")
     blocks = [
-        {"block_id": i, "state": s, "ref_count": r, "owners": o, "filled": f}
+        PoolBlock(i, s, r, o, f)
         for i, (s, r, o, f) in enumerate(
-            [("used", 2, "A+B", 16), ("used", 1, "A", 5), ("cached", 0, "", 16), ("free", 0, "", 0)]
+            [
+                (BlockState.SHARED, 2, ("A", "B"), 16),
+                (BlockState.USED, 1, ("A",), 5),
+                (BlockState.CACHED, 0, (), 16),
+                (BlockState.FREE, 0, (), 0),
+            ]
         )
     ]
     yield "block_pool_grid", charts_memory.block_pool_grid(blocks, 16, "pool", columns=4)

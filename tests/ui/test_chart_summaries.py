@@ -15,6 +15,7 @@ import pytest
 from engine.memory.units import GiB
 from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs import bandwidth, fragmentation, gqa, packing
+from lessons.labs.pool import BlockState, PoolBlock
 from tests.app.conftest import make_app_test
 from tests.ui.chart_inputs import size_row
 from ui import charts_memory
@@ -102,11 +103,11 @@ def test_packing_summaries():
 
 def test_pool_and_table_summaries_count_what_the_pictures_draw():
     blocks = [
-        {"block_id": 0, "state": "used", "ref_count": 2, "owners": "A+B", "filled": 4},
-        {"block_id": 1, "state": "used", "ref_count": 1, "owners": "A", "filled": 3},
-        {"block_id": 2, "state": "cached", "ref_count": 0, "owners": "", "filled": 4},
-        {"block_id": 3, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
-        {"block_id": 4, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
+        PoolBlock(0, BlockState.SHARED, 2, ("A", "B"), 4),
+        PoolBlock(1, BlockState.USED, 1, ("A",), 3),
+        PoolBlock(2, BlockState.CACHED, 0, (), 4),
+        PoolBlock(3, BlockState.FREE, 0, (), 0),
+        PoolBlock(4, BlockState.FREE, 0, (), 0),
     ]
     assert charts_memory.pool_summary(blocks) == "Of 5 physical blocks: 1 used, 1 shared, 1 cached, 2 free."
     said = charts_memory.block_tables_summary({"A": [0, 1], "B": [0]}, {"A": [4, 3], "B": [4]}, 4)

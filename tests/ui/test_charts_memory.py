@@ -5,6 +5,7 @@ import pytest
 from engine.memory.units import GiB
 from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs.paged_kernel import VllmAccepts
+from lessons.labs.pool import BlockState, PoolBlock
 from tests.ui.chart_inputs import policy_share, size_row
 from ui import charts_memory as cm
 
@@ -34,20 +35,20 @@ def test_block_table_picture_rejects_bad_input(tables, fills, match):
 
 def test_block_pool_grid_marks_shared_blocks_in_words():
     blocks = [
-        {"block_id": 0, "state": "used", "ref_count": 2, "owners": "A+B", "filled": 4},
-        {"block_id": 1, "state": "used", "ref_count": 1, "owners": "A", "filled": 2},
-        {"block_id": 2, "state": "cached", "ref_count": 0, "owners": "", "filled": 4},
-        {"block_id": 3, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
-        {"block_id": 4, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
+        PoolBlock(0, BlockState.SHARED, 2, ("A", "B"), 4),
+        PoolBlock(1, BlockState.USED, 1, ("A",), 2),
+        PoolBlock(2, BlockState.CACHED, 0, (), 4),
+        PoolBlock(3, BlockState.FREE, 0, (), 0),
+        PoolBlock(4, BlockState.FREE, 0, (), 0),
     ]
     fig = cm.block_pool_grid(blocks, 4, "pool", columns=3)
     heat = fig.data[0]
     assert len(heat.z) == 2  # 5 blocks, 3 per row
-    assert heat.text[0][0] == "#0 shared ×2<br>A+B 4/4"
-    assert heat.text[0][2].startswith("#2 cached") and heat.text[1][0].startswith("#3 free")
-    assert heat.z[0][0] == cm.STATE_VALUES["shared"] and heat.z[1][2] is None
-    with pytest.raises(ValueError, match="unknown state"):
-        cm.block_pool_grid([{**blocks[0], "state": "lost"}], 4, "pool")
+    assert heat.text[0][0] == "#0 shared ×2<br>A+B 4/4" and heat.text[0][1] == "#1 used<br>A 2/4"
+    assert heat.text[0][2] == "#2 cached<br>— 4/4" and heat.text[1][0].startswith("#3 free")
+    assert heat.z[0][0] == cm.STATE_VALUES[BlockState.SHARED] and heat.z[1][2] is None
+    assert list(heat.z[0]) == [1.0, 0.7, 0.35] and list(heat.z[1][:2]) == [0.0, 0.0]
+    assert [t.name for t in fig.data[1:]] == ["free", "cached", "used", "shared"]  # the legend names each colour
     with pytest.raises(ValueError, match="empty"):
         cm.block_pool_grid([], 4, "pool")
 
@@ -108,9 +109,7 @@ def test_names_and_owners_from_a_run_are_shown_as_typed_not_as_plotly_markup():
     evil = "<a href='https://evil.example'>x</a><img src=x><br><b>b</b>"
     table = cm.block_table_picture({evil: [3]}, {evil: [2]}, 4, "t")
     assert all("<a" not in str(y) and "&lt;a href=" in str(y) for y in table.data[0].y)
-    pool = cm.block_pool_grid(
-        [{"block_id": 0, "state": "used", "ref_count": 1, "owners": evil, "filled": 2}], 4, "pool"
-    )
+    pool = cm.block_pool_grid([PoolBlock(0, BlockState.USED, 1, (evil,), 2)], 4, "pool")
     cell = pool.data[0].text[0][0]
     assert "&lt;a href=" in cell and "<a" not in cell and cell.count("<br>") == 1  # only the builder's own break
     bar = cm.memory_breakdown([MemoryPart(evil, GiB)], "mem")
