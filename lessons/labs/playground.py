@@ -441,13 +441,19 @@ def step_rows(run: PlaygroundRun) -> list[dict[str, Any]]:
     return rows
 
 
-TIMELINE: tuple[str, ...] = ("running", "waiting", "KV blocks used")  # step_rows' columns the timeline draws
+TIMELINE: tuple[str, ...] = ("running", "waiting", "KV blocks used")  # the timeline's series (step_rows' columns)
 
 
-def timeline(run: PlaygroundRun) -> tuple[list[int], dict[str, list[Any]]]:
-    """(x = step number, {column: values}) of TIMELINE for the batch-and-blocks chart (the rows of step_rows)."""
-    rows = step_rows(run)
-    return [r["step"] for r in rows], {name: [r[name] for r in rows] for name in TIMELINE}
+def timeline(run: PlaygroundRun) -> tuple[list[int], dict[str, list[int]]]:
+    """(x = step number, {series name: values}) of TIMELINE for the batch-and-blocks chart, read off the run's
+    traces (step_rows is its table: the same numbers)."""
+    first = run.traces[0].step if run.traces else 0
+    series = (
+        [len(t.running) for t in run.traces],
+        [len(t.waiting) for t in run.traces],
+        [t.num_blocks - t.num_free_blocks for t in run.traces],
+    )
+    return [t.step - first + 1 for t in run.traces], dict(zip(TIMELINE, series, strict=True))
 
 
 @dataclass(frozen=True)

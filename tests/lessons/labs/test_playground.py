@@ -250,6 +250,8 @@ def test_small_pool_run_matches_solo_runs_and_rows_add_up(tiny):
     for i, t in enumerate(run.traces):  # read off the traces themselves
         assert series["running"][i] == len(t.running) and series["waiting"][i] == len(t.waiting)
         assert series["KV blocks used"][i] == t.num_blocks - t.num_free_blocks
+    assert [r["step"] for r in rows] == steps  # the chart and its table say the same numbers
+    assert all(series[name] == [r[name] for r in rows] for name in lab.TIMELINE)
     assert run.generated_tokens == 40 and run.tokens_per_s > 0
     for i, t in enumerate(run.traces):
         view = lab.step_view(run, i)
