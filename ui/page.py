@@ -16,11 +16,13 @@ State rules (Streamlit runs each learner's session in its own thread):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import html
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
 from typing import Any, TypeVar
 
 import streamlit as st
@@ -40,16 +42,40 @@ T = TypeVar("T")
 _PLAIN = (str, int, float, bool, type(None))
 
 
-def _plain(value: Any) -> bool:
-    """Whether ``value`` is built only of str / int / float / bool / None in tuples, lists and dicts: then its
-    repr is exact and cheap (Streamlit's hashing of a few hundred table cells costs milliseconds)."""
+class _NotPlain(Exception):
+    """A figure argument with no exact, cheap key (an array, an arbitrary object)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Form:
+    """A dataclass or enum member in a key: its qualified class name and values (no plain value reprs so)."""
+
+    cls: str
+    values: tuple
+
+
+def _key_form(value: Any) -> Any:
+    """``value`` rebuilt of str / int / float / bool / None in tuples, lists and dicts, so that its repr is an
+    exact and cheap cache key: a lab's frozen dataclass becomes its class and field values, an enum member its
+    class and value (Streamlit's hashing of a few hundred cells, or of a dozen dataclasses, costs milliseconds).
+    _NotPlain for anything else."""
+    cls = type(value)
+    if isinstance(value, Enum):  # before _PLAIN: a StrEnum is a str, and two enums may share a value
+        return _Form(f"{cls.__module__}.{cls.__qualname__}", (value.value,))
     if isinstance(value, _PLAIN):
-        return True
-    if isinstance(value, (tuple, list)):
-        return all(_plain(v) for v in value)
+        return value
+    if isinstance(value, tuple):
+        return tuple(_key_form(v) for v in value)
+    if isinstance(value, list):
+        return [_key_form(v) for v in value]
     if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    return False
+        if not all(isinstance(k, str) for k in value):
+            raise _NotPlain
+        return {k: _key_form(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        fields = tuple(_key_form(getattr(value, f.name)) for f in dataclasses.fields(value))
+        return _Form(f"{cls.__module__}.{cls.__qualname__}", fields)
+    raise _NotPlain
 
 
 def frozen_figure(fig: Any) -> Any:
@@ -73,13 +99,14 @@ def figure(builder: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``builder(*args, **kwargs)`` (a ui.charts* figure builder: a pure function of its arguments) built once
     per process for each set of arguments and shared by every learner, read-only: building a plotly figure
     costs far more than the page's arithmetic. The cache (ui.memo) is keyed by the builder's name and its
-    arguments' values (their repr: rows of numbers and strings); st.plotly_chart only reads a figure (it
-    serialises its ``to_dict()``, computed once here)."""
+    arguments' values (`_key_form`: numbers, strings and the labs' frozen dataclasses and enums); st.plotly_chart
+    only reads a figure (it serialises its ``to_dict()``, computed once here)."""
     name = f"{builder.__module__}.{builder.__qualname__}"
-    if _plain(args) and _plain(kwargs):
-        key = f"{name}{args!r}{sorted(kwargs.items())!r}"
-        return _FIGURES.get_or_make(key, lambda: frozen_figure(builder(*args, **kwargs)))
-    return _built_figure_hashed(name, args, kwargs, builder)
+    try:
+        key = f"{name}{_key_form(args)!r}{sorted(_key_form(kwargs).items())!r}"
+    except _NotPlain:
+        return _built_figure_hashed(name, args, kwargs, builder)
+    return _FIGURES.get_or_make(key, lambda: frozen_figure(builder(*args, **kwargs)))
 
 
 @st.cache_resource(show_spinner=False)

@@ -39,3 +39,30 @@ def test_labelled_grid_shows_text_in_cells_and_checks_shape():
 def test_every_builder_returns_a_figure():
     assert isinstance(charts.bar(["a"], [1], "t"), go.Figure)
     assert isinstance(charts.stacked_area([0], {"a": [1]}, "t"), go.Figure)
+
+
+def test_figures_of_typed_values_are_keyed_by_value_not_by_streamlits_hashing(monkeypatch):
+    """ui.page.figure keys a lab's frozen dataclasses and enums by their values (cheaply, exactly): the same values
+    give the one shared figure, any changed field or enum member a new one, and nothing goes to Streamlit's
+    hashing (milliseconds for a dozen dataclasses)."""
+    from lessons.labs.pool import BlockState, PoolBlock
+    from ui import charts_memory, page
+
+    def hashed(*args, **kwargs):
+        raise AssertionError("a typed argument fell back to Streamlit's hashing")
+
+    monkeypatch.setattr(page, "_built_figure_hashed", hashed)
+    block = PoolBlock(0, BlockState.USED, 1, ("A",), 3)
+    first = page.figure(charts_memory.block_pool_grid, (block,), 4, "typed-key test")
+    assert (
+        page.figure(charts_memory.block_pool_grid, (PoolBlock(0, BlockState.USED, 1, ("A",), 3),), 4, "typed-key test")
+        is first
+    )
+    for other in (
+        PoolBlock(0, BlockState.USED, 1, ("A",), 2),  # one field
+        PoolBlock(0, BlockState.CACHED, 1, ("A",), 3),  # the enum member
+    ):
+        assert page.figure(charts_memory.block_pool_grid, (other,), 4, "typed-key test") is not first
+    assert page._key_form(BlockState.USED) != page._key_form("used")  # a StrEnum is not its plain word
+    with pytest.raises(page._NotPlain):
+        page._key_form(object())
