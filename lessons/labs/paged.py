@@ -34,7 +34,7 @@ from lessons.labs.paged_kernel import (
     kernel_costs,
     vllm_accepts,
 )
-from lessons.labs.pool import PoolBlock, block_rows, pool_blocks
+from lessons.labs.pool import PoolBlock, pool_blocks
 
 MAX_CONTEXTS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CONTEXT = 16, 2048  # the page's defaults (lessons/links.py reads them)
@@ -264,7 +264,7 @@ class PoolPicture:
 
     def block_rows(self) -> list[dict[str, object]]:
         """The pool table: one row per physical block (`PoolBlock.row`)."""
-        return block_rows(self.blocks)
+        return [b.row() for b in self.blocks]
 
     def table_rows(self) -> list[dict[str, object]]:
         """One row per (sequence, logical block): the mapping the attention kernel follows."""

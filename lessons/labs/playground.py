@@ -43,7 +43,7 @@ from engine.memory.measure import default_device
 from engine.model import access
 from engine.model.loader import DEMO_DIR, ModelTooLargeError, format_bytes, load_model
 from engine.outputs import StepTrace
-from lessons.labs.pool import PoolBlock, block_rows, pool_blocks
+from lessons.labs.pool import PoolBlock, pool_blocks
 
 MAX_PROMPTS = 8
 MAX_PROMPT_CHARS = 400
@@ -468,7 +468,7 @@ class StepView:
 
     def block_rows(self) -> list[dict[str, object]]:
         """The pool table: one row per physical block (`PoolBlock.row`)."""
-        return block_rows(self.blocks)
+        return [b.row() for b in self.blocks]
 
     def table_rows(self) -> list[dict[str, str]]:
         """The block tables as a table: one row per request."""

@@ -60,9 +60,4 @@ def pool_blocks(snapshot: Iterable[BlockInfo], name: Callable[[int], str]) -> tu
     )
 
 
-def block_rows(blocks: Iterable[PoolBlock]) -> list[dict[str, object]]:
-    """The pool table: one row per block (`PoolBlock.row`)."""
-    return [b.row() for b in blocks]
-
-
-__all__ = ["BlockState", "PoolBlock", "block_rows", "block_state", "pool_blocks"]
+__all__ = ["BlockState", "PoolBlock", "block_state", "pool_blocks"]

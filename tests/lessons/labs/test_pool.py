@@ -5,7 +5,7 @@ import pytest
 from engine.core.block_manager import BlockManager
 from engine.core.block_usage import BlockInfo
 from engine.core.sequence import Sequence
-from lessons.labs.pool import BlockState, PoolBlock, block_rows, block_state, pool_blocks
+from lessons.labs.pool import BlockState, PoolBlock, block_state, pool_blocks
 
 
 def test_a_forked_prefix_is_shared_a_released_prefix_cached_the_rest_free():
@@ -36,11 +36,11 @@ def test_one_owner_is_used_and_the_rows_are_the_pool_table():
     (p,) = pool_blocks([info], lambda o: f"r{o}")
     assert p == PoolBlock(3, BlockState.USED, 1, ("r7",), 2)
     shared = PoolBlock(4, BlockState.SHARED, 2, ("r0", "r1"), 4)
-    assert block_rows([p, shared]) == [
+    assert [p.row(), shared.row()] == [
         {"block_id": 3, "state": "used", "ref_count": 1, "owners": "r7", "filled": 2},
         {"block_id": 4, "state": "shared", "ref_count": 2, "owners": "r0+r1", "filled": 4},
     ]
-    assert all(type(r["state"]) is str for r in block_rows([p, shared]))  # plain table cells
+    assert all(type(b.row()["state"]) is str for b in (p, shared))  # plain table cells
 
 
 def test_a_state_the_engine_does_not_name_is_refused():
