@@ -124,7 +124,7 @@ def block_size_sweep(
 ) -> go.Figure:
     """Internal waste (%) on the left axis and block-table entries per sequence on the right, per block size.
 
-    `points`: the sweep's rows (lessons.labs.paged.BlockSizeSweep.points), ascending; `chosen` is marked.
+    `points`: the sweep's `BlockSizeRow`s (lessons.labs.paged.BlockSizeSweep.points), ascending; `chosen` is marked.
     """
     sizes = _sizes(points, chosen, "block_size_sweep")
     fig = go.Figure()
@@ -261,7 +261,7 @@ def block_size_throughput(
     """Bars of tokens/s per block size (the peak labelled, sizes vLLM's FlashAttention refuses dotted) and the
     measured kernel cost vs its best block size on the right axis.
 
-    `points`: the sweep's rows (lessons.labs.paged.BlockSizeSweep.points), ascending; `chosen` is marked.
+    `points`: the sweep's `BlockSizeRow`s (lessons.labs.paged.BlockSizeSweep.points), ascending; `chosen` is marked.
     """
     sizes = [str(s) for s in _sizes(points, chosen, "block_size_throughput")]
     tps = [p.tokens_per_s for p in points]
