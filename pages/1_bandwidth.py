@@ -126,7 +126,7 @@ def _calculator() -> None:
     show_chart(
         figure(
             charts_bandwidth.batch_sweep,
-            sweep.rows(),
+            sweep.points,
             fit.max_batch,
             f"Decode throughput as the batch grows ({int(context):,} tokens)",
         ),

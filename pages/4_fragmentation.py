@@ -116,7 +116,9 @@ def _calculator() -> None:
     prose(PAGE, "What it costs")
     waste_rows = rep.waste_rows()
     show_chart(
-        figure(charts_memory.waste_by_policy, waste_rows, "Where held KV memory goes: three static policies vs paged"),
+        figure(
+            charts_memory.waste_by_policy, rep.shares(), "Where held KV memory goes: three static policies vs paged"
+        ),
         "One bar per server, the same trace and the same KV bytes: stored tokens (solid), reserved slots for tokens "
         "still to come (/), internal fragmentation (x) and external fragmentation (.), as step-averaged shares of the "
         "slots held while requests run. The table adds the paper's Fig. 2 share for each policy.",

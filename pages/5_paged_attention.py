@@ -46,12 +46,12 @@ def _sharing(block_size: int) -> tuple[lab.SharingStage, ...]:
 # them after this point). Building a plotly figure costs more than the page's cached calculations.
 @memo(max_entries=64)
 def _sweep_fig(max_context: int, block_size: int) -> Any:
-    return frozen_figure(charts_memory.block_size_sweep(_sweep(max_context).rows(), block_size))
+    return frozen_figure(charts_memory.block_size_sweep(_sweep(max_context).points, block_size))
 
 
 @memo(max_entries=64)
 def _throughput_fig(max_context: int, block_size: int) -> Any:
-    return frozen_figure(charts_memory.block_size_throughput(_sweep(max_context).rows(), block_size))
+    return frozen_figure(charts_memory.block_size_throughput(_sweep(max_context).points, block_size))
 
 
 @memo(max_entries=32)
@@ -72,7 +72,7 @@ def _pool(picture: lab.PoolPicture, stage: int | None, title: str, name: str, ke
         _pool_fig(picture.block_size, stage, title),
         "Every physical block of the pool: its state (free / cached / used / shared — written in the cell, "
         "not only coloured), the sequences that own it, ×N for its reference count and its filled slots.",
-        picture.blocks,
+        picture.block_rows(),
         name,
         key,
         summary=charts_memory.pool_summary(picture.blocks),
@@ -144,7 +144,7 @@ def _calculator() -> None:
         swept.rows(),
         f"paged-block-size-sweep-{max_context}",
         "paged_sweep",
-        summary=charts_memory.block_size_sweep_summary(swept.rows(), block_size),
+        summary=charts_memory.block_size_sweep_summary(swept.points, block_size),
     )
     prose(PAGE, "Block size")
     kernel = _kernel()
@@ -160,7 +160,7 @@ def _calculator() -> None:
         swept.rows(),
         f"paged-block-size-throughput-{max_context}",
         "paged_throughput",
-        summary=charts_memory.block_size_throughput_summary(swept.rows(), block_size),
+        summary=charts_memory.block_size_throughput_summary(swept.points, block_size),
     )
     if (note := kernel.note(swept)) is not None:
         st.info(note, icon=":material/info:")

@@ -54,7 +54,7 @@ def _gpu(gpu: str) -> lab.GpuSweep:
 def _dashboard_fig(rate: float, prompt_len: int, num_blocks: int, max_num_seqs: int, budget: int) -> Any:
     run = _run(rate, prompt_len, num_blocks, max_num_seqs, budget, False)
     title = f"One run: {lab.NUM_REQUESTS} requests at {rate:g} per step into {num_blocks} KV blocks (real engine)"
-    return frozen_figure(charts_pressure.dashboard([s.row() for s in run.steps], lab.METRICS, title))
+    return frozen_figure(charts_pressure.dashboard(run.steps, lab.METRICS, title))
 
 
 page_header(PAGE)
@@ -75,7 +75,7 @@ def _budget_section(budgets: lab.BudgetSweep, prompt_len: int, max_num_seqs: int
     show_chart(
         figure(
             charts_pressure.budget_trade,
-            budgets.rows(),
+            budgets.points(),
             "The token budget's trade, on a burst of prompts (real engine)",
         ),
         f"The burst (4 requests decoding, then 8 arriving at once) in a {lab.GROWN_POOL}-block pool with "
@@ -179,7 +179,9 @@ def _calculator() -> None:
         rows = sweep.rows()
         show_chart(
             figure(
-                charts_pressure.traffic_sweep, rows, f"Preemptions and TTFT as traffic grows ({num_blocks} KV blocks)"
+                charts_pressure.traffic_sweep,
+                sweep.points(),
+                f"Preemptions and TTFT as traffic grows ({num_blocks} KV blocks)",
             ),
             "One run of the real engine per traffic level, the other settings as above: preemptions (hatched bars, "
             "left axis) and TTFT p50 (solid) and p95 (dashed) in engine steps (right axis).",
@@ -213,7 +215,7 @@ def _calculator() -> None:
     view.publish()
     sim = _gpu(gpu)
     show_chart(
-        figure(charts_pressure.gpu_sweep, sim.rows(), f"Simulated: {sim.model_name} on {sim.gpu_name}"),
+        figure(charts_pressure.gpu_sweep, sim.points, f"Simulated: {sim.model_name} on {sim.gpu_name}"),
         f"The simulator (engine.sim over the engine's BlockManager and preemption rule, roofline step time; not "
         f"measured): {sim.capacity_tokens:,} KV tokens, the same trace at each request rate. Preemptions (hatched "
         "bars), p95 queue time (solid) and peak KV usage (dashed).",

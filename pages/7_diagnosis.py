@@ -75,7 +75,7 @@ def _calculator() -> None:
     show_chart(
         _memory_fig(sid, int(variant)),
         "Where the GPU's memory goes as deployed; every segment is labelled with its part and size.",
-        sym.memory,
+        sym.memory_rows(),
         f"memory-{sid}-{variant}",
         "diag_mem",
         summary=charts_memory.memory_summary(sym.memory),
@@ -192,16 +192,16 @@ def _own_server() -> None:
     show_table(own_log.found_rows(log), "your-vllm-log", "diag_paste_found", "what your log says")
     for error in log.errors:  # a line of the learner's paste: shown as text, never as Markdown
         st.warning(f"Your log reports: {prose_md(error)}", icon=":material/error:")
-    rows = own_log.memory_rows(log)
-    if rows:
-        fig = charts_memory.memory_breakdown(rows, "Your GPU's memory, from the log")
+    parts = own_log.memory_parts(log)
+    if parts:
+        fig = charts_memory.memory_breakdown(parts, "Your GPU's memory, from the log")
         show_chart(
             fig,
             "Your GPU's memory by part, as the pasted log states it (GiB); parts the log does not state are left out.",
-            rows,
+            own_log.memory_rows(log),
             "your-gpu-memory",
             "diag_paste_mem",
-            summary=charts_memory.memory_summary(rows),
+            summary=charts_memory.memory_summary(parts),
         )
     pool = own_log.kv_pool(log, model or None)
     if pool:

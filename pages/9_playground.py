@@ -185,7 +185,7 @@ else:
     show_chart(
         charts_memory.block_pool_grid(view.blocks, run.block_size, f"The pool after step {step}", columns=8),
         "Every physical block: state in words (free / cached / used / shared), owners, ×N reference count, fill.",
-        view.blocks,
+        view.block_rows(),
         f"playground-pool-{step}",
         "pg_pool",
         summary=charts_memory.pool_summary(view.blocks),

@@ -5,27 +5,28 @@ Williams, Waterman and Patterson, "Roofline: an insightful visual performance mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from lessons.labs.bandwidth import RooflinePoint, SweepPoint
 from ui.charts import INK, MARKS, layout, log_x_marker
 
 
 def roofline(
     peak_flops: float,
     bandwidth: float,
-    points: Sequence[Mapping[str, float | str]],
+    points: Sequence[RooflinePoint],
     title: str = "Roofline",
 ) -> go.Figure:
     """Log-log roofline: attainable FLOP/s = min(peak, intensity × bandwidth), with labelled points.
 
-    `points`: dicts with "name", "intensity" (FLOP/byte) and "flops" (attainable FLOP/s at that intensity).
+    `points`: lessons.labs.bandwidth.BandwidthLesson.points (name, FLOP per byte, attainable FLOP/s).
     """
     if peak_flops <= 0 or bandwidth <= 0:
         raise ValueError(f"roofline needs positive peak FLOP/s and bandwidth, got {peak_flops} and {bandwidth}")
     ridge = peak_flops / bandwidth
-    xs_pts = [float(p["intensity"]) for p in points if float(p["intensity"]) > 0]
+    xs_pts = [p.intensity for p in points if p.intensity > 0]
     lo = min([ridge / 100, *xs_pts]) / 2
     hi = max([ridge * 100, *xs_pts]) * 2
     xs = [lo, ridge, hi]
@@ -47,11 +48,11 @@ def roofline(
     symbols = ("circle", "diamond", "square", "triangle-up", "x")
     for i, p in enumerate(points):
         fig.add_scatter(
-            name=str(p["name"]),
-            x=[float(p["intensity"])],
-            y=[float(p["flops"])],
+            name=p.name,
+            x=[p.intensity],
+            y=[p.flops],
             mode="markers+text",
-            text=[str(p["name"])],
+            text=[p.name],
             textposition="top center",
             marker={"size": 13, "color": MARKS[i % len(MARKS)], "symbol": symbols[i % len(symbols)]},
         )
@@ -60,31 +61,29 @@ def roofline(
     return layout(fig, title, "arithmetic intensity (FLOP per byte moved)", "attainable FLOP/s", height=420)
 
 
-def batch_sweep(
-    rows: Sequence[Mapping[str, object]], max_batch: int, title: str = "Decode throughput vs batch"
-) -> go.Figure:
+def batch_sweep(points: Sequence[SweepPoint], max_batch: int, title: str = "Decode throughput vs batch") -> go.Figure:
     """Decode tokens/s per batch (log-log): batches that fit in memory as a solid line, the ones that do not as
     grey crosses labelled "does not fit", and a dotted line at the largest batch that fits.
 
-    `rows`: dicts with "batch", "tokens per s" and "fits in memory" ("yes" / "no").
+    `points`: lessons.labs.bandwidth.BatchSweep.points (batch, tokens/s and whether its KV fits), ascending.
     """
-    if not rows:
-        raise ValueError("batch_sweep: no rows; sweep at least one batch")
-    fit = [r for r in rows if r["fits in memory"] == "yes"]
-    over = [r for r in rows if r["fits in memory"] != "yes"]
+    if not points:
+        raise ValueError("batch_sweep: no batches; sweep at least one")
+    fit = [p for p in points if p.fits]
+    over = [p for p in points if not p.fits]
     fig = go.Figure()
     fig.add_scatter(
         name="fits in GPU memory",
-        x=[r["batch"] for r in fit],
-        y=[r["tokens per s"] for r in fit],
+        x=[p.batch for p in fit],
+        y=[p.tokens_per_s for p in fit],
         mode="lines+markers",
         line={"color": MARKS[0]},
         marker={"symbol": "circle", "size": 9},
     )
     fig.add_scatter(
         name="does not fit (KV over the budget)",
-        x=[r["batch"] for r in over],
-        y=[r["tokens per s"] for r in over],
+        x=[p.batch for p in over],
+        y=[p.tokens_per_s for p in over],
         mode="markers+text",
         text=["does not fit"] * len(over),
         textposition="bottom center",

@@ -12,12 +12,27 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from lessons.diagnosis.scenarios import MemoryPart
+from lessons.labs.fragmentation import PolicyShare
+from lessons.labs.paged import BlockSizeRow
+from lessons.labs.paged_kernel import VllmAccepts
+from lessons.labs.pool import BlockState, PoolBlock
 from ui.charts import DASHES, INK, MARKS, OUTLINE, PALETTE, PATTERNS, labelled_grid, layout, legend_key, log_x_marker
 from ui.inert import LONG, plotly_text
 
-# Block states in the pool picture -> (heatmap value, word shown in the cell).
-STATE_VALUES: dict[str, float] = {"free": 0.0, "cached": 0.35, "used": 0.7, "shared": 1.0}
-STATE_COLORS: dict[str, str] = {"free": "#FFFFFF", "cached": "#F0E442", "used": PALETTE[5], "shared": PALETTE[3]}
+# Block states in the pool picture -> heatmap value and colour (light to dark in greyscale); the cell says the word.
+STATE_VALUES: dict[BlockState, float] = {
+    BlockState.FREE: 0.0,
+    BlockState.CACHED: 0.35,
+    BlockState.USED: 0.7,
+    BlockState.SHARED: 1.0,
+}
+STATE_COLORS: dict[BlockState, str] = {
+    BlockState.FREE: "#FFFFFF",
+    BlockState.CACHED: "#F0E442",
+    BlockState.USED: PALETTE[5],
+    BlockState.SHARED: PALETTE[3],
+}
 _POOL_SCALE = [[STATE_VALUES[s], c] for s, c in STATE_COLORS.items()]
 
 
@@ -64,14 +79,11 @@ def block_table_picture(
     return fig
 
 
-def block_pool_grid(
-    blocks: Sequence[Mapping[str, object]], block_size: int, title: str, columns: int = 16
-) -> go.Figure:
+def block_pool_grid(blocks: Sequence[PoolBlock], block_size: int, title: str, columns: int = 16) -> go.Figure:
     """The physical pool, `columns` blocks per row: state, owners, fill and reference count in every cell.
 
-    `blocks`: dicts with block_id, state ("free" | "cached" | "used"), ref_count, owners (str) and filled.
-    A block with ref_count > 1 is drawn as "shared". The state is written in every cell and a legend names
-    each state's colour (light to dark in greyscale: free, cached, used, shared).
+    `blocks`: lessons.labs.pool.PoolBlock values, in id order. The state is written in every cell and a legend
+    names each state's colour (light to dark in greyscale: free, cached, used, shared).
     """
     if columns < 1:
         raise ValueError(f"columns must be positive, got {columns}")
@@ -83,45 +95,43 @@ def block_pool_grid(
         row_v: list[float | None] = [None] * columns
         row_t = [""] * columns
         for j, b in enumerate(blocks[start : start + columns]):
-            state = str(b["state"])
-            refs = int(b["ref_count"])  # type: ignore[arg-type]
-            if state == "used" and refs > 1:
-                state = "shared"
-            if state not in STATE_VALUES:
-                raise ValueError(f"block {b['block_id']}: unknown state {state!r}; use one of {list(STATE_VALUES)}")
-            row_v[j] = STATE_VALUES[state]
-            owners = plotly_text(str(b.get("owners", "")), LONG) or "—"
-            refs_txt = f" ×{refs}" if refs > 1 else ""
-            row_t[j] = (
-                f"#{plotly_text(b['block_id'])} {state}{refs_txt}<br>{owners} {plotly_text(b['filled'])}/{block_size}"
-            )
+            row_v[j] = STATE_VALUES[b.state]
+            owners = plotly_text("+".join(b.owners), LONG) or "—"
+            refs = f" ×{b.ref_count}" if b.ref_count > 1 else ""
+            row_t[j] = f"#{b.block_id} {b.state.value}{refs}<br>{owners} {b.filled}/{block_size}"
         values.append(row_v)
         text.append(row_t)
     ylabels = [f"blocks {s}–{min(s + columns, len(blocks)) - 1}" for s in range(0, len(blocks), columns)]
     fig = labelled_grid(values, text, title, xlabels=[str(c) for c in range(columns)], ylabels=ylabels)
     fig.update_traces(colorscale=_POOL_SCALE, zmin=0, zmax=1, textfont={"size": 10}, selector={"type": "heatmap"})
     fig.update_xaxes(showticklabels=False)
-    legend_key(fig, list(STATE_COLORS.items()))
+    legend_key(fig, [(s.value, c) for s, c in STATE_COLORS.items()])
     return fig.update_layout(height=fig.layout.height + 40)
 
 
+def _sizes(points: Sequence[BlockSizeRow], chosen: int, what: str) -> list[int]:
+    """The sweep's block sizes; ValueError when it is empty or does not hold `chosen`."""
+    if not points:
+        raise ValueError(f"{what}: no block sizes; sweep at least one")
+    sizes = [p.block_size for p in points]
+    if chosen not in sizes:
+        raise ValueError(f"chosen block size {chosen} is not in the sweep {sizes}")
+    return sizes
+
+
 def block_size_sweep(
-    rows: Sequence[Mapping[str, float]], chosen: int, title: str = "Block size: waste vs block-table length"
+    points: Sequence[BlockSizeRow], chosen: int, title: str = "Block size: waste vs block-table length"
 ) -> go.Figure:
     """Internal waste (%) on the left axis and block-table entries per sequence on the right, per block size.
 
-    `rows`: dicts with "block size", "internal waste %" and "entries per sequence"; `chosen` is marked.
+    `points`: the sweep's `BlockSizeRow`s (lessons.labs.paged.BlockSizeSweep.points), ascending; `chosen` is marked.
     """
-    if not rows:
-        raise ValueError("block_size_sweep: no rows; sweep at least one block size")
-    sizes = [int(r["block size"]) for r in rows]
-    if chosen not in sizes:
-        raise ValueError(f"chosen block size {chosen} is not in the sweep {sizes}")
+    sizes = _sizes(points, chosen, "block_size_sweep")
     fig = go.Figure()
     fig.add_scatter(
         name="internal waste % (left)",
         x=sizes,
-        y=[r["internal waste %"] for r in rows],
+        y=[p.internal_waste_pct for p in points],
         mode="lines+markers",
         line={"color": MARKS[1], "dash": DASHES[0]},
         marker={"symbol": "circle", "size": 8},
@@ -129,7 +139,7 @@ def block_size_sweep(
     fig.add_scatter(
         name="block-table entries per sequence (right)",
         x=sizes,
-        y=[r["entries per sequence"] for r in rows],
+        y=[p.entries_per_sequence for p in points],
         mode="lines+markers",
         yaxis="y2",
         line={"color": MARKS[0], "dash": DASHES[1]},
@@ -152,45 +162,45 @@ def block_size_sweep(
     return layout(fig, title, "block size (tokens, log scale)", "internal waste (% of allocated slots)", height=400)
 
 
-def _chosen_row(rows: Sequence[Mapping[str, object]], chosen: int) -> Mapping[str, object]:
-    for r in rows:
-        if int(r["block size"]) == chosen:  # type: ignore[call-overload]
-            return r
-    raise ValueError(f"chosen block size {chosen} is not in the sweep {[r['block size'] for r in rows]}")
+def _peak(points: Sequence[BlockSizeRow]) -> int:
+    """The index of the most tokens/s, the smaller block size on a tie (as `block_size_throughput` labels it)."""
+    return max(range(len(points)), key=lambda i: (points[i].tokens_per_s, -i))
 
 
-def block_size_sweep_summary(rows: Sequence[Mapping[str, float]], chosen: int) -> str:
+def block_size_sweep_summary(points: Sequence[BlockSizeRow], chosen: int) -> str:
     """`block_size_sweep`'s chart in one sentence (its text alternative): the chosen size against both ends."""
-    r, small, large = _chosen_row(rows, chosen), rows[0], rows[-1]
+    sizes = _sizes(points, chosen, "block_size_sweep_summary")
+    r, small, large = points[sizes.index(chosen)], points[0], points[-1]
     return (
-        f"{chosen}-token blocks waste {r['internal waste %']:.2f}% of the allocated KV slots with "
-        f"{r['entries per sequence']:,.1f} block-table entries per sequence; {small['block size']:.0f}-token blocks "
-        f"waste {small['internal waste %']:.2f}% with {small['entries per sequence']:,.1f}, "
-        f"{large['block size']:.0f}-token blocks {large['internal waste %']:.2f}% with "
-        f"{large['entries per sequence']:,.1f}."
+        f"{chosen}-token blocks waste {r.internal_waste_pct:.2f}% of the allocated KV slots with "
+        f"{r.entries_per_sequence:,.1f} block-table entries per sequence; {small.block_size}-token blocks "
+        f"waste {small.internal_waste_pct:.2f}% with {small.entries_per_sequence:,.1f}, "
+        f"{large.block_size}-token blocks {large.internal_waste_pct:.2f}% with "
+        f"{large.entries_per_sequence:,.1f}."
     )
 
 
-def block_size_throughput_summary(rows: Sequence[Mapping[str, object]], chosen: int) -> str:
+def block_size_throughput_summary(points: Sequence[BlockSizeRow], chosen: int) -> str:
     """`block_size_throughput`'s chart in one sentence: the chosen size's tokens/s against the peak's."""
-    r = _chosen_row(rows, chosen)
-    tps = [float(x["tokens/s"]) for x in rows]  # type: ignore[arg-type]
-    peak = rows[max(range(len(rows)), key=lambda i: (tps[i], -i))]  # the smaller block size on a tie, as drawn
+    sizes = _sizes(points, chosen, "block_size_throughput_summary")
+    r, peak = points[sizes.index(chosen)], points[_peak(points)]
     return (
-        f"{chosen}-token blocks give {float(r['tokens/s']):,.0f} tokens/s "  # type: ignore[arg-type]
-        f"({100 * float(r['tokens/s']) / max(tps):.1f}% of the peak); the peak is "  # type: ignore[arg-type]
-        f"{max(tps):,.0f} tokens/s at {peak['block size']}-token blocks."
+        f"{chosen}-token blocks give {r.tokens_per_s:,.0f} tokens/s "
+        f"({100 * r.tokens_per_s / peak.tokens_per_s:.1f}% of the peak); the peak is "
+        f"{peak.tokens_per_s:,.0f} tokens/s at {peak.block_size}-token blocks."
     )
 
 
-def memory_breakdown(rows: Sequence[Mapping[str, object]], title: str) -> go.Figure:
-    """One horizontal stacked bar of a GPU's memory by part (GiB), each part labelled in its segment."""
-    if not rows:
-        raise ValueError("memory_breakdown: no rows")
+def memory_breakdown(parts: Sequence[MemoryPart], title: str) -> go.Figure:
+    """One horizontal stacked bar of a GPU's memory by part (GiB), each part labelled in its segment.
+
+    `parts`: lessons.diagnosis Symptoms.memory or own_log.memory_parts (a negative part is drawn as 0)."""
+    if not parts:
+        raise ValueError("memory_breakdown: no parts")
     fig = go.Figure()
-    for i, r in enumerate(rows):
-        gib = float(r["GiB"])  # type: ignore[arg-type]
-        part = plotly_text(str(r["part"]))  # parts are the course's words; escaped all the same
+    for i, p in enumerate(parts):
+        gib = p.gib
+        part = plotly_text(p.part)  # parts are the course's words; escaped all the same
         fig.add_bar(
             name=part,
             y=["GPU memory"],
@@ -221,24 +231,22 @@ def block_tables_summary(
     return f"{len(tables)} sequence(s) map {total} logical blocks of {block_size} tokens to physical ones: {each}."
 
 
-def pool_summary(blocks: Sequence[Mapping[str, object]]) -> str:
+def pool_summary(blocks: Sequence[PoolBlock]) -> str:
     """`block_pool_grid` in one sentence: how many physical blocks are in each state (shared: more than one owner)."""
-    counts = dict.fromkeys(("used", "shared", "cached", "free"), 0)
-    for b in blocks:
-        state = "shared" if b["state"] == "used" and int(b["ref_count"]) > 1 else str(b["state"])  # type: ignore[arg-type]
-        counts[state] = counts.get(state, 0) + 1
-    return f"Of {len(blocks)} physical blocks: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "."
+    order = (BlockState.USED, BlockState.SHARED, BlockState.CACHED, BlockState.FREE)
+    counts = ", ".join(f"{sum(b.state is s for b in blocks)} {s.value}" for s in order)
+    return f"Of {len(blocks)} physical blocks: {counts}."
 
 
-def memory_summary(rows: Sequence[Mapping[str, object]]) -> str:
+def memory_summary(parts: Sequence[MemoryPart]) -> str:
     """`memory_breakdown`'s chart in one sentence (its text alternative): the total and every part, in GiB.
 
     Page 7 draws it for an incident and for a learner's pasted log; the parts are the course's words."""
-    if not rows:
-        raise ValueError("memory_summary: no rows")
-    parts = [(str(r["part"]), max(float(r["GiB"]), 0.0)) for r in rows]  # type: ignore[arg-type]
-    total = sum(g for _, g in parts)
-    return f"{total:,.1f} GiB of GPU memory in all: " + ", ".join(f"{p} {g:,.1f} GiB" for p, g in parts) + "."
+    if not parts:
+        raise ValueError("memory_summary: no parts")
+    drawn = [(p.part, max(p.gib, 0.0)) for p in parts]
+    total = sum(g for _, g in drawn)
+    return f"{total:,.1f} GiB of GPU memory in all: " + ", ".join(f"{p} {g:,.1f} GiB" for p, g in drawn) + "."
 
 
 def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:
@@ -248,45 +256,35 @@ def with_marker(fig: go.Figure, x: float, label: str) -> go.Figure:
 
 
 def block_size_throughput(
-    rows: Sequence[Mapping[str, object]], chosen: int, title: str = "Tokens/s by block size"
+    points: Sequence[BlockSizeRow], chosen: int, title: str = "Tokens/s by block size"
 ) -> go.Figure:
-    """Bars of tokens/s per block size (the peak labelled, sizes vLLM refuses hatched and named) and the
+    """Bars of tokens/s per block size (the peak labelled, sizes vLLM's FlashAttention refuses dotted) and the
     measured kernel cost vs its best block size on the right axis.
 
-    `rows`: dicts with "block size", "tokens/s", "kernel cost vs best" and "vLLM accepts" ("yes" / "no" / ...).
+    `points`: the sweep's `BlockSizeRow`s (lessons.labs.paged.BlockSizeSweep.points), ascending; `chosen` is marked.
     """
-    if not rows:
-        raise ValueError("block_size_throughput: no rows; sweep at least one block size")
-    sizes = [str(r["block size"]) for r in rows]
-    if str(chosen) not in sizes:
-        raise ValueError(f"chosen block size {chosen} is not in the sweep {sizes}")
-    tps = [float(r["tokens/s"]) for r in rows]  # type: ignore[arg-type]
-    peak = max(range(len(rows)), key=lambda i: (tps[i], -i))
-    verdict = [str(r["vLLM accepts"]) for r in rows]
-    texts = [
-        f"{v:,.0f}" + (" ← peak" if i == peak else "") + ("<br>not in vLLM" if verdict[i] == "no" else "")
-        for i, v in enumerate(tps)
-    ]
+    sizes = [str(s) for s in _sizes(points, chosen, "block_size_throughput")]
+    tps = [p.tokens_per_s for p in points]
+    peak = _peak(points)
+    refused = [p.vllm_accepts is not VllmAccepts.YES for p in points]
     fig = go.Figure()
     fig.add_bar(
         name="tokens/s (left)",
         x=sizes,
         y=tps,
-        text=texts,
+        text=[f"{v:,.0f}" + (" ← peak" if i == peak else "") for i, v in enumerate(tps)],
         textposition="outside",
         cliponaxis=False,
         marker={
-            "color": [
-                PALETTE[1] if i == peak else "#BBBBBB" if verdict[i] == "no" else PALETTE[0] for i in range(len(rows))
-            ],
-            "pattern": {"shape": ["x" if v == "no" else "." if v != "yes" else "" for v in verdict]},
+            "color": [PALETTE[1] if i == peak else PALETTE[0] for i in range(len(points))],
+            "pattern": {"shape": ["." if r else "" for r in refused]},
             "line": OUTLINE,
         },
     )
     fig.add_scatter(
         name="kernel cost vs best block size (right)",
         x=sizes,
-        y=[r["kernel cost vs best"] for r in rows],
+        y=[p.kernel_cost for p in points],
         mode="lines+markers",
         yaxis="y2",
         line={"color": MARKS[1], "dash": DASHES[1]},
@@ -303,21 +301,24 @@ def block_size_throughput(
     return layout(fig, title, "block size (tokens)", "tokens/s (simulated, kernel cost charged)", height=420)
 
 
-def waste_by_policy(
-    rows: Sequence[Mapping[str, object]], title: str = "Where held KV memory goes, by policy"
-) -> go.Figure:
+def waste_by_policy(shares: Sequence[PolicyShare], title: str = "Where held KV memory goes, by policy") -> go.Figure:
     """One horizontal stacked bar per server: stored / reserved / internal / external % of held KV slots.
 
-    `rows`: dicts with "server" and the four "... %" columns (FragmentationReport.waste_rows()).
+    `shares`: lessons.labs.fragmentation.FragmentationReport.shares(), one per server.
     """
-    if not rows:
-        raise ValueError("waste_by_policy: no rows")
-    names = [str(r["server"]) for r in rows]
+    if not shares:
+        raise ValueError("waste_by_policy: no servers")
+    names = [s.server for s in shares]
     fig = go.Figure()
-    for i, part in enumerate(("stored %", "reserved %", "internal %", "external %")):
-        values = [float(r[part]) for r in rows]  # type: ignore[arg-type]
+    parts = (
+        ("stored", [s.stored_pct for s in shares]),
+        ("reserved", [s.reserved_pct for s in shares]),
+        ("internal", [s.internal_pct for s in shares]),
+        ("external", [s.external_pct for s in shares]),
+    )
+    for i, (part, values) in enumerate(parts):
         fig.add_bar(
-            name=part.removesuffix(" %"),
+            name=part,
             y=names,
             x=values,
             orientation="h",

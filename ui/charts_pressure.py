@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from lessons.labs.pressure import GpuPoint, RunPoint, StepRow
 from ui.charts import DASHES, MARKS, OUTLINE, PATTERNS, layout
 
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
@@ -48,16 +49,17 @@ def _line(fig: go.Figure, i: int, name: str, x: Sequence[float], y: Sequence[flo
     )
 
 
-def dashboard(rows: Sequence[Mapping[str, float]], metrics: Mapping[str, str], title: str) -> go.Figure:
+def dashboard(steps: Sequence[StepRow], metrics: Mapping[str, str], title: str) -> go.Figure:
     """A run's signals per engine step: KV usage (%) on top; running, waiting and the preemption counter below.
 
-    rows: `StepRow.row()` dicts; metrics: the lab's METRICS names for the legend."""
-    x = [r["step"] for r in rows]
+    steps: the run's `StepRow`s (lessons.labs.pressure.PressureRun.steps); metrics: the lab's METRICS names for
+    the legend."""
+    x = [s.step for s in steps]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.4, 0.6])
-    _line(fig, 0, f"KV usage % ({metrics['kv_usage']})", x, [r["KV usage %"] for r in rows], row=1, col=1)
-    _line(fig, 1, f"running ({metrics['running']})", x, [r["running"] for r in rows], row=2, col=1)
-    _line(fig, 2, f"waiting ({metrics['waiting']})", x, [r["waiting"] for r in rows], row=2, col=1)
-    _line(fig, 3, f"preemptions ({metrics['preemptions']})", x, [r["preemptions (total)"] for r in rows], row=2, col=1)
+    _line(fig, 0, f"KV usage % ({metrics['kv_usage']})", x, [100 * s.kv_usage for s in steps], row=1, col=1)
+    _line(fig, 1, f"running ({metrics['running']})", x, [s.running for s in steps], row=2, col=1)
+    _line(fig, 2, f"waiting ({metrics['waiting']})", x, [s.waiting for s in steps], row=2, col=1)
+    _line(fig, 3, f"preemptions ({metrics['preemptions']})", x, [s.preemptions for s in steps], row=2, col=1)
     fig.update_yaxes(title_text="KV usage %", range=[0, 105], row=1, col=1)
     fig.update_yaxes(title_text="requests / count", rangemode="tozero", row=2, col=1)
     fig.update_xaxes(title_text="engine step", row=2, col=1)
@@ -65,36 +67,42 @@ def dashboard(rows: Sequence[Mapping[str, float]], metrics: Mapping[str, str], t
     return layout(fig, title, height=560).update_layout(margin={"t": 120}, title={"y": 0.98, "yanchor": "top"})
 
 
-def traffic_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
-    """Preemptions (bars, left axis) and TTFT p50 / p95 in steps (lines, right axis) per arrival rate."""
-    x = [str(r["requests per step"]) for r in rows]
-    fig = _preemption_bars(x, [r["preemptions"] for r in rows], "preemptions (vllm:num_preemptions_total)")
-    for i, q in enumerate(("p50", "p95")):
-        _line(fig, i, f"TTFT {q} (steps)", x, [r[f"TTFT {q} steps"] for r in rows], secondary_y=True)
+def traffic_sweep(points: Sequence[RunPoint], title: str) -> go.Figure:
+    """Preemptions (bars, left axis) and TTFT p50 / p95 in steps (lines, right axis) per arrival rate.
+
+    points: lessons.labs.pressure.RateSweep.points(), one run per traffic level."""
+    x = [str(p.traffic.rate) for p in points]
+    fig = _preemption_bars(x, [p.preemptions for p in points], "preemptions (vllm:num_preemptions_total)")
+    _line(fig, 0, "TTFT p50 (steps)", x, [p.ttft_p50_steps for p in points], secondary_y=True)
+    _line(fig, 1, "TTFT p95 (steps)", x, [p.ttft_p95_steps for p in points], secondary_y=True)
     fig.update_yaxes(title_text="TTFT (engine steps)", rangemode="tozero", tickformat=".0f", secondary_y=True)
     fig.update_xaxes(title_text="new requests per engine step", type="category")
     return layout(fig, title, height=420)
 
 
-def budget_trade(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
+def budget_trade(points: Sequence[RunPoint], title: str) -> go.Figure:
     """Per token budget: TTFT p50 (ms) and the gap between two tokens at the biggest step that carried decodes
-    (ms: that step's duration), with TPOT p50 for reference."""
-    x = [str(r["max_num_batched_tokens"]) for r in rows]
+    (ms: that step's duration), with TPOT p50 for reference.
+
+    points: lessons.labs.pressure.BudgetSweep.points(), one run per budget."""
+    x = [str(p.traffic.budget) for p in points]
     fig = go.Figure()
-    _line(fig, 0, "TTFT p50 (ms)", x, [r["TTFT p50 ms"] for r in rows])
-    _line(fig, 3, "gap between two tokens at the biggest step (ms)", x, [r["its duration ms"] for r in rows])
-    _line(fig, 2, "TPOT p50 (ms)", x, [r["TPOT p50 ms"] for r in rows])
+    _line(fig, 0, "TTFT p50 (ms)", x, [p.ttft_p50_ms for p in points])
+    _line(fig, 3, "gap between two tokens at the biggest step (ms)", x, [p.stall_ms for p in points])
+    _line(fig, 2, "TPOT p50 (ms)", x, [p.tpot_p50_ms for p in points])
     fig.update_xaxes(type="category")
     fig.update_yaxes(rangemode="tozero")
     return layout(fig, title, "max_num_batched_tokens (token budget)", "milliseconds (this CPU)", height=400)
 
 
-def gpu_sweep(rows: Sequence[Mapping[str, float]], title: str) -> go.Figure:
-    """The simulator per request rate: preemptions (bars) and p95 queue time (line, right axis)."""
-    x = [str(r["requests/s"]) for r in rows]
-    fig = _preemption_bars(x, [r["preemptions"] for r in rows], "preemptions (simulated)")
-    _line(fig, 0, "p95 queue time, s (simulated)", x, [r["p95 queue time s"] for r in rows], secondary_y=True)
-    _line(fig, 2, "peak KV usage % (simulated)", x, [r["peak KV usage %"] for r in rows], secondary_y=True)
+def gpu_sweep(points: Sequence[GpuPoint], title: str) -> go.Figure:
+    """The simulator per request rate: preemptions (bars) and p95 queue time (line, right axis).
+
+    points: lessons.labs.pressure.GpuSweep.points, one per request rate."""
+    x = [str(p.rate) for p in points]
+    fig = _preemption_bars(x, [p.preemptions for p in points], "preemptions (simulated)")
+    _line(fig, 0, "p95 queue time, s (simulated)", x, [p.p95_wait_s for p in points], secondary_y=True)
+    _line(fig, 2, "peak KV usage % (simulated)", x, [100 * p.peak_kv_usage for p in points], secondary_y=True)
     fig.update_yaxes(title_text="seconds / %", rangemode="tozero", tickformat=".0f", secondary_y=True)
     fig.update_xaxes(title_text="requests per second", type="category")
     return layout(fig, title, height=420)

@@ -1,6 +1,7 @@
 """Page 7's "Diagnose your own server": a learner's pasted vLLM log -> memory bar, room for requests, flag changes.
 
-`memory_rows` turns a `VllmLog` (lessons/diagnosis/readlog.py) into the GPU memory bar's parts; `kv_pool` finds how
+`memory_parts` turns a `VllmLog` (lessons/diagnosis/readlog.py) into the GPU memory bar's parts (`memory_rows`: its
+table); `kv_pool` finds how
 many KV tokens the server holds and what one token costs; `room_for` says how many requests of a given length fit
 at once (whole 16-token blocks each, vLLM's default block size); `suggestions` recomputes vLLM V1's start-up
 arithmetic (engine/memory/startup.py) for each flag change that applies to this log: a `FlagChange` each, with
@@ -18,7 +19,7 @@ from engine.memory.footprint import embedding_params, kv_bytes_per_token
 from engine.memory.startup import cudagraph_capture_sizes
 from engine.memory.units import GiB
 from lessons.diagnosis.readlog import MAX_BYTES_PER_TOKEN, MAX_TOKENS, MIN_BYTES_PER_TOKEN, VllmLog, read_vllm_log
-from lessons.diagnosis.scenarios import CHAT_REPOS
+from lessons.diagnosis.scenarios import CHAT_REPOS, MemoryPart
 
 BLOCK = 16  # vLLM's default block size on CUDA
 MAX_OOM_CHARS = 20_000  # the OOM box: a PyTorch out-of-memory message is a few hundred characters
@@ -35,6 +36,7 @@ __all__ = [
     "found_rows",
     "guess_model",
     "kv_pool",
+    "memory_parts",
     "memory_rows",
     "read_paste",
     "request_len_default",
@@ -122,8 +124,8 @@ def guess_model(log: VllmLog) -> str | None:
     return None
 
 
-def memory_rows(log: VllmLog) -> list[dict[str, float | str]]:
-    """The parts of GPU memory the log states (GiB); with the total and utilization, the rest is shown too."""
+def memory_parts(log: VllmLog) -> tuple[MemoryPart, ...]:
+    """The parts of GPU memory the log states; with the total and utilization, the rest is shown too."""
     activations = log.activation_gib
     if activations is None and log.peak_torch_gib is not None and log.weights_gb is not None:
         activations = max(log.peak_torch_gib - log.weights_gb, 0.0)
@@ -146,7 +148,12 @@ def memory_rows(log: VllmLog) -> list[dict[str, float | str]]:
         if other > 0.005:
             rows.append(("rest of vLLM's share (not itemised in the log)", other))
         rows.append(("held back (1 - gpu_memory_utilization)", log.total_gib - budget))
-    return [{"part": p, "GiB": round(g, 3), "bytes": float(g * GiB)} for p, g in rows]
+    return tuple(MemoryPart(p, float(g * GiB)) for p, g in rows)
+
+
+def memory_rows(log: VllmLog) -> list[dict[str, float | str]]:
+    """The memory bar's table: one row per part of `memory_parts` (GiB to 3 decimals, bytes)."""
+    return [p.row() for p in memory_parts(log)]
 
 
 def kv_pool(log: VllmLog, model: str | None = None) -> KvPool | None:

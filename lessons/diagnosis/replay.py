@@ -19,7 +19,15 @@ from engine.sim.metrics import SimSummary
 from engine.sim.simulate import simulate
 from engine.sim.traces import generate_trace
 from lessons.diagnosis.logs import incident_logs
-from lessons.diagnosis.scenarios import Outcome, Scenario, ServeConfig, Symptoms, Traffic, apply_fixes
+from lessons.diagnosis.scenarios import (
+    MemoryPart,
+    Outcome,
+    Scenario,
+    ServeConfig,
+    Symptoms,
+    Traffic,
+    apply_fixes,
+)
 
 
 def footprint_for(scenario: Scenario, cfg: ServeConfig) -> ServingFootprint:
@@ -139,11 +147,11 @@ def run_outcome(scenario: Scenario, fixes: dict[str, Any] | None = None) -> Outc
     return Outcome(cfg, fp, None, result, tuple(problems + _service_problems(result.summary, tr)))
 
 
-def _memory_rows(scenario: Scenario, before: Outcome) -> list[dict[str, float | str]]:
+def _memory_parts(scenario: Scenario, before: Outcome) -> tuple[MemoryPart, ...]:
     """The GPU's memory by part as deployed; a static server shows what its sessions had reserved at the peak."""
     rows = before.footprint.breakdown()
     if before.config.policy != "static" or not before.summary:
-        return rows
+        return tuple(MemoryPart(str(r["part"]), float(r["bytes"])) for r in rows)
     fp, peak = before.footprint, before.summary.peak_concurrency
     held = min(fp.kv_budget_bytes, peak * before.config.context_len * fp.kv_bytes_per_token)
     parts = [(r["part"], r["bytes"]) for r in rows[:3]]
@@ -152,7 +160,7 @@ def _memory_rows(scenario: Scenario, before: Outcome) -> list[dict[str, float | 
         ("other processes", scenario.other_process_bytes),
     ]
     parts.append(("free", fp.capacity_bytes - sum(b for _, b in parts)))
-    return [{"part": p, "bytes": float(b), "GiB": b / GiB} for p, b in parts]
+    return tuple(MemoryPart(str(p), float(b)) for p, b in parts)
 
 
 def symptoms(scenario: Scenario) -> Symptoms:
@@ -175,4 +183,4 @@ def symptoms(scenario: Scenario) -> Symptoms:
             oom_events=s.num_oom,
             preemptions=s.num_preemptions,
         )
-    return Symptoms(_memory_rows(scenario, before), incident_logs(scenario, before), traffic)
+    return Symptoms(_memory_parts(scenario, before), incident_logs(scenario, before), traffic)

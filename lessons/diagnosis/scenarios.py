@@ -156,13 +156,34 @@ class Outcome:
         return not self.problems
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryPart:
+    """One part of a GPU's memory as the memory bar draws it (a negative one: the GPU is oversold by that much)."""
+
+    part: str  # the course's words: "weights", "KV cache", "other processes", ...
+    bytes: float
+
+    @property
+    def gib(self) -> float:
+        """The part in GiB."""
+        return self.bytes / GiB
+
+    def row(self) -> dict[str, float | str]:
+        """The memory table's row: part, GiB (3 decimals), bytes."""
+        return {"part": self.part, "GiB": round(self.gib, 3), "bytes": self.bytes}
+
+
 @dataclass(frozen=True)
 class Symptoms:
-    """What the on-call engineer sees: memory breakdown rows, log lines and traffic numbers."""
+    """What the on-call engineer sees: the GPU's memory by part, log lines and traffic numbers."""
 
-    memory: list[dict[str, float | str]]
+    memory: tuple[MemoryPart, ...]
     logs: list[str]
     traffic: dict[str, float | int | str]
+
+    def memory_rows(self) -> list[dict[str, float | str]]:
+        """The memory bar's table: one row per part (`MemoryPart.row`)."""
+        return [p.row() for p in self.memory]
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,15 @@ class OpBytes:
     mb_per_token: float  # MB (10**6 bytes) per generated token
 
 
+@dataclass(frozen=True, slots=True)
+class RooflinePoint:
+    """One step on the roofline chart: its name, arithmetic intensity and attainable FLOP/s."""
+
+    name: str  # "decode (batch 4)"
+    intensity: float  # FLOP per byte moved
+    flops: float  # attainable FLOP/s at the step's roofline bound
+
+
 @dataclass(frozen=True)
 class BandwidthLesson:
     """Decode and prefill steps of one configuration plus the per-token figures page 1 headlines."""
@@ -203,14 +212,12 @@ class BandwidthLesson:
         """`bytes_per_op` as table rows: op, MB per token."""
         return [{"op": o.op, "MB per token": o.mb_per_token} for o in self.bytes_per_op()]
 
-    def points(self) -> list[dict[str, float | str]]:
-        """Roofline points (name, intensity, attainable FLOP/s) for the decode and prefill steps."""
-        out = []
-        for r in (self.decode, self.prefill):
-            out.append(
-                {"name": f"{r.phase} (batch {r.batch_size})", "intensity": r.intensity, "flops": r.flops / r.time_s}
-            )
-        return out
+    def points(self) -> tuple[RooflinePoint, ...]:
+        """The roofline chart's points: the decode and the prefill step."""
+        return tuple(
+            RooflinePoint(f"{r.phase} (batch {r.batch_size})", r.intensity, r.flops / r.time_s)
+            for r in (self.decode, self.prefill)
+        )
 
     def roofline_summary(self) -> str:
         """The roofline chart in one sentence (its text alternative): where decode and prefill sit."""
@@ -265,7 +272,7 @@ def lesson(model: str, gpu: str, batch_size: int, context_len: int, weight_dtype
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SweepPoint:
     """One batch of the decode sweep: does its KV fit, how intense is its step, how fast does it decode."""
 
@@ -285,7 +292,7 @@ class SweepPoint:
         return 100 * self.attention_bytes / self.step_bytes
 
     def row(self) -> dict[str, Any]:
-        """The sweep table's row (also what the batch-sweep chart reads)."""
+        """The sweep table's row (the batch-sweep chart reads the fields)."""
         return {
             "batch": self.batch,
             "fits in memory": "yes" if self.fits else "no",

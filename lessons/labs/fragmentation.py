@@ -86,6 +86,33 @@ class ExampleRequest:
     unused: int  # reserved - used: never written
 
 
+@dataclass(frozen=True, slots=True)
+class SlotStep:
+    """One (thinned) step of the static Max run: where its KV slots are, and its queue (the stacked-area chart)."""
+
+    time_s: float
+    stored: float  # slots holding a live token
+    reserved: float  # reserved for tokens still to come
+    internal: float  # reserved and never used
+    external: float  # free, but in gaps too small for the next request
+    free: float
+    running: float
+    waiting: float
+
+    def row(self) -> dict[str, float]:
+        """The area chart's table row: the simulator's column names."""
+        return {
+            "time_s": self.time_s,
+            "stored": self.stored,
+            "reserved": self.reserved,
+            "internal": self.internal,
+            "external": self.external,
+            "free": self.free,
+            "running": self.running,
+            "waiting": self.waiting,
+        }
+
+
 @dataclass(frozen=True)
 class PeakStep:
     """The step of the static Max run where reservations held the most slots."""
@@ -110,7 +137,7 @@ class TraceSummary:
     output_mean: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PolicyShare:
     """Where one server's held KV memory goes, step-averaged, with what it achieved and the paper's figure."""
 
@@ -170,7 +197,7 @@ class FragmentationReport:
     static: SimSummary  # the Max policy: reserve max_model_len (the stacked-area chart)
     paged: SimSummary
     policies: dict[str, SimSummary]  # Max, Pow2, Oracle, paged: the same trace and KV bytes
-    rows: list[dict[str, float]]  # thinned steps: time_s, the five SERIES columns, running, waiting
+    steps: tuple[SlotStep, ...]  # the static Max run's steps, thinned to about CHART_POINTS
     example: ExampleRequest  # a typical request: prompt, output, used, reserved, unused slots
     peak: PeakStep  # the step holding the most reservations
     trace: TraceSummary  # the replayed trace
@@ -235,7 +262,8 @@ class FragmentationReport:
         return policy_share(key, self.policies[key])
 
     def waste_rows(self) -> list[dict[str, float | str]]:
-        """Step-averaged shares of held memory per kind, one row per policy, with the paper's figure."""
+        """The comparison table: step-averaged shares of held memory per kind, one row per policy, with the
+        paper's figure (the waste-by-policy chart reads `shares`)."""
         return [s.row() for s in self.shares()]
 
     def area_summary(self) -> str:
@@ -256,9 +284,21 @@ class FragmentationReport:
             f"{100 - paged.stored_pct:.1f}%, {', '.join(static)}."
         )
 
+    def rows(self) -> list[dict[str, float]]:
+        """The area chart's table: one row per drawn step (`SlotStep.row`)."""
+        return [s.row() for s in self.steps]
+
     def series(self) -> tuple[list[float], dict[str, list[float]]]:
-        """(x = seconds, {legend label: slots}) for the stacked-area chart."""
-        return [r["time_s"] for r in self.rows], {label: [r[col] for r in self.rows] for col, label in SERIES.items()}
+        """(x = seconds, {legend label: slots}) for the stacked-area chart, bottom to top in SERIES order."""
+        steps = self.steps
+        slots = (
+            [s.stored for s in steps],
+            [s.reserved for s in steps],
+            [s.internal for s in steps],
+            [s.external for s in steps],
+            [s.free for s in steps],
+        )
+        return [s.time_s for s in steps], dict(zip(SERIES.values(), slots, strict=True))
 
 
 def check_settings(model: str, gpu: str, max_model_len: int, dataset: str, num_requests: int, rate: float) -> None:
@@ -323,8 +363,8 @@ def static_report(
     runs["paged"] = simulate_model(trace, model, gpu, "paged", max_model_len=max_model_len, footprint=fp)
     static = runs["Max"]
     stats = trace_stats(trace)
-    keep = ("time_s", *SERIES, "running", "waiting")
-    rows = [{k: row[k] for k in keep} for row in static.to_rows(CHART_POINTS)]
+    keep = ("time_s", *SERIES, "running", "waiting")  # SlotStep's fields, in order
+    steps = tuple(SlotStep(*(row[k] for k in keep)) for row in static.to_rows(CHART_POINTS))
     return FragmentationReport(
         model=model,
         gpu=gpu,
@@ -335,7 +375,7 @@ def static_report(
         static=static.summary,
         paged=runs["paged"].summary,
         policies={key: run.summary for key, run in runs.items()},
-        rows=rows,
+        steps=steps,
         example=_example(trace, max_model_len),
         peak=_peak(static.columns),
         trace=TraceSummary(stats["num_requests"], stats["prompt_mean"], stats["output_mean"]),

@@ -29,10 +29,12 @@ from lessons.labs.paged_kernel import (
     BLOCK_SIZES,
     KERNEL_CONTEXT,
     KERNEL_SEQS,
+    VllmAccepts,
     fitted_costs,
     kernel_costs,
     vllm_accepts,
 )
+from lessons.labs.pool import PoolBlock, pool_blocks
 
 MAX_CONTEXTS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CONTEXT = 16, 2048  # the page's defaults (lessons/links.py reads them)
@@ -44,12 +46,12 @@ NAMES = "ABCDEFGH"
 NEAR_PEAK = 0.99
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlockSizeRow:
     """One block size of the sweep: waste, block-table size, and throughput with and without the kernel's cost."""
 
     block_size: int
-    vllm_accepts: str  # "yes" or "not on FlashAttention" (paged_kernel.vllm_accepts)
+    vllm_accepts: VllmAccepts  # paged_kernel.vllm_accepts
     internal_waste_pct: float  # % of allocated slots holding no token, step-averaged
     utilization_pct: float  # % of held KV slots storing a token, step-averaged
     entries_per_sequence: float  # block-table entries per request at its end, mean over the trace
@@ -66,10 +68,10 @@ class BlockSizeRow:
         return self.block_size - 1
 
     def row(self) -> dict[str, Any]:
-        """The sweep table's row (also what the block-size charts read)."""
+        """The sweep table's row (the block-size charts read the fields)."""
         return {
             "block size": self.block_size,
-            "vLLM accepts": self.vllm_accepts,
+            "vLLM accepts": self.vllm_accepts.value,
             "internal waste %": self.internal_waste_pct,
             "utilization %": self.utilization_pct,
             "entries per sequence": self.entries_per_sequence,
@@ -245,7 +247,7 @@ class PoolPicture:
     block_size: int
     tables: dict[str, list[int]]  # sequence name -> physical block ids
     fills: dict[str, list[int]]  # sequence name -> tokens in each of its blocks
-    blocks: list[dict[str, object]]  # every physical block: block_id, state, ref_count, owners, filled
+    blocks: tuple[PoolBlock, ...]  # every physical block, in id order
     allocated_slots: int = 0
     used_slots: int = 0
     notes: list[str] = field(default_factory=list)
@@ -259,6 +261,10 @@ class PoolPicture:
     def idle_slots(self) -> int:
         """Allocated slots holding no token (all in the sequences' last blocks)."""
         return self.allocated_slots - self.used_slots
+
+    def block_rows(self) -> list[dict[str, object]]:
+        """The pool table: one row per physical block (`PoolBlock.row`)."""
+        return [b.row() for b in self.blocks]
 
     def table_rows(self) -> list[dict[str, object]]:
         """One row per (sequence, logical block): the mapping the attention kernel follows."""
@@ -278,16 +284,7 @@ def _picture(bm: BlockManager, seqs: dict[str, Sequence], notes: list[str]) -> P
             n = s.num_computed_tokens
             tables[name] = list(s.block_table)
             fills[name] = [max(0, min(bs, n - i * bs)) for i in range(len(s.block_table))]
-    blocks = [
-        {
-            "block_id": b.block_id,
-            "state": b.state,
-            "ref_count": b.ref_count,
-            "owners": "+".join(names.get(o, str(o)) for o in b.owners),
-            "filled": b.num_filled,
-        }
-        for b in bm.snapshot()
-    ]
+    blocks = pool_blocks(bm.snapshot(), lambda o: names.get(o, str(o)))
     usage = bm.usage()
     return PoolPicture(bs, tables, fills, blocks, usage.allocated_slots, usage.used_slots, list(notes))
 
@@ -344,7 +341,7 @@ class SharingStage:
 
     def row(self) -> dict[str, object]:
         """A table row: each sequence's block table, the copies made and the blocks with ref count > 1."""
-        shared = {b["block_id"]: b["ref_count"] for b in self.picture.blocks if int(b["ref_count"]) > 1}  # type: ignore[arg-type]
+        shared = {b.block_id: b.ref_count for b in self.picture.blocks if b.ref_count > 1}
         out: dict[str, object] = {"stage": self.title}
         out.update({f"{k} table": str(v) for k, v in self.picture.tables.items()})
         out["copy-on-write copies (src→dst)"] = ", ".join(f"{s}→{d}" for s, d in self.copies) or "none"

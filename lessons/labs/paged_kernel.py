@@ -11,6 +11,8 @@ sweep's peak. No Streamlit.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import torch
 
 from engine.core.sequence import check_block_size
@@ -27,9 +29,18 @@ FLASH_ATTENTION_MULTIPLE = 16
 KERNEL_SEQS, KERNEL_CONTEXT, KERNEL_REPEATS = 8, 2048, 25
 
 
-def vllm_accepts(block_size: int) -> str:
-    """Whether vLLM v0.29 runs this --block-size on a GPU: "yes" or "not on FlashAttention" (not a multiple of 16)."""
-    return "yes" if block_size % FLASH_ATTENTION_MULTIPLE == 0 else "not on FlashAttention"
+class VllmAccepts(StrEnum):
+    """Whether vLLM v0.29 runs a --block-size on a GPU: its config takes any, its default backend only some.
+
+    A str enum: its value is the page's word for it ("yes", "not on FlashAttention")."""
+
+    YES = "yes"
+    NOT_ON_FLASH_ATTENTION = "not on FlashAttention"  # not a multiple of 16
+
+
+def vllm_accepts(block_size: int) -> VllmAccepts:
+    """Whether vLLM v0.29 runs this --block-size on a GPU: YES, or NOT_ON_FLASH_ATTENTION (not a multiple of 16)."""
+    return VllmAccepts.YES if block_size % FLASH_ATTENTION_MULTIPLE == 0 else VllmAccepts.NOT_ON_FLASH_ATTENTION
 
 
 def kernel_inputs(
@@ -86,7 +97,7 @@ def kernel_costs(
             "kernel ms": 1e3 * t,
             "ns per cached token": 1e9 * t / (num_seqs * context),
             "kernel cost vs best": t / best,
-            "vLLM accepts": vllm_accepts(bs),
+            "vLLM accepts": vllm_accepts(bs).value,
         }
         for bs, t in seconds.items()
     ]

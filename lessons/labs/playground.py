@@ -55,6 +55,7 @@ from engine.memory.measure import default_device
 from engine.model import access
 from engine.model.loader import DEMO_DIR, ModelTooLargeError, format_bytes, load_model
 from engine.outputs import StepTrace
+from lessons.labs.pool import PoolBlock, pool_blocks
 
 MAX_PROMPTS = 8
 MAX_PROMPT_CHARS = 400
@@ -695,13 +696,19 @@ def step_rows(run: PlaygroundRun) -> list[dict[str, Any]]:
     return rows
 
 
-TIMELINE: tuple[str, ...] = ("running", "waiting", "KV blocks used")  # step_rows' columns the timeline draws
+TIMELINE: tuple[str, ...] = ("running", "waiting", "KV blocks used")  # the timeline's series (step_rows' columns)
 
 
-def timeline(run: PlaygroundRun) -> tuple[list[int], dict[str, list[Any]]]:
-    """(x = step number, {column: values}) of TIMELINE for the batch-and-blocks chart (the rows of step_rows)."""
-    rows = step_rows(run)
-    return [r["step"] for r in rows], {name: [r[name] for r in rows] for name in TIMELINE}
+def timeline(run: PlaygroundRun) -> tuple[list[int], dict[str, list[int]]]:
+    """(x = step number, {series name: values}) of TIMELINE for the batch-and-blocks chart, read off the run's
+    traces (step_rows is its table: the same numbers)."""
+    first = run.traces[0].step if run.traces else 0
+    series = (
+        [len(t.running) for t in run.traces],
+        [len(t.waiting) for t in run.traces],
+        [t.num_blocks - t.num_free_blocks for t in run.traces],
+    )
+    return [t.step - first + 1 for t in run.traces], dict(zip(TIMELINE, series, strict=True))
 
 
 @dataclass(frozen=True)
@@ -711,8 +718,12 @@ class StepView:
     scheduled: list[dict[str, Any]]  # one table row per request that ran in the step
     tables: dict[str, list[int]]  # request name -> physical block ids
     fills: dict[str, list[int]]  # request name -> tokens in each of its blocks
-    blocks: list[dict[str, Any]]  # every physical block: block_id, state, ref_count, owners, filled
+    blocks: tuple[PoolBlock, ...]  # every physical block, in id order
     story: str  # what happened in the step, in sentences
+
+    def block_rows(self) -> list[dict[str, object]]:
+        """The pool table: one row per physical block (`PoolBlock.row`)."""
+        return [b.row() for b in self.blocks]
 
     def table_rows(self) -> list[dict[str, str]]:
         """The block tables as a table: one row per request."""
@@ -728,16 +739,7 @@ def step_view(run: PlaygroundRun, index: int) -> StepView:
     filled = {b.block_id: b.num_filled for b in t.blocks}
     tables = {_name(r, first): list(tbl) for r, tbl in t.block_tables.items()}
     fills = {_name(r, first): [filled[b] for b in tbl] for r, tbl in t.block_tables.items()}
-    blocks = [
-        {
-            "block_id": b.block_id,
-            "state": b.state,
-            "ref_count": b.ref_count,
-            "owners": "+".join(_name(o, first) for o in b.owners),
-            "filled": b.num_filled,
-        }
-        for b in t.blocks
-    ]
+    blocks = pool_blocks(t.blocks, lambda o: _name(o, first))
     scheduled = [
         {
             "request": _name(r.request_id, first),

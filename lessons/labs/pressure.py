@@ -16,7 +16,8 @@ so the token budget is only explored live.
 
 The page gets frozen dataclasses: `Traffic` (the settings, checked), `PressureRun` (one run: `StepRow`s,
 `RequestRow`s, the headline counters and latencies, which limit bound), `RateSweep` / `BudgetSweep` (runs
-that differ in one setting) and `GpuSweep` (the simulator over request rates).
+that differ in one setting, a `RunPoint` each) and `GpuSweep` (the simulator over request rates, a `GpuPoint`
+each). The charts read these fields; the `row()`s are the tables and downloads.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class Traffic:
         return self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepRow:
     """One engine step as an operator's dashboard sees it (the values after the step)."""
 
@@ -188,7 +189,7 @@ class StepRow:
     step_ms: float  # the step's duration
 
     def row(self) -> dict[str, float | int]:
-        """The chart's data row."""
+        """The dashboard table's row (the chart reads the fields)."""
         return {
             "step": self.step,
             "time ms": round(self.time_ms, 1),
@@ -337,8 +338,54 @@ class PressureRun:
             f"{self.peak_running} of {t.max_num_seqs} seats)."
         )
 
-    def summary(self) -> dict[str, float | int | str]:
-        """One row of a sweep's table."""
+    def point(self) -> RunPoint:
+        """The run's headline numbers: one point of a sweep's chart and one row of its table."""
+        t = self.traffic
+        return RunPoint(
+            t,
+            self.preemptions,
+            self.recomputed_tokens,
+            self.peak_kv_usage,
+            self.peak_running,
+            self.peak_waiting,
+            self.ttft_ms(50),
+            self.ttft_ms(95),
+            self.ttft_steps(50),
+            self.ttft_steps(95),
+            self.tpot_ms(50),
+            self.tpot_ms(95),
+            self.itl_ms(95),
+            self.max_step_tokens,
+            self.stall_ms,
+            self.binding,
+            self.num_steps,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunPoint:
+    """One run of a sweep in numbers (`PressureRun.point`): what the sweep charts draw and its table shows."""
+
+    traffic: Traffic
+    preemptions: int
+    recomputed_tokens: int
+    peak_kv_usage: float  # 0 … 1
+    peak_running: int
+    peak_waiting: int
+    ttft_p50_ms: float
+    ttft_p95_ms: float
+    ttft_p50_steps: float
+    ttft_p95_steps: float
+    tpot_p50_ms: float
+    tpot_p95_ms: float
+    itl_p95_ms: float
+    max_step_tokens: int  # the largest step that carried decodes
+    stall_ms: float  # its duration: the gap its decodes saw between two tokens
+    binding: str  # one of LIMITS
+    steps: int
+
+    def row(self) -> dict[str, float | int | str]:
+        """One row of a sweep's table (rounded as the page shows it)."""
         t = self.traffic
         return {
             "requests per step": t.rate,
@@ -351,17 +398,17 @@ class PressureRun:
             "peak KV usage %": round(100 * self.peak_kv_usage, 1),
             "peak running": self.peak_running,
             "peak waiting": self.peak_waiting,
-            "TTFT p50 ms": round(self.ttft_ms(50), 1),
-            "TTFT p95 ms": round(self.ttft_ms(95), 1),
-            "TTFT p50 steps": self.ttft_steps(50),
-            "TTFT p95 steps": self.ttft_steps(95),
-            "TPOT p50 ms": round(self.tpot_ms(50), 2),
-            "TPOT p95 ms": round(self.tpot_ms(95), 2),
-            "ITL p95 ms": round(self.itl_ms(95), 2),
+            "TTFT p50 ms": round(self.ttft_p50_ms, 1),
+            "TTFT p95 ms": round(self.ttft_p95_ms, 1),
+            "TTFT p50 steps": self.ttft_p50_steps,
+            "TTFT p95 steps": self.ttft_p95_steps,
+            "TPOT p50 ms": round(self.tpot_p50_ms, 2),
+            "TPOT p95 ms": round(self.tpot_p95_ms, 2),
+            "ITL p95 ms": round(self.itl_p95_ms, 2),
             "largest step with decodes (tokens)": self.max_step_tokens,
             "its duration ms": round(self.stall_ms, 1),
             "binding limit": self.binding,
-            "steps": self.num_steps,
+            "steps": self.steps,
         }
 
 
@@ -481,8 +528,13 @@ class RateSweep:
 
     runs: tuple[PressureRun, ...]
 
+    def points(self) -> tuple[RunPoint, ...]:
+        """Each run's numbers, in traffic order: the traffic chart's points."""
+        return tuple(r.point() for r in self.runs)
+
     def rows(self) -> list[dict[str, float | int | str]]:
-        return [r.summary() for r in self.runs]
+        """The traffic table: one row per run (`RunPoint.row`)."""
+        return [p.row() for p in self.points()]
 
     @property
     def rates(self) -> list[float]:
@@ -519,8 +571,13 @@ class BudgetSweep:
 
     runs: tuple[PressureRun, ...]
 
+    def points(self) -> tuple[RunPoint, ...]:
+        """Each run's numbers, in budget order: the budget chart's points."""
+        return tuple(r.point() for r in self.runs)
+
     def rows(self) -> list[dict[str, float | int | str]]:
-        return [r.summary() for r in self.runs]
+        """The budget table: one row per run (`RunPoint.row`)."""
+        return [p.row() for p in self.points()]
 
     @property
     def smallest(self) -> PressureRun:
@@ -559,7 +616,7 @@ def budget_sweep(traffic: Traffic, loaded: tuple[Any, Any, Any] | None = None) -
 # ---- GPU scale: the simulator ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuPoint:
     """One simulated request rate on the GPU-scale configuration."""
 
@@ -572,6 +629,7 @@ class GpuPoint:
     tokens_per_s: float
 
     def row(self) -> dict[str, float | int]:
+        """The simulator table's row (the chart reads the fields)."""
         return {
             "requests/s": self.rate,
             "preemptions": self.preemptions,

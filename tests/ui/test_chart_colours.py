@@ -14,6 +14,12 @@ from collections.abc import Iterator
 import plotly.graph_objects as go
 import pytest
 
+from engine.memory.units import GiB
+from lessons.diagnosis.scenarios import MemoryPart
+from lessons.labs.bandwidth import RooflinePoint
+from lessons.labs.pool import BlockState, PoolBlock
+from lessons.labs.pressure import Traffic
+from tests.ui.chart_inputs import gpu_point, policy_share, run_point, size_row, step_row, sweep_point
 from ui import charts, charts_attention, charts_bandwidth, charts_memory, charts_pressure
 
 LIGHT_BG, DARK_BG = "#FFFFFF", "#171614"  # Streamlit 1.67's light and dark backgrounds
@@ -121,67 +127,48 @@ def figures() -> Iterator[tuple[str, go.Figure]]:
         "packing_sweep",
         charts_attention.packing_sweep([0, 40, 80], [3, 2, 1], [1, 2, 3], 40.0, "sweep", "SDPA", 73.0),
     )
-    points = [
-        {"name": "decode", "intensity": 1.2, "flops": 4e12},
-        {"name": "prefill", "intensity": 2000, "flops": 9e14},
-    ]
+    points = [RooflinePoint("decode", 1.2, 4e12), RooflinePoint("prefill", 2000, 9e14)]
     yield "roofline", charts_bandwidth.roofline(9.9e14, 3.35e12, points)
-    rows = [
-        {"batch": b, "tokens per s": 100.0 * b, "fits in memory": "yes" if b <= 16 else "no"} for b in (1, 4, 16, 64)
-    ]
+    rows = [sweep_point(b, 100.0 * b, fits=b <= 16) for b in (1, 4, 16, 64)]
     yield "batch_sweep", charts_bandwidth.batch_sweep(rows, 16)
     tables, fills = {"A": [3, 7, 1], "B": [2]}, {"A": [16, 16, 5], "B": [9]}
     yield "block_table_picture", charts_memory.block_table_picture(tables, fills, 16, "tables")
     blocks = [
-        {"block_id": i, "state": s, "ref_count": r, "owners": o, "filled": f}
+        PoolBlock(i, s, r, o, f)
         for i, (s, r, o, f) in enumerate(
-            [("used", 2, "A+B", 16), ("used", 1, "A", 5), ("cached", 0, "", 16), ("free", 0, "", 0)]
+            [
+                (BlockState.SHARED, 2, ("A", "B"), 16),
+                (BlockState.USED, 1, ("A",), 5),
+                (BlockState.CACHED, 0, (), 16),
+                (BlockState.FREE, 0, (), 0),
+            ]
         )
     ]
     yield "block_pool_grid", charts_memory.block_pool_grid(blocks, 16, "pool", columns=4)
-    sweep = [
-        {"block size": b, "internal waste %": b / 10, "entries per sequence": 512 / b} for b in (1, 8, 16, 32, 256)
-    ]
+    sweep = [size_row(b, internal_waste_pct=b / 10, entries_per_sequence=512 / b) for b in (1, 8, 16, 32, 256)]
     yield "block_size_sweep", charts_memory.block_size_sweep(sweep, 16)
-    tps = [
-        {"block size": b, "tokens/s": t, "kernel cost vs best": c, "vLLM accepts": v}
-        for b, t, c, v in [
-            (1, 900, 1.1, "yes"),
-            (4, 950, 1.0, "no"),
-            (8, 990, 1.0, "not on FlashAttention"),
-            (16, 1000, 1.0, "yes"),
-        ]
-    ]
+    tps = [size_row(b, tokens_per_s=t, kernel_cost=c) for b, t, c in [(1, 900, 1.1), (8, 990, 1.0), (16, 1000, 1.0)]]
     yield "block_size_throughput", charts_memory.block_size_throughput(tps, 16)
     parts = ["weights", "activations", "CUDA context", "CUDA graphs", "KV cache", "rest", "held back"]  # the most drawn
     yield (
         "memory_breakdown",
-        charts_memory.memory_breakdown([{"part": p, "GiB": 1.0 + i} for i, p in enumerate(parts)], "mem"),
+        charts_memory.memory_breakdown([MemoryPart(p, (1.0 + i) * GiB) for i, p in enumerate(parts)], "mem"),
     )
-    waste = [{"server": s, "stored %": 20.0, "reserved %": 30.0, "internal %": 40.0, "external %": 10.0} for s in "ab"]
+    waste = [policy_share(s, 20.0, 30.0, 40.0, 10.0) for s in "ab"]
     yield "waste_by_policy", charts_memory.waste_by_policy(waste)
     yield "with_marker", charts_memory.with_marker(charts.lines([1, 2], {"running": [1, 2]}, "t"), 2, "step 2")
-    steps = [
-        {"step": i, "KV usage %": 10.0 * i, "running": i, "waiting": 3 - i, "preemptions (total)": i // 2}
-        for i in (1, 2, 3)
-    ]
+    steps = [step_row(i, kv_usage=i / 10, running=i, waiting=3 - i, preemptions=i // 2) for i in (1, 2, 3)]
     names = {"kv_usage": "vllm:kv_cache_usage_perc", "running": "vllm:num_requests_running"}
     names |= {"waiting": "vllm:num_requests_waiting", "preemptions": "vllm:num_preemptions_total"}
     yield "pressure dashboard", charts_pressure.dashboard(steps, names, "run")
     rates = [
-        {"requests per step": r, "preemptions": p, "TTFT p50 steps": 1.0, "TTFT p95 steps": 3.0}
+        run_point(Traffic(rate=r), preemptions=p, ttft_p50_steps=1.0, ttft_p95_steps=3.0)
         for r, p in ((0.1, 0), (0.3, 2))
     ]
     yield "pressure traffic_sweep", charts_pressure.traffic_sweep(rates, "traffic")
-    budgets = [
-        {"max_num_batched_tokens": b, "TTFT p50 ms": 100.0 / b, "its duration ms": b / 4, "TPOT p50 ms": 10.0}
-        for b in (16, 256)
-    ]
+    budgets = [run_point(Traffic(budget=b), ttft_p50_ms=100.0 / b, stall_ms=b / 4, tpot_p50_ms=10.0) for b in (16, 256)]
     yield "pressure budget_trade", charts_pressure.budget_trade(budgets, "budget")
-    sim = [
-        {"requests/s": r, "preemptions": p, "p95 queue time s": r / 2, "peak KV usage %": 50.0 + r}
-        for r, p in ((1, 0), (8, 40))
-    ]
+    sim = [gpu_point(r, preemptions=p, p95_wait_s=r / 2, peak_kv_usage=0.5 + r / 100) for r, p in ((1, 0), (8, 40))]
     yield "pressure gpu_sweep", charts_pressure.gpu_sweep(sim, "gpu")
 
 

@@ -12,8 +12,12 @@ import re
 import plotly.graph_objects as go
 import pytest
 
+from engine.memory.units import GiB
+from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs import bandwidth, fragmentation, gqa, packing
+from lessons.labs.pool import BlockState, PoolBlock
 from tests.app.conftest import make_app_test
+from tests.ui.chart_inputs import size_row
 from ui import charts_memory
 from ui.chart_view import SUMMARY_LEAD, chart_alt
 
@@ -99,11 +103,11 @@ def test_packing_summaries():
 
 def test_pool_and_table_summaries_count_what_the_pictures_draw():
     blocks = [
-        {"block_id": 0, "state": "used", "ref_count": 2, "owners": "A+B", "filled": 4},
-        {"block_id": 1, "state": "used", "ref_count": 1, "owners": "A", "filled": 3},
-        {"block_id": 2, "state": "cached", "ref_count": 0, "owners": "", "filled": 4},
-        {"block_id": 3, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
-        {"block_id": 4, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
+        PoolBlock(0, BlockState.SHARED, 2, ("A", "B"), 4),
+        PoolBlock(1, BlockState.USED, 1, ("A",), 3),
+        PoolBlock(2, BlockState.CACHED, 0, (), 4),
+        PoolBlock(3, BlockState.FREE, 0, (), 0),
+        PoolBlock(4, BlockState.FREE, 0, (), 0),
     ]
     assert charts_memory.pool_summary(blocks) == "Of 5 physical blocks: 1 used, 1 shared, 1 cached, 2 free."
     said = charts_memory.block_tables_summary({"A": [0, 1], "B": [0]}, {"A": [4, 3], "B": [4]}, 4)
@@ -112,11 +116,13 @@ def test_pool_and_table_summaries_count_what_the_pictures_draw():
 
 def test_block_size_summaries_name_the_chosen_size_and_the_peak():
     rows = [
-        {"block size": 8, "internal waste %": 0.9, "entries per sequence": 60.0, "tokens/s": 900.0},
-        {"block size": 16, "internal waste %": 1.7, "entries per sequence": 30.0, "tokens/s": 1000.0},
-        {"block size": 32, "internal waste %": 3.5, "entries per sequence": 15.0, "tokens/s": 950.0},
+        size_row(bs, internal_waste_pct=waste, entries_per_sequence=entries, tokens_per_s=tps)
+        for bs, waste, entries, tps in ((8, 0.9, 60.0, 900.0), (16, 1.7, 30.0, 1000.0), (32, 3.5, 15.0, 950.0))
     ]
-    assert charts_memory.block_size_sweep_summary(rows, 32).startswith("32-token blocks waste 3.50%")
+    assert charts_memory.block_size_sweep_summary(rows, 32) == (
+        "32-token blocks waste 3.50% of the allocated KV slots with 15.0 block-table entries per sequence; "
+        "8-token blocks waste 0.90% with 60.0, 32-token blocks 3.50% with 15.0."
+    )
     said = charts_memory.block_size_throughput_summary(rows, 8)
     assert "900 tokens/s (90.0% of the peak)" in said and "1,000 tokens/s at 16-token blocks" in said
     with pytest.raises(ValueError, match="not in the sweep"):
@@ -124,7 +130,7 @@ def test_block_size_summaries_name_the_chosen_size_and_the_peak():
 
 
 def test_memory_summary_totals_the_parts():
-    rows = [{"part": "weights", "GiB": 15.0}, {"part": "KV cache", "GiB": 4.5}, {"part": "free", "GiB": 0.5}]
+    rows = [MemoryPart("weights", 15.0 * GiB), MemoryPart("KV cache", 4.5 * GiB), MemoryPart("free", 0.5 * GiB)]
     assert charts_memory.memory_summary(rows) == (
         "20.0 GiB of GPU memory in all: weights 15.0 GiB, KV cache 4.5 GiB, free 0.5 GiB."
     )

@@ -39,3 +39,24 @@ def test_labelled_grid_shows_text_in_cells_and_checks_shape():
 def test_every_builder_returns_a_figure():
     assert isinstance(charts.bar(["a"], [1], "t"), go.Figure)
     assert isinstance(charts.stacked_area([0], {"a": [1]}, "t"), go.Figure)
+
+
+def test_figures_of_typed_values_are_keyed_by_value():
+    """ui.figure_cache.figure keys a lab's frozen dataclasses and enums by their values: the same values give the
+    one shared figure, any changed field or enum member a new one, and an argument that cannot be a key (a list
+    inside a dataclass) is a TypeError naming the builder, never a figure for other settings."""
+    from lessons.labs.pool import BlockState, PoolBlock
+    from ui import charts_memory
+    from ui.figure_cache import figure
+
+    block = PoolBlock(0, BlockState.USED, 1, ("A",), 3)
+    first = figure(charts_memory.block_pool_grid, (block,), 4, "typed-key test")
+    same = PoolBlock(0, BlockState.USED, 1, ("A",), 3)
+    assert figure(charts_memory.block_pool_grid, (same,), 4, "typed-key test") is first
+    for other in (
+        PoolBlock(0, BlockState.USED, 1, ("A",), 2),  # one field
+        PoolBlock(0, BlockState.CACHED, 1, ("A",), 3),  # the enum member
+    ):
+        assert figure(charts_memory.block_pool_grid, (other,), 4, "typed-key test") is not first
+    with pytest.raises(TypeError, match="block_pool_grid"):
+        figure(charts_memory.block_pool_grid, (PoolBlock(0, BlockState.USED, 1, ["A"], 3),), 4, "typed-key test")

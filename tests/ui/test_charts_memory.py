@@ -2,6 +2,11 @@
 
 import pytest
 
+from engine.memory.units import GiB
+from lessons.diagnosis.scenarios import MemoryPart
+from lessons.labs.paged_kernel import VllmAccepts
+from lessons.labs.pool import BlockState, PoolBlock
+from tests.ui.chart_inputs import policy_share, size_row
 from ui import charts_memory as cm
 
 
@@ -30,70 +35,73 @@ def test_block_table_picture_rejects_bad_input(tables, fills, match):
 
 def test_block_pool_grid_marks_shared_blocks_in_words():
     blocks = [
-        {"block_id": 0, "state": "used", "ref_count": 2, "owners": "A+B", "filled": 4},
-        {"block_id": 1, "state": "used", "ref_count": 1, "owners": "A", "filled": 2},
-        {"block_id": 2, "state": "cached", "ref_count": 0, "owners": "", "filled": 4},
-        {"block_id": 3, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
-        {"block_id": 4, "state": "free", "ref_count": 0, "owners": "", "filled": 0},
+        PoolBlock(0, BlockState.SHARED, 2, ("A", "B"), 4),
+        PoolBlock(1, BlockState.USED, 1, ("A",), 2),
+        PoolBlock(2, BlockState.CACHED, 0, (), 4),
+        PoolBlock(3, BlockState.FREE, 0, (), 0),
+        PoolBlock(4, BlockState.FREE, 0, (), 0),
     ]
     fig = cm.block_pool_grid(blocks, 4, "pool", columns=3)
     heat = fig.data[0]
     assert len(heat.z) == 2  # 5 blocks, 3 per row
-    assert heat.text[0][0] == "#0 shared ×2<br>A+B 4/4"
-    assert heat.text[0][2].startswith("#2 cached") and heat.text[1][0].startswith("#3 free")
-    assert heat.z[0][0] == cm.STATE_VALUES["shared"] and heat.z[1][2] is None
-    with pytest.raises(ValueError, match="unknown state"):
-        cm.block_pool_grid([{**blocks[0], "state": "lost"}], 4, "pool")
+    assert heat.text[0][0] == "#0 shared ×2<br>A+B 4/4" and heat.text[0][1] == "#1 used<br>A 2/4"
+    assert heat.text[0][2] == "#2 cached<br>— 4/4" and heat.text[1][0].startswith("#3 free")
+    assert heat.z[0][0] == cm.STATE_VALUES[BlockState.SHARED] and heat.z[1][2] is None
+    assert list(heat.z[0]) == [1.0, 0.7, 0.35] and list(heat.z[1][:2]) == [0.0, 0.0]
+    assert [t.name for t in fig.data[1:]] == ["free", "cached", "used", "shared"]  # the legend names each colour
     with pytest.raises(ValueError, match="empty"):
         cm.block_pool_grid([], 4, "pool")
 
 
 def test_block_size_sweep_has_two_axes_and_marks_the_choice():
-    rows = [{"block size": b, "internal waste %": b / 10, "entries per sequence": 512 / b} for b in (1, 16, 256)]
+    rows = [size_row(b, internal_waste_pct=b / 10, entries_per_sequence=512 / b) for b in (1, 16, 256)]
     fig = cm.block_size_sweep(rows, 16)
     waste, entries = fig.data
-    assert list(waste.y) == [0.1, 1.6, 25.6] and entries.yaxis == "y2"
+    assert list(waste.x) == [1, 16, 256] and list(waste.y) == [0.1, 1.6, 25.6]
+    assert list(entries.y) == [512.0, 32.0, 2.0] and entries.yaxis == "y2"
     assert any("chosen: 16" in a.text for a in fig.layout.annotations)
     with pytest.raises(ValueError, match="not in the sweep"):
         cm.block_size_sweep(rows, 32)
+    with pytest.raises(ValueError, match="no block sizes"):
+        cm.block_size_sweep([], 16)
 
 
 def test_memory_breakdown_labels_each_part():
-    rows = [{"part": "weights", "GiB": 15.0}, {"part": "KV cache", "GiB": 5.5}]
+    rows = [MemoryPart("weights", 15.0 * GiB), MemoryPart("KV cache", 5.5 * GiB), MemoryPart("over capacity", -GiB)]
     fig = cm.memory_breakdown(rows, "gpu")
-    assert [t.name for t in fig.data] == ["weights", "KV cache"]
+    assert [t.name for t in fig.data] == ["weights", "KV cache", "over capacity"]
+    assert [list(t.x) for t in fig.data] == [[15.0], [5.5], [0.0]]  # an oversold part is not drawn below zero
     assert fig.data[1].text[0] == "KV cache: 5.5 GiB" and fig.layout.barmode == "stack"
+    with pytest.raises(ValueError, match="no parts"):
+        cm.memory_breakdown([], "gpu")
 
 
-def test_block_size_throughput_labels_the_peak_and_vllm_refusals():
+def test_block_size_throughput_labels_the_peak_and_dots_what_vllm_refuses():
     rows = [
-        {"block size": bs, "tokens/s": tps, "kernel cost vs best": cost, "vLLM accepts": ok}
-        for bs, tps, cost, ok in (
-            (2, 90.0, 1.4, "no"),
-            (8, 95.0, 1.1, "not on FlashAttention"),
-            (16, 100.0, 1.0, "yes"),
-            (256, 80.0, 1.0, "yes"),
-        )
+        size_row(bs, tokens_per_s=tps, kernel_cost=cost)
+        for bs, tps, cost in ((2, 90.0, 1.4), (8, 95.0, 1.1), (16, 100.0, 1.0), (256, 80.0, 1.0))
     ]
     bars, cost = cm.block_size_throughput(rows, 16).data
     assert list(bars.x) == ["2", "8", "16", "256"] and list(cost.y) == [1.4, 1.1, 1.0, 1.0]
+    assert list(bars.y) == [90.0, 95.0, 100.0, 80.0]
     assert "peak" in bars.text[2] and not any("peak" in t for i, t in enumerate(bars.text) if i != 2)
-    assert "not in vLLM" in bars.text[0] and list(bars.marker.pattern.shape) == ["x", ".", "", ""]
+    assert list(bars.marker.pattern.shape) == [".", ".", "", ""]  # 2 and 8: not a multiple of 16
+    assert list(bars.marker.color) == [cm.PALETTE[0], cm.PALETTE[0], cm.PALETTE[1], cm.PALETTE[0]]
+    # the pattern follows the verdict the row carries, not the block size
+    (bars, _) = cm.block_size_throughput([size_row(16, vllm_accepts=VllmAccepts.NOT_ON_FLASH_ATTENTION)], 16).data
+    assert list(bars.marker.pattern.shape) == ["."]
     with pytest.raises(ValueError, match="chosen block size 4"):
         cm.block_size_throughput(rows, 4)
 
 
 def test_waste_by_policy_stacks_the_four_shares_per_server():
-    rows = [
-        {"server": "static Max", "stored %": 20.0, "reserved %": 10.0, "internal %": 65.0, "external %": 5.0},
-        {"server": "paged", "stored %": 98.0, "reserved %": 0.0, "internal %": 2.0, "external %": 0.0},
-    ]
+    rows = [policy_share("static Max", 20.0, 10.0, 65.0, 5.0), policy_share("paged", 98.0, 0.0, 2.0, 0.0)]
     fig = cm.waste_by_policy(rows)
     assert [t.name for t in fig.data] == ["stored", "reserved", "internal", "external"]
-    for i in range(2):
-        assert sum(t.x[i] for t in fig.data) == pytest.approx(100.0)
+    assert [list(t.x) for t in fig.data] == [[20.0, 98.0], [10.0, 0.0], [65.0, 2.0], [5.0, 0.0]]
+    assert list(fig.data[2].text) == ["65.0%", ""]  # a share under 4% has no room for its label
     assert list(fig.data[0].y) == ["static Max", "paged"] and fig.layout.barmode == "stack"
-    with pytest.raises(ValueError, match="no rows"):
+    with pytest.raises(ValueError, match="no servers"):
         cm.waste_by_policy([])
 
 
@@ -101,12 +109,10 @@ def test_names_and_owners_from_a_run_are_shown_as_typed_not_as_plotly_markup():
     evil = "<a href='https://evil.example'>x</a><img src=x><br><b>b</b>"
     table = cm.block_table_picture({evil: [3]}, {evil: [2]}, 4, "t")
     assert all("<a" not in str(y) and "&lt;a href=" in str(y) for y in table.data[0].y)
-    pool = cm.block_pool_grid(
-        [{"block_id": 0, "state": "used", "ref_count": 1, "owners": evil, "filled": 2}], 4, "pool"
-    )
+    pool = cm.block_pool_grid([PoolBlock(0, BlockState.USED, 1, (evil,), 2)], 4, "pool")
     cell = pool.data[0].text[0][0]
     assert "&lt;a href=" in cell and "<a" not in cell and cell.count("<br>") == 1  # only the builder's own break
-    bar = cm.memory_breakdown([{"part": evil, "GiB": 1.0}], "mem")
+    bar = cm.memory_breakdown([MemoryPart(evil, GiB)], "mem")
     assert "<" not in bar.data[0].name and "<" not in bar.data[0].text[0]
     marked = cm.with_marker(bar, 0.5, evil)
     assert all("<a" not in a.text for a in marked.layout.annotations)

@@ -19,17 +19,21 @@ def log(name: str):
     return read_vllm_log((FIXTURES / name).read_text())
 
 
-def test_memory_rows_of_the_10517_log_add_up_to_its_total():
-    rows = {r["part"]: r["GiB"] for r in own_log.memory_rows(log("vllm-10517-20k-v0.log"))}
+def test_memory_parts_of_the_10517_log_add_up_to_its_total():
+    parts = own_log.memory_parts(log("vllm-10517-20k-v0.log"))
+    rows = {p.part: p.gib for p in parts}
     assert rows["weights"] == pytest.approx(14.9888, abs=1e-3)
     assert rows["activations (profiled peak)"] == pytest.approx(17.06 - 14.9888, abs=1e-3)  # peak torch - weights
     assert rows["KV cache"] == 3.81 and rows["CUDA context / non-torch"] == 0.35
     assert rows["held back (1 - gpu_memory_utilization)"] == pytest.approx(23.58 * 0.10, abs=1e-3)
     assert sum(rows.values()) == pytest.approx(23.58, abs=0.01)  # the parts account for the whole card
+    table = own_log.memory_rows(log("vllm-10517-20k-v0.log"))  # the table: the same parts, GiB to 3 decimals
+    assert table == [{"part": p.part, "GiB": round(p.gib, 3), "bytes": p.bytes} for p in parts]
+    assert all(p.bytes == p.gib * GiB for p in parts)
 
 
 def test_an_oom_message_alone_still_draws_the_card():
-    rows = {r["part"]: r["GiB"] for r in own_log.memory_rows(log("vllm-2140-torch-oom.log"))}
+    rows = {p.part: p.gib for p in own_log.memory_parts(log("vllm-2140-torch-oom.log"))}
     assert rows["allocated by PyTorch"] == 20.13 and rows["free"] == 3.09
     assert sum(rows.values()) == pytest.approx(23.69, abs=0.01)
 
@@ -174,6 +178,7 @@ def test_any_log_of_real_lines_with_any_numbers_never_raises(text, length, model
     table_safe(rows)
     for row in rows:
         assert 0 <= row["GiB"] <= 2 * MAX_GPU_GIB, row
+    assert [r["part"] for r in rows] == [p.part for p in own_log.memory_parts(parsed)]
     pool = own_log.kv_pool(parsed, model)
     if pool is not None:
         assert 0 <= pool.tokens <= MAX_TOKENS

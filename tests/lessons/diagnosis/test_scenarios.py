@@ -217,7 +217,8 @@ def test_symptoms_show_memory_logs_and_traffic(sid):
     sy = symptoms(sc)
     assert any(LOG_SIGNATURES[sid] in line for line in sy.logs), sy.logs
     capacity = run_outcome(sc).footprint.capacity_bytes
-    assert sum(r["bytes"] for r in sy.memory) == pytest.approx(capacity, rel=1e-6)
+    assert sum(p.bytes for p in sy.memory) == pytest.approx(capacity, rel=1e-6)
+    assert sy.memory_rows() == [p.row() for p in sy.memory] and list(sy.memory_rows()[0]) == ["part", "GiB", "bytes"]
     assert sy.traffic["requests"] == sc.traffic.num_requests
 
 

@@ -200,7 +200,12 @@ def test_decode_bytes_are_weights_plus_kv_and_time_is_bytes_over_bandwidth():
     assert lesson.ms_per_token == pytest.approx(lesson.decode.bytes / gpu.bandwidth_bytes_per_s * 1e3)
     assert lesson.decode.bound == "memory" and lesson.prefill.bound == "compute"
     assert lesson.decode.intensity < 2 < gpu.ridge_point < lesson.prefill.intensity
-    assert [p["name"] for p in lesson.points()] == ["decode (batch 1)", "prefill (batch 1)"]
+    decode, prefill = lesson.points()
+    assert (decode.name, prefill.name) == ("decode (batch 1)", "prefill (batch 1)")
+    assert decode.intensity == lesson.decode.intensity and prefill.intensity == lesson.prefill.intensity
+    # a memory-bound step attains intensity x bandwidth; a compute-bound one the peak
+    assert decode.flops == pytest.approx(lesson.decode.intensity * gpu.bandwidth_bytes_per_s, rel=1e-9)
+    assert prefill.flops == pytest.approx(gpu.bf16_flops, rel=1e-9)
     assert "bandwidth-limited" in lesson.verdict()
 
 

@@ -23,7 +23,12 @@ def test_series_add_up_to_the_capacity_every_step(reports):
     fp = serving_footprint("llama-2-13b", "a100-40gb", max_model_len=1024)
     assert rep.capacity_tokens == fp.kv_budget_bytes // fp.kv_bytes_per_token
     x, ys = rep.series()
-    assert len(x) == len(rep.rows) <= lab.CHART_POINTS + 1 and list(ys) == list(lab.SERIES.values())
+    assert len(x) == len(rep.steps) <= lab.CHART_POINTS + 1 and list(ys) == list(lab.SERIES.values())
+    # the chart's series are the table's columns, row by row (the table keeps the simulator's column names)
+    rows = rep.rows()
+    assert list(rows[0]) == ["time_s", *lab.SERIES, "running", "waiting"] and [r["time_s"] for r in rows] == x
+    for col, label in lab.SERIES.items():
+        assert ys[label] == [r[col] for r in rows]
     for i in range(len(x)):
         assert sum(col[i] for col in ys.values()) == rep.capacity_tokens
     assert all(v >= 0 for col in ys.values() for v in col)

@@ -10,6 +10,7 @@ from engine.sim.traces import generate_trace
 from lessons.labs import paged as lab
 from lessons.labs import paged_kernel
 from lessons.labs.paged_kernel import BLOCK_SIZES
+from lessons.labs.pool import BlockState
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,8 @@ def test_sweep_rows_keep_the_table_columns(swept):
     for row, r in zip(rows, swept.points, strict=True):
         assert row["block size"] == r.block_size and row["internal waste %"] == r.internal_waste_pct
         assert (row["table width (max entries)"], row["tokens/s"]) == (r.table_width, r.tokens_per_s)
-        assert row["vLLM accepts"] == r.vllm_accepts and row["kernel cost vs best"] == r.kernel_cost
+        assert row["vLLM accepts"] == r.vllm_accepts.value and type(row["vLLM accepts"]) is str  # a plain table cell
+        assert row["kernel cost vs best"] == r.kernel_cost
 
 
 @settings(max_examples=9, deadline=None)
@@ -67,13 +69,14 @@ def test_sweep_rows_keep_the_table_columns(swept):
 def test_allocator_picture_is_consistent_with_the_pool(bs):
     pic = lab.allocator_picture(bs, decode_rounds=min(bs, 8))
     assert set(pic.tables) == {"A", "C", "D"}
-    owner_of = {b["block_id"]: b for b in pic.blocks}
+    owner_of = {b.block_id: b for b in pic.blocks}
+    assert [b.block_id for b in pic.blocks] == list(range(pic.num_blocks))  # every block, in id order
     seen = [blk for table in pic.tables.values() for blk in table]
     assert len(seen) == len(set(seen))  # no physical block is in two tables (nothing shared here)
     for name, table in pic.tables.items():
         for blk, fill in zip(table, pic.fills[name], strict=True):
-            assert owner_of[blk]["state"] == "used" and owner_of[blk]["owners"] == name
-            assert owner_of[blk]["filled"] == fill
+            assert owner_of[blk].state is BlockState.USED and owner_of[blk].owners == (name,)
+            assert owner_of[blk].filled == fill
         fills = pic.fills[name]
         assert all(f == bs for f in fills[:-1]) and 1 <= fills[-1] <= bs  # only the last block is partial
     assert pic.used_slots == sum(sum(f) for f in pic.fills.values())
@@ -85,6 +88,7 @@ def test_allocator_picture_is_consistent_with_the_pool(bs):
         pic.idle_slots == pic.allocated_slots - pic.used_slots == sum(bs * len(f) - sum(f) for f in pic.fills.values())
     )
     assert pic.num_blocks == len(pic.blocks)
+    assert pic.block_rows() == [b.row() for b in pic.blocks] and pic.block_rows()[0]["state"] in set(BlockState)
     with pytest.raises(ValueError, match="block_size=3 is not supported"):
         lab.allocator_picture(3)
 
@@ -92,7 +96,7 @@ def test_allocator_picture_is_consistent_with_the_pool(bs):
 def test_tight_pool_makes_d_reuse_a_block_b_freed():
     pic = lab.allocator_picture(16)
     assert "that B freed" in pic.notes[1]
-    assert sum(1 for b in pic.blocks if b["state"] == "free") <= 3
+    assert sum(1 for b in pic.blocks if b.state is BlockState.FREE) <= 3
 
 
 @pytest.mark.parametrize("bs", [2, 16, 256])
@@ -102,7 +106,8 @@ def test_fork_then_copy_on_write_then_prefix_hit(bs):
     a1 = stages[0].picture.tables["A"]
     fork = stages[1].picture
     assert fork.tables["B"] == fork.tables["A"] == a1
-    assert all(b["ref_count"] == 2 for b in fork.blocks if b["block_id"] in a1)
+    forked = [b for b in fork.blocks if b.block_id in a1]
+    assert all(b.ref_count == 2 and b.state is BlockState.SHARED and b.owners == ("A", "B") for b in forked)
     cow = stages[2]
     (src, dst) = cow.copies[0]
     assert len(cow.copies) == 1 and src == a1[-1]  # only the shared, partial last block is copied
@@ -111,7 +116,7 @@ def test_fork_then_copy_on_write_then_prefix_hit(bs):
     hit = stages[4].picture.tables["C"]
     assert hit[:2] == a1[:2]
     assert str(2 * bs) in stages[4].title  # two full prompt blocks come from the prefix cache
-    refs = {b["block_id"]: b["ref_count"] for b in stages[4].picture.blocks}
+    refs = {b.block_id: b.ref_count for b in stages[4].picture.blocks}
     assert refs[a1[0]] == refs[a1[1]] == 3
     row = stages[2].row()
     assert row["copy-on-write copies (src→dst)"] == f"{src}→{dst}"
@@ -128,9 +133,11 @@ def test_one_token_blocks_never_need_a_copy():
 
 def test_vllm_verdicts_follow_flash_attentions_multiple_of_16():
     verdicts = {bs: paged_kernel.vllm_accepts(bs) for bs in BLOCK_SIZES}
-    assert set(verdicts.values()) == {"yes", "not on FlashAttention"}  # v0.29's config takes any positive size
-    assert [bs for bs, v in verdicts.items() if v == "not on FlashAttention"] == [1, 2, 4, 8]
-    assert all(verdicts[bs] == "yes" for bs in (16, 32, 64, 128, 256))
+    assert set(verdicts.values()) == set(paged_kernel.VllmAccepts)  # v0.29's config takes any positive size
+    refused = paged_kernel.VllmAccepts.NOT_ON_FLASH_ATTENTION
+    assert [bs for bs, v in verdicts.items() if v is refused] == [1, 2, 4, 8]
+    assert all(verdicts[bs] is paged_kernel.VllmAccepts.YES for bs in (16, 32, 64, 128, 256))
+    assert [v.value for v in paged_kernel.VllmAccepts] == ["yes", "not on FlashAttention"]  # the page's words
 
 
 @pytest.mark.parametrize("bs", [1, 16, 256])

@@ -19,6 +19,7 @@ from engine.llm import LLM
 from engine.model.llama import CausalLM
 from engine.sampling import SamplingParams
 from lessons.labs import playground as lab
+from lessons.labs.pool import BlockState
 from tests import tiny_model
 
 TEXT = "def add(a, b):\n    return a + b\nclass Stack:\n    def push(self, x):\n        self.items.append(x)\n" * 4
@@ -252,6 +253,8 @@ def test_small_pool_run_matches_solo_runs_and_rows_add_up(tiny):
     for i, t in enumerate(run.traces):  # read off the traces themselves
         assert series["running"][i] == len(t.running) and series["waiting"][i] == len(t.waiting)
         assert series["KV blocks used"][i] == t.num_blocks - t.num_free_blocks
+    assert [r["step"] for r in rows] == steps  # the chart and its table say the same numbers
+    assert all(series[name] == [r[name] for r in rows] for name in lab.TIMELINE)
     assert run.generated_tokens == 40 and run.tokens_per_s > 0
     for i, t in enumerate(run.traces):
         view = lab.step_view(run, i)
@@ -259,6 +262,12 @@ def test_small_pool_run_matches_solo_runs_and_rows_add_up(tiny):
         for name, table in view.tables.items():
             assert len(view.fills[name]) == len(table) and all(1 <= f <= 4 for f in view.fills[name])
         assert view.table_rows() == [{"request": n, "block table": str(tbl)} for n, tbl in view.tables.items()]
+        assert [b.block_id for b in view.blocks] == [b.block_id for b in t.blocks]  # the whole pool, in id order
+        for drawn, info in zip(view.blocks, t.blocks, strict=True):
+            assert (drawn.ref_count, drawn.filled) == (info.ref_count, info.num_filled)
+            assert set(drawn.owners) <= set(view.tables) | {f"r{i}" for i in range(4)}
+            assert drawn.state is (BlockState.SHARED if info.ref_count > 1 else BlockState(info.state))
+        assert view.block_rows() == [b.row() for b in view.blocks]
         assert f"{t.num_blocks - t.num_free_blocks} of 9 blocks" in view.story
     assert any("Preempted" in lab.step_view(run, i).story for i in range(len(run.traces)))
     with pytest.raises(ValueError, match="does not exist"):

@@ -191,3 +191,25 @@ def test_chart_summaries_say_the_numbers_the_charts_draw(loaded, default_run):
     assert big.summary().startswith("Simulated: ") and big.summary().endswith(".")
     if not any(p.preemptions for p in big.points):
         assert "preempts nothing up to" in big.summary()
+
+
+def test_a_runs_point_carries_its_numbers_and_its_row_the_tables_columns(default_run):
+    p = default_run.point()
+    assert p.traffic == default_run.traffic and p.preemptions == default_run.preemptions
+    assert (p.ttft_p50_steps, p.ttft_p95_steps) == (default_run.ttft_steps(50), default_run.ttft_steps(95))
+    assert (p.ttft_p50_ms, p.tpot_p50_ms) == (default_run.ttft_ms(50), default_run.tpot_ms(50))
+    assert (p.max_step_tokens, p.stall_ms) == (default_run.max_step_tokens, default_run.stall_ms)
+    assert (p.binding, p.steps) == (default_run.binding, default_run.num_steps)
+    row = p.row()
+    assert list(row)[:6] == [
+        "requests per step",
+        "prompt tokens",
+        "KV blocks",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "preemptions",
+    ]
+    assert row["TTFT p50 ms"] == round(p.ttft_p50_ms, 1) and row["its duration ms"] == round(p.stall_ms, 1)
+    assert row["peak KV usage %"] == round(100 * default_run.peak_kv_usage, 1) and row["binding limit"] == p.binding
+    assert lab.RateSweep((default_run,)).rows() == [row] == lab.BudgetSweep((default_run,)).rows()
+    assert lab.RateSweep((default_run, default_run)).points() == (p, p)
