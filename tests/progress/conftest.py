@@ -12,7 +12,7 @@ import pytest
 
 from progress import auth
 from progress.live import answer_table, create_tables, session_table
-from progress.store import ProgressStore, auth_table, progress_table, throttle_table
+from progress.store import ProgressStore, auth_table, progress_table, throttle_table, tries_table
 from tests.pg import postgres_url  # noqa: F401 - the session fixture, registered here
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -33,7 +33,7 @@ def store_url(request, tmp_path) -> str:
     wipe = ProgressStore(url)
     create_tables(wipe.engine)  # the live rounds' tables too (progress/live.py)
     with wipe.engine.begin() as conn:
-        for table in (progress_table, auth_table, throttle_table, session_table, answer_table):
+        for table in (progress_table, auth_table, throttle_table, tries_table, session_table, answer_table):
             conn.execute(table.delete())
     wipe.close()
     return url
