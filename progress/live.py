@@ -44,7 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from progress.names import NAME_MAX_LEN, name_key, validate_name
-from progress.store import ProgressStore, ProgressStoreError, explain_failure
+from progress.store import ProgressStore, ProgressStoreError, SignedOut, auth_table, explain_failure
 
 LESSON_ID = re.compile(r"[a-z][a-z_]{0,39}")  # a page id
 MAX_SETTINGS, MAX_SETTING_LEN = 16, 200  # the teacher's deep-link query: name -> value
@@ -219,12 +219,24 @@ class LiveBoard:
                 self._cache[code] = _Cached(now, found)
         return found
 
-    def answer(self, class_code: str, learner: str, lesson: str, value: float) -> int | None:
+    def answer(
+        self, class_code: str, learner: str, lesson: str, value: float, auth_version: int | None = None
+    ) -> int | None:
         """Store ``learner``'s checked prediction ``value`` on ``lesson`` (one per learner: a later one
         replaces it) and return the round number, iff the class's round is open on that lesson and not
-        revealed; else None and nothing is stored. Atomic against reveal (see the module docstring)."""
+        revealed; else None and nothing is stored. Atomic against reveal (see the module docstring).
+
+        With ``auth_version`` (the session's ``SignIn.version``) an answer after a reset or a new passphrase
+        of the name raises SignedOut and stores nothing: an old tab cannot replace the owner's answer."""
         code, name = _code(class_code), name_key(validate_name(learner))
         page, number = check_lesson(lesson), check_value(value)
+        same_sign_in = sa.true()
+        if auth_version is not None:  # checked inside each write too (SQLite: a reset may commit in between)
+            same_sign_in = sa.exists().where(
+                (auth_table.c.class_code == code)
+                & (auth_table.c.learner_key == name)
+                & (auth_table.c.version == auth_version)
+            )
         try:
             for attempt in range(WRITE_ATTEMPTS):
                 try:
@@ -234,6 +246,8 @@ class LiveBoard:
                             .where(session_table.c.class_code == code)
                             .with_for_update()  # PostgreSQL: the row is ours until commit; the teacher's writes queue
                         ).first()
+                        if auth_version is not None and not conn.execute(sa.select(same_sign_in)).scalar():
+                            raise SignedOut("the passphrase of this name in this class changed since you signed in")
                         if state is None or state.lesson != page or state.revealed:
                             return None
                         open_now = (  # checked again inside each write: SQLite's read above locks nothing
@@ -241,6 +255,7 @@ class LiveBoard:
                             & (session_table.c.lesson == page)
                             & (session_table.c.round == state.round)
                             & session_table.c.revealed.is_(False)
+                            & same_sign_in
                         )
                         values = {"round": state.round, "value": number, "answered_at": self.clock()}
                         mine = (answer_table.c.class_code == code) & (answer_table.c.learner_key == name)

@@ -25,7 +25,7 @@ import streamlit as st
 
 from lessons import links, predictions
 from lessons.live import ClassRound, class_round, learner_line
-from progress import ProgressStoreError, name_key
+from progress import ProgressStoreError
 from progress.live import LiveBoard, LiveRound
 from ui import live
 from ui.charts_live import class_histogram, histogram_summary, slip_chart, slip_summary
@@ -255,7 +255,8 @@ def _learner_poll() -> None:
 def _revealed(board: LiveBoard, current: LiveRound) -> ClassRound:
     """The revealed round as the class answered it: read once per server for all its learners (a revealed
     round takes no more answers, so its count names its answers)."""
-    key = (board, name_key(current.class_code), current.lesson, current.round, current.answers)  # board: its database
+    key = (board, *live.round_id(current), current.lesson, current.answers)  # board: its database; round_id: not
+    # the round number alone (a new live session's round 1 is another round)
     return _REVEALED.get_or_make(
         key, lambda: class_round(current.lesson, board.answers(current.class_code, current.round), True)
     )

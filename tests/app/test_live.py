@@ -188,3 +188,61 @@ def test_a_round_on_a_lesson_without_a_question_shows_a_clear_note_not_a_traceba
     at.selectbox(key="live_move_to").select("gqa")
     at.button(key="live_move").click().run()  # ... and a move to a lesson with a question
     assert board.current(CLASS).lesson == "gqa" and [m.value for m in at.metric] == ["0"]
+
+
+def _answer_on_gqa(at, value):
+    at.number_input(key="predict_gqa").set_value(value)
+    return at.button(key="predict_gqa_check").click().run()
+
+
+def test_the_old_tab_of_a_reset_name_is_signed_out_and_cannot_replace_the_owners_answer(app_test, board):
+    store = open_store()
+    mallory = store.sign_in(CLASS, "Bob", "mallory got here first")
+    board.open_round(CLASS, "gqa")
+    old_tab = _signed_in(app_test("gqa", timeout=60), "Bob")
+    old_tab.session_state[VERSION_KEY] = mallory.version
+    _answer_on_gqa(old_tab.run(), 5)
+    assert board.answers(CLASS, 1) == (5.0,)
+    assert store.reset_passphrase(CLASS, "Bob")  # the teacher
+    bob = store.sign_in(CLASS, "Bob", "bob's own passphrase")
+    assert board.answer(CLASS, "Bob", "gqa", 77, bob.version) == 1
+    old_tab.number_input(key="predict_gqa").set_value(None).run()
+    _answer_on_gqa(old_tab, 5)  # the old tab checks its 5 again
+    assert not old_tab.exception and board.answers(CLASS, 1) == (77.0,)
+    assert LEARNER_KEY not in old_tab.session_state
+    assert any("Signed out" in w.value and "was reset" in w.value for w in old_tab.warning)
+    store.close()
+
+
+def test_a_learners_answer_is_not_shown_in_the_next_round_of_the_same_lesson(app_test, board):
+    board.open_round(CLASS, "gqa")
+    at = _signed_in(app_test("gqa", timeout=60), "Ana").run()
+    _answer_on_gqa(at, 512)
+    banner = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), "Ana")
+    banner.session_state[live.MINE_KEY] = at.session_state[live.MINE_KEY]  # one session: the page and the banner
+    assert "Your answer is in: 512." in banner.run().markdown[0].value
+    current = board.current(CLASS)
+    board.open_round(CLASS, "gqa", dict(current.settings))  # "New round on this lesson": round 2
+    text = banner.run().markdown[0].value
+    assert "round 2" in text and "Your answer is in" not in text
+
+
+def test_a_new_live_session_does_not_show_the_old_sessions_round_1(app_test, board):
+    # Hole 9: after "End the live session", a new round 1 on the same lesson showed the old one's figures.
+    board.open_round(CLASS, "gqa")
+    at = _signed_in(app_test("gqa", timeout=60), "Ana").run()
+    _answer_on_gqa(at, 512)
+    banner = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), "Ana")
+    banner.session_state[live.MINE_KEY] = at.session_state[live.MINE_KEY]
+    board.reveal(CLASS, 1)
+    old = banner.run().markdown[0].value
+    assert "512" in old.replace(",", "")
+    assert board.close(CLASS)  # the teacher ends the live session ...
+    again = board.open_round(CLASS, "gqa")  # ... and later starts a new one: round 1 again
+    assert again.round == 1
+    board.answer(CLASS, "Bob", "gqa", GQA.answer)
+    board.reveal(CLASS, 1)
+    new = banner.run().markdown[0].value
+    assert "512" not in new.replace(",", "") and new != old  # not Ana's old answer, not the old class figures
+    other = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), "Carol").run()
+    assert new.split(":", 1)[0] == other.markdown[0].value.split(":", 1)[0]  # the same round as a fresh session

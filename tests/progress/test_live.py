@@ -518,3 +518,23 @@ def test_the_cache_keeps_at_most_cache_max_class_codes_dropping_the_oldest(sqlit
     assert len(seen) == 3  # both still cached
     sqlite_board.current("Room 1", max_age_s=1e9)
     assert len(seen) == 4  # dropped: read again
+
+
+def test_an_answer_from_a_sign_in_before_a_reset_is_refused_and_replaces_nothing(stores, board):
+    # Hole 4: Mallory claims "Bob"; the teacher resets it; Bob signs in and answers 77; Mallory's old tab
+    # re-checks its 5. Her answer must not replace his.
+    from progress import SignedOut
+
+    store = stores[0]
+    board.open_round("Room 1", "gqa")
+    mallory = store.sign_in("Room 1", "Bob", "mallory got here first")
+    assert board.answer("Room 1", "Bob", "gqa", 5, mallory.version) == 1
+    assert store.reset_passphrase("Room 1", "Bob")
+    bob = store.sign_in("Room 1", "Bob", "bob's own passphrase")
+    assert board.answer("room 1", "bob", "gqa", 77, bob.version) == 1
+    with pytest.raises(SignedOut):
+        board.answer("Room 1", "Bob", "gqa", 5, mallory.version)
+    assert board.answers("Room 1", 1) == (77.0,) and board.my_answer("Room 1", "Bob", 1) == 77.0
+    with pytest.raises(SignedOut):  # a name with no sign-in at all cannot answer with a version either
+        board.answer("Room 1", "Carol", "gqa", 5, 1)
+    assert board.answer("Room 1", "Carol", "gqa", 6) == 1  # without a version (a script, a test): unchecked
