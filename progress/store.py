@@ -73,7 +73,7 @@ from progress.records import (
 SQLITE_FILENAME = "progress.sqlite3"
 SQLITE_BUSY_TIMEOUT_S = 2.0  # a locked file fails fast with a clear message instead of hanging the page
 SAVE_ATTEMPTS = 40  # compare-and-swap rounds before a save gives up (each a few ms under contention)
-SCHEMA_VERSION = 3  # 1: kvlab_progress; 2: + kvlab_learner_auth, kvlab_auth_throttle; 3: + kvlab_auth_tries
+SCHEMA_VERSION = 3  # 1: kvlab_progress; 2: + kvlab_learner_auth, kvlab_auth_throttle; 3: + tries, members
 LEARNER_SCOPE, TEACHER_SCOPE = "learner", "teacher"  # throttle rows
 ALL_CLIENTS = "*"  # the tries row of a subject as a whole
 TRIES_TTL_S = 86_400.0  # a tries row untouched for a day (and not waiting) is dropped: sessions come and go
@@ -120,6 +120,17 @@ tries_table = sa.Table(
     sa.Column("failures", sa.Integer, nullable=False),  # tries since this client's last success (counted first)
     sa.Column("locked_until", sa.Float),  # seconds since 1970; this client's tries are refused before then
     sa.Column("last_try", sa.Float, nullable=False),  # seconds since 1970
+)
+
+
+member_table = sa.Table(
+    "kvlab_class_member",
+    _metadata,
+    sa.Column("class_code", sa.String(NAME_MAX_LEN), primary_key=True),
+    sa.Column("learner_key", sa.String(NAME_MAX_LEN), primary_key=True),
+    # store.clock() seconds of the name's first sign-in in the class; names from before this table have no
+    # row: seen before any live session that can ask (progress/live.py: names new this session)
+    sa.Column("first_seen", sa.Float, nullable=False),
 )
 
 
@@ -390,6 +401,10 @@ class ProgressStore:
             with self.engine.begin() as conn:
                 if row is None:
                     conn.execute(auth_table.insert().values(class_code=code, learner_key=name, version=1, **values))
+                    seen = sa.select(sa.func.count()).select_from(member_table).where(_row(member_table, code, name))
+                    if not _has_progress(conn, code, name) and not conn.execute(seen).scalar_one():  # brand-new name
+                        first = {"class_code": code, "learner_key": name, "first_seen": self.clock()}
+                        conn.execute(member_table.insert().values(**first))
                 else:
                     claim = auth_table.update().where(_row(auth_table, code, name) & auth_table.c.pass_hash.is_(None))
                     if conn.execute(claim.values(version=auth_table.c.version + 1, **values)).rowcount == 0:

@@ -55,13 +55,13 @@ def test_the_projector_counts_answers_without_names_and_hides_the_answer_until_r
     at.button(key="live_start").click().run()
     live = board.current(CLASS)
     assert live is not None and live.lesson == "gqa" and live.round == 1 and not live.revealed
-    assert [m.value for m in at.metric] == ["0"] and "Waiting for the first answer" in _texts(at)
+    assert [m.value for m in at.metric] == ["0", "0"] and "Waiting for the first answer" in _texts(at)
     mha, half = GQA.traps[0].value, GQA.traps[1].value
     for name, value in (("Ana", GQA.answer), ("Bob", mha), ("Cy", half), ("Dee", GQA.answer)):
         assert board.answer(CLASS, name, "gqa", value) == 1
     at.run()
     assert not at.exception and not at.error
-    assert [m.value for m in at.metric] == ["4"]
+    assert [m.value for m in at.metric] == ["4", "0"]
     charts = at.get("plotly_chart")
     assert len(charts) == 1  # the histogram only: no slip chart before the reveal
     text = _texts(at)
@@ -76,7 +76,7 @@ def test_the_projector_counts_answers_without_names_and_hides_the_answer_until_r
     at.button(key="live_again").click().run()
     again = board.current(CLASS)
     assert (again.round, again.lesson, again.revealed, again.answers) == (2, "gqa", False, 0)
-    assert [m.value for m in at.metric] == ["0"]
+    assert [m.value for m in at.metric] == ["0", "0"]
     at.selectbox(key="live_move_to").select("paged")
     at.button(key="live_move").click().run()
     moved = board.current(CLASS)
@@ -187,7 +187,7 @@ def test_a_round_on_a_lesson_without_a_question_shows_a_clear_note_not_a_traceba
     at.button(key="live_again").click().run()  # the teacher's controls still work: a new round ...
     at.selectbox(key="live_move_to").select("gqa")
     at.button(key="live_move").click().run()  # ... and a move to a lesson with a question
-    assert board.current(CLASS).lesson == "gqa" and [m.value for m in at.metric] == ["0"]
+    assert board.current(CLASS).lesson == "gqa" and [m.value for m in at.metric] == ["0", "0"]
 
 
 def _answer_on_gqa(at, value):
@@ -246,3 +246,26 @@ def test_a_new_live_session_does_not_show_the_old_sessions_round_1(app_test, boa
     assert "512" not in new.replace(",", "") and new != old  # not Ana's old answer, not the old class figures
     other = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), "Carol").run()
     assert new.split(":", 1)[0] == other.markdown[0].value.split(":", 1)[0]  # the same round as a fresh session
+
+
+def test_the_teacher_closes_the_class_to_new_names_and_admits_one(app_test, board):
+    store = open_store()
+    store.sign_in(CLASS, "Ana", "ana's passphrase")  # known before the session
+    at = _teacher(app_test)
+    at.button(key="live_start").click().run()
+    lesson = board.current(CLASS).lesson
+    for bot in ("Bot1", "Bot2"):
+        store.sign_in(CLASS, bot, "made up on the spot")
+        assert board.answer(CLASS, bot, lesson, 512) == 1
+    assert board.answer(CLASS, "Ana", lesson, 1) == 1
+    at.run()
+    assert [(m.label, m.value) for m in at.metric] == [("Answers", "3"), ("From names new this session", "2")]
+    toggle = next(t for t in at.toggle if t.key.startswith("live_closed_"))
+    toggle.set_value(True).run()
+    assert board.current(CLASS).closed and [m.value for m in at.metric] == ["1", "0"]
+    assert "2 answers from new names wait for you to admit them" in _texts(at)
+    assert "New names waiting: 2" in [e.label for e in at.expander]
+    at.button(key="live_admit_bot1").click().run()
+    assert board.waiting_names(CLASS) == ["Bot2"] and [m.value for m in at.metric] == ["2", "1"]
+    assert not at.exception
+    store.close()
