@@ -267,6 +267,8 @@ def _learner_poll() -> None:
     title = _title(current.lesson)
     if cr is None:
         joined = f" Your answer is in: {mine:g}." if mine is not None else ""
+        if mine is not None and current.waiting and _held(board, current, learner):
+            joined += " It counts once your teacher admits your name (new to this class this session)."
         box.markdown(
             f":material/cast_for_education: **Live with your class:** your teacher is on **{title}**, round "
             f"{current.round} · {current.answers} answers so far.{joined}"
@@ -284,6 +286,14 @@ def _learner_poll() -> None:
         query = dict(current.settings)
         adopt_view(current.lesson, query)
         st.switch_page(page(current.lesson).file, query_params=query)
+
+
+def _held(board: LiveBoard, current: LiveRound, learner: str) -> bool:
+    """Whether this learner's answer waits for the teacher (asked only while some answer does)."""
+    try:
+        return name_key(learner) in {name_key(n) for n in board.waiting_names(current.class_code)}
+    except ProgressStoreError:
+        return False
 
 
 def _revealed(board: LiveBoard, current: LiveRound) -> ClassRound:

@@ -268,4 +268,11 @@ def test_the_teacher_closes_the_class_to_new_names_and_admits_one(app_test, boar
     at.button(key="live_admit_bot1").click().run()
     assert board.waiting_names(CLASS) == ["Bot2"] and [m.value for m in at.metric] == ["2", "1"]
     assert not at.exception
+    for bot, held in (("Bot2", True), ("Bot1", False)):  # the learner's banner says when theirs waits
+        banner = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), bot).run()
+        assert "admits your name" not in banner.markdown[0].value  # no answer from this session: no note
+        banner.session_state[live.MINE_KEY] = (live.round_id(board.current(CLASS)), 512.0)
+        text = banner.run().markdown[0].value
+        assert "Your answer is in: 512." in text
+        assert ("once your teacher admits your name" in text) is held
     store.close()
