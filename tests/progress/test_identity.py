@@ -374,7 +374,13 @@ def test_a_schema_1_database_is_migrated_and_old_records_keep_their_progress(sto
     # A database made before passphrases: only kvlab_progress, with a learner's row (no stamps either).
     engine = sa.create_engine(store_url)
     with engine.begin() as conn:
-        for table in ("kvlab_auth_throttle", "kvlab_learner_auth", "kvlab_progress"):
+        for table in (
+            "kvlab_auth_throttle",
+            "kvlab_auth_tries",
+            "kvlab_class_member",
+            "kvlab_learner_auth",
+            "kvlab_progress",
+        ):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
         conn.execute(sa.text(OLD_DDL))
         old = {"visited": ["gqa"], "quiz": {"gqa.mqa": {"answer": "One", "correct": True}}, "diagnosis": {}}
@@ -386,7 +392,7 @@ def test_a_schema_1_database_is_migrated_and_old_records_keep_their_progress(sto
     store = ProgressStore(store_url)  # opening it migrates: the new tables appear, the old one is untouched
     try:
         names = set(sa.inspect(store.engine).get_table_names())
-        assert {"kvlab_progress", "kvlab_learner_auth", "kvlab_auth_throttle"} <= names
+        assert {"kvlab_progress", "kvlab_learner_auth", "kvlab_auth_tries", "kvlab_class_member"} <= names
         cols = {c["name"] for c in sa.inspect(store.engine).get_columns("kvlab_progress")}
         assert cols == {"class_code", "learner_key", "learner", "data", "updated_at"}
         assert store.class_records("Room 1")[0]["has_passphrase"] is False
