@@ -557,3 +557,28 @@ def test_two_sign_ins_racing_to_set_a_reset_passphrase_one_wins(store, monkeypat
     assert store.sign_in("c", "Ana", "the first one in").status == "verified"
     (row,) = _rows(store, auth_table)
     assert row["version"] == 3  # one reset, one set: the loser changed nothing
+
+
+# --- whose address a try comes from ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "setting", "address"),
+    [
+        (None, "198.51.100.7", None, "198.51.100.7"),  # nginx on loopback (the default trust) names the learner
+        (None, "6.6.6.6, 198.51.100.7", None, "198.51.100.7"),  # what the learner wrote first is not believed
+        ("203.0.113.9", "1.2.3.4", None, "203.0.113.9"),  # a direct connection: its header is ignored
+        ("10.0.0.5", "1.2.3.4", "10.0.0.0/24", "1.2.3.4"),  # a configured proxy network
+        ("10.0.0.5", "10.0.0.6, 1.2.3.4, 10.0.0.7", "10.0.0.0/24", "1.2.3.4"),  # two proxies in a row
+        (None, "1.2.3.4", "none", "127.0.0.1"),  # no proxy trusted: the connection itself
+        (None, "not an address", None, "127.0.0.1"),  # a garbled header: the last proxy
+        (None, None, None, "127.0.0.1"),  # local use, no proxy
+    ],
+)
+def test_x_forwarded_for_is_believed_only_from_a_trusted_proxy(peer, forwarded, setting, address):
+    assert auth.client_address(peer, forwarded, setting) == address
+
+
+def test_a_bad_trusted_proxies_setting_names_the_entry():
+    with pytest.raises(ValueError, match="KVLAB_TRUSTED_PROXIES entry 'nginx' is not an address"):
+        auth.client_address(None, "1.2.3.4", "127.0.0.1, nginx")
