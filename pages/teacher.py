@@ -25,6 +25,7 @@ from progress import (
     validate_name,
 )
 from progress.report import class_summary, report_file_name
+from ui import signin
 from ui.course import LESSON_IDS
 from ui.inert import inert, inert_md, prose_md
 from ui.live_screens import teacher_screen
@@ -62,7 +63,9 @@ if st.session_state.get(UNLOCKED_KEY) != fingerprint:
         opened = st.form_submit_button("Open the teacher view")
     if opened:
         try:
-            store.check_teacher_key(given.strip(), teacher_key)  # like the variable: outer spaces do not count
+            store.check_teacher_key(
+                given.strip(), teacher_key, signin.client()
+            )  # like the variable: outer spaces do not count
             st.session_state[UNLOCKED_KEY] = fingerprint
             st.rerun()
         except SignInError as exc:

@@ -6,36 +6,135 @@ parameters ``n=2**14, r=8, p=1`` (16 MiB of memory, about 50 ms on one core: che
 someone trying a word list). The parameters are stored next to each hash (``params_text``), so raising them
 later keeps old hashes checkable; a successful sign-in re-hashes with the current ones.
 
-Failed checks are counted per (class, learner) and for the teacher key, in the database so every replica
-sees them (progress/store.py). The first ``FREE_FAILURES - 1`` failures cost nothing; from the
-``FREE_FAILURES``-th on, the next try must wait ``LOCK_BASE_S * 2**(failures - FREE_FAILURES)`` seconds,
-capped at ``LOCK_MAX_S``. A correct passphrase (or a teacher's reset) clears the count.
+Failed checks are counted in the database, so every replica sees them (progress/store.py), per subject (one
+(class, learner) name, or the teacher key) and per *client*: the browser session, and its network address
+when the server knows it (``Client``; ui/signin.py reads it, trusting a proxy's ``X-Forwarded-For`` only from
+the addresses in ``KVLAB_TRUSTED_PROXIES``). Each counter has a rule (``RULES``): its first ``free - 1``
+failures cost nothing; from the ``free``-th on, the next try must wait ``LOCK_BASE_S * 2**(failures - free)``
+seconds, at most ``cap``. A session and an address are refused while their own wait runs, so a guesser slows
+only itself (and whoever shares its address, later: an address gets more free tries). Every try also counts on
+the subject as a whole (the ceiling against guessing from many addresses); that wait refuses only clients that
+have failed on the subject themselves, so a right passphrase from a session and address without failures is
+always checked. A correct passphrase clears the client's counts; a teacher's reset clears the name's.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import ipaddress
 import json
 import math
 import os
 import unicodedata
 from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
+
+from progress.names import is_invisible
 
 SCRYPT_N = 2**14  # CPU/memory cost; tests lower it (monkeypatch) to keep sign-ins fast
 SCRYPT_R = 8  # block size
 SCRYPT_P = 1  # parallelism
 SCRYPT_DKLEN = 32  # bytes of derived key
 SALT_BYTES = 16
-PASSPHRASE_MIN, PASSPHRASE_MAX = 8, 128  # characters after NFKC
-FREE_FAILURES = 5  # the 5th failure in a row starts the wait
+PASSPHRASE_MIN, PASSPHRASE_MAX = 8, 128  # visible characters at least, characters at most (after NFKC)
+FREE_FAILURES = 5  # a session's 5th failure in a row starts its wait
 LOCK_BASE_S = 2.0  # the first wait; each further failure doubles it
-LOCK_MAX_S = 900.0  # 15 minutes at most for a learner's name (the teacher can reset it at once)
-# The teacher key's count is server-wide, so anyone can start its wait: a short cap keeps a mischievous learner
-# from locking the teacher out of a class for long, and still allows only one guess a minute at a key that
-# should be random (docs/SECURITY.md).
-TEACHER_LOCK_MAX_S = 60.0
+LOCK_MAX_S = 900.0  # 15 minutes at most for a session (the teacher can reset a name at once)
+TEACHER_LOCK_MAX_S = 60.0  # the teacher key's ceiling over all clients: a minute at most
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When one counter's waits start (``free``: the failure that starts them) and their longest (``cap``, s)."""
+
+    free: int
+    cap: float
+
+
+SESSION, ADDRESS, EVERYONE = "session", "address", "everyone"  # the counters each try is counted on
+# An address may be a whole school behind one router: it starts waiting later and waits less than a session,
+# so a classmate's wrong tries slow others there only after many of them. The subject's ceiling counts every
+# client's tries and refuses only clients with failures of their own.
+RULES: Mapping[str, Mapping[str, Rule]] = MappingProxyType(
+    {
+        "learner": MappingProxyType(
+            {SESSION: Rule(FREE_FAILURES, LOCK_MAX_S), ADDRESS: Rule(20, 300.0), EVERYONE: Rule(50, LOCK_MAX_S)}
+        ),
+        "teacher": MappingProxyType(
+            {SESSION: Rule(FREE_FAILURES, LOCK_MAX_S), ADDRESS: Rule(20, 60.0), EVERYONE: Rule(50, TEACHER_LOCK_MAX_S)}
+        ),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who is trying: the browser session (a random id per session) and its network address, if known."""
+
+    session: str = ""
+    address: str | None = None
+
+    def keys(self) -> dict[str, str]:
+        """The throttle rows of this client: ``{SESSION: ..., ADDRESS: ...}`` (hashed: no address is stored)."""
+        keys = {SESSION: "s:" + _digest(self.session)}
+        if self.address:
+            keys[ADDRESS] = "a:" + _digest(self.address)
+        return keys
+
+
+LOOPBACK = "127.0.0.1/8, ::1"  # KVLAB_TRUSTED_PROXIES unset: a proxy on this machine (deploy/nginx.conf)
+
+
+@functools.cache
+def trusted_proxies(setting: str | None) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """The networks whose ``X-Forwarded-For`` is believed: ``KVLAB_TRUSTED_PROXIES``, addresses or networks
+    separated by commas (unset: loopback; "none": no proxy). ValueError naming a bad entry."""
+    text = LOOPBACK if setting is None else setting
+    if text.strip().lower() in ("", "none"):
+        return ()
+    networks = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError as exc:
+            raise ValueError(
+                f"KVLAB_TRUSTED_PROXIES entry {part[:60]!r} is not an address or network ({exc}); "
+                "list the proxy's addresses, e.g. 127.0.0.1, 10.0.0.0/24, or none"
+            ) from exc
+    return tuple(networks)
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+
+
+def client_address(peer: str | None, forwarded_for: str | None, setting: str | None) -> str:
+    """The network address a try comes from: the connection's ``peer`` (None: loopback, as Streamlit reports
+    it) or, when the peer is a trusted proxy (:func:`trusted_proxies` of ``setting``), the nearest address in
+    its ``X-Forwarded-For`` that is not one (what a client writes in the header itself is never believed)."""
+    trusted = trusted_proxies(setting)
+    hop = _ip(peer or "127.0.0.1")
+    if hop is None:
+        return peer or "127.0.0.1"
+    for entry in reversed((forwarded_for or "").split(",")[-32:]):  # the proxies append: the nearest is last
+        if not any(hop in net for net in trusted):
+            break
+        nearer = _ip(entry)
+        if nearer is None:  # a garbled header: believe the last proxy, not the text
+            break
+        hop = nearer
+    return str(hop)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
 
 
 class SignInError(ValueError):
@@ -53,17 +152,37 @@ def normalize_passphrase(value: object) -> str:
     return unicodedata.normalize("NFKC", value)
 
 
-def check_new_passphrase(value: object) -> str:
-    """A passphrase to set: NFKC, 8–128 characters; SignInError saying how to fix it otherwise."""
+def visible_length(text: str) -> int:
+    """Characters of ``text`` that show: not spaces, controls, or code points that render as nothing."""
+    return sum(1 for ch in text if not ch.isspace() and not is_invisible(ch))
+
+
+def check_passphrase(value: object) -> str:
+    """A passphrase as typed at any sign-in, NFKC; SignInError unless it has 8+ visible characters, at most
+    128 in all and no control character. The same message whether the name exists or not (checked before the
+    name is looked up), so it cannot tell a classmate who is in a class."""
     text = normalize_passphrase(value)
-    if len(text) < PASSPHRASE_MIN:
-        raise SignInError(
-            f"the passphrase is {len(text)} characters; choose one of at least {PASSPHRASE_MIN} "
-            "(a few words are easy to remember)"
-        )
+    if not text:
+        raise SignInError("type your passphrase (the first sign-in with a name in a class sets it)")
     if len(text) > PASSPHRASE_MAX:
         raise SignInError(f"the passphrase is {len(text)} characters; the limit is {PASSPHRASE_MAX}")
+    controls = sorted({ch for ch in text if unicodedata.category(ch) == "Cc"})
+    if controls:
+        shown = ", ".join(f"U+{ord(ch):04X}" for ch in controls[:3])
+        raise SignInError(f"the passphrase holds control characters ({shown}: a tab, a NUL...); type it without them")
+    visible = visible_length(text)
+    if visible < PASSPHRASE_MIN:
+        raise SignInError(
+            f"a passphrase has at least {PASSPHRASE_MIN} visible characters (spaces and invisible characters "
+            f"do not count) and this one has {visible}; type yours, or choose a longer one (a few words are easy "
+            "to remember)"
+        )
     return text
+
+
+def check_new_passphrase(value: object) -> str:
+    """A passphrase to set: :func:`check_passphrase`'s rules (kept as the name new passphrases are set with)."""
+    return check_passphrase(value)
 
 
 def current_params() -> dict[str, Any]:
@@ -117,12 +236,12 @@ def same_secret(given: str, expected: str) -> bool:
     return hmac.compare_digest(a, b)
 
 
-def lock_seconds(failures: int, cap: float = LOCK_MAX_S) -> float:
-    """How long the next try must wait after ``failures`` failures in a row (0 before FREE_FAILURES), at most
-    ``cap`` seconds."""
-    if failures < FREE_FAILURES:
+def lock_seconds(failures: int, cap: float = LOCK_MAX_S, free: int = FREE_FAILURES) -> float:
+    """How long the next try must wait after ``failures`` failures in a row (0 before the ``free``-th), at
+    most ``cap`` seconds."""
+    if failures < free:
         return 0.0
-    return min(cap, LOCK_BASE_S * 2.0 ** min(failures - FREE_FAILURES, 32))
+    return min(cap, LOCK_BASE_S * 2.0 ** min(failures - free, 32))
 
 
 def wait_text(seconds: float) -> str:

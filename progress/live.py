@@ -7,6 +7,13 @@ a later one replaces it) while the round is open and not revealed. ``reveal`` en
 ``open_round`` (same lesson or another) starts round + 1 and forgets the older rounds' answers; ``close``
 ends the live session. No Streamlit here; ``ui/live.py`` and ``pages/teacher.py`` are the UI.
 
+Ballot stuffing: anyone with the class code can sign in under made-up names and answer. A live session
+remembers when it started (``kvlab_live_gate``), and a name whose first sign-in in the class came after that
+(progress/store.py: ``kvlab_class_member``) is *new this session*; ``LiveRound.new_answers`` counts the
+round's answers from such names, for the projector. The teacher can close the class to new names
+(``set_closed``): their answers are then kept but not counted (``LiveRound.waiting``) until the teacher
+admits the name (``admit``; ``waiting_names`` lists them, for the teacher only). ``close`` forgets all of it.
+
 The database is the only shared state, so any number of app replicas serve one class. Two tables, created
 on first use (their own schema, beside progress/store.py's): ``kvlab_live_session`` (one row per class code:
 lesson, round, revealed, settings) and ``kvlab_live_answer`` (one row per (class code, learner): round, value,
@@ -44,7 +51,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from progress.names import NAME_MAX_LEN, name_key, validate_name
-from progress.store import ProgressStore, ProgressStoreError, explain_failure
+from progress.store import ProgressStore, ProgressStoreError, SignedOut, auth_table, explain_failure, member_table
 
 LESSON_ID = re.compile(r"[a-z][a-z_]{0,39}")  # a page id
 MAX_SETTINGS, MAX_SETTING_LEN = 16, 200  # the teacher's deep-link query: name -> value
@@ -77,6 +84,21 @@ answer_table = sa.Table(
 )
 
 
+gate_table = sa.Table(
+    "kvlab_live_gate",
+    live_metadata,
+    sa.Column("class_code", sa.String(NAME_MAX_LEN), primary_key=True),
+    sa.Column("started_at", sa.Float, nullable=False),  # store.clock() when this live session's first round opened
+    sa.Column("closed", sa.Boolean, nullable=False),  # closed to new names: their answers wait for the teacher
+)
+admit_table = sa.Table(
+    "kvlab_live_admit",
+    live_metadata,
+    sa.Column("class_code", sa.String(NAME_MAX_LEN), primary_key=True),
+    sa.Column("learner_key", sa.String(NAME_MAX_LEN), primary_key=True),  # a new name the teacher let in
+)
+
+
 @dataclass(frozen=True)
 class LiveRound:
     """The open round of a class, as the database had it (``answers``: how many so far)."""
@@ -87,7 +109,10 @@ class LiveRound:
     revealed: bool
     settings: tuple[tuple[str, str], ...]  # the teacher's view (query parameters), in the order given
     opened_at: float  # store.clock() seconds when this round opened
-    answers: int  # answers in this round so far
+    answers: int  # answers in this round so far that count (not those waiting for the teacher)
+    closed: bool = False  # the class is closed to names new this session
+    new_answers: int = 0  # of ``answers``, those from names new this session
+    waiting: int = 0  # answers from new names not counted until the teacher admits them (closed class)
 
 
 @dataclass(frozen=True)
@@ -138,8 +163,11 @@ class LiveBoard:
                 try:
                     with self.engine.begin() as conn:
                         bump = session_table.update().where(mine).values(round=session_table.c.round + 1, **values)
-                        if conn.execute(bump).rowcount == 0:
+                        if conn.execute(bump).rowcount == 0:  # a new live session: it starts now
                             conn.execute(session_table.insert().values(class_code=code, round=1, **values))
+                            for table in (gate_table, admit_table):
+                                conn.execute(table.delete().where(table.c.class_code == code))
+                            conn.execute(gate_table.insert().values(class_code=code, started_at=now, closed=False))
                         found = _read(conn, code)  # the row is ours (locked) until commit
                         assert found is not None
                         conn.execute(
@@ -185,11 +213,69 @@ class LiveBoard:
         try:
             with self.engine.begin() as conn:  # the session row first, as every write here: no deadlock
                 gone = conn.execute(session_table.delete().where(session_table.c.class_code == code)).rowcount
-                conn.execute(answer_table.delete().where(answer_table.c.class_code == code))
+                for table in (answer_table, gate_table, admit_table):
+                    conn.execute(table.delete().where(table.c.class_code == code))
         except SQLAlchemyError as exc:
             raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
         self._forget(code)
         return gone == 1
+
+    def set_closed(self, class_code: str, closed: bool) -> LiveRound | None:
+        """Close the class's live session to names new this session (their answers wait for ``admit``), or
+        open it again; None when no live session is on."""
+        code = _code(class_code)
+        if not isinstance(closed, bool):
+            raise ValueError(f"closed must be True or False, got {closed!r}")
+        try:
+            with self.engine.begin() as conn:
+                gate = gate_table.update().where(gate_table.c.class_code == code).values(closed=closed)
+                if conn.execute(gate).rowcount == 0:
+                    if _read(conn, code) is None:
+                        return None
+                    # a session opened before the gate existed: it starts now, every name so far counts as seen
+                    conn.execute(gate_table.insert().values(class_code=code, started_at=self.clock(), closed=closed))
+                found = _read(conn, code)
+        except SQLAlchemyError as exc:
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
+        self._forget(code)
+        return found
+
+    def admit(self, class_code: str, learner: str) -> bool:
+        """Let a name new this session count in a closed class (its answers join the counts); False if no
+        live session is on."""
+        code, name = _code(class_code), name_key(validate_name(learner))
+        try:
+            with self.engine.begin() as conn:
+                if not conn.execute(sa.select(gate_table.c.class_code).where(gate_table.c.class_code == code)).first():
+                    return False
+                known = (admit_table.c.class_code == code) & (admit_table.c.learner_key == name)
+                if conn.execute(sa.select(admit_table.c.learner_key).where(known)).first() is None:
+                    conn.execute(admit_table.insert().values(class_code=code, learner_key=name))
+        except IntegrityError:
+            pass  # admitted twice at once: admitted
+        except SQLAlchemyError as exc:
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
+        self._forget(code)
+        return True
+
+    def waiting_names(self, class_code: str) -> list[str]:
+        """Names (as they signed in) whose answers in the current round wait for the teacher, sorted."""
+        code = _code(class_code)
+        shown = sa.select(auth_table.c.learner).where(
+            (auth_table.c.class_code == answer_table.c.class_code)
+            & (auth_table.c.learner_key == answer_table.c.learner_key)
+        )
+        query = (
+            sa.select(answer_table.c.learner_key, shown.scalar_subquery())
+            .select_from(answer_table.join(session_table, session_table.c.class_code == answer_table.c.class_code))
+            .where((answer_table.c.class_code == code) & (answer_table.c.round == session_table.c.round) & _held())
+            .order_by(answer_table.c.learner_key)
+        )
+        try:
+            with self.engine.connect() as conn:
+                return [display or key for key, display in conn.execute(query)]
+        except SQLAlchemyError as exc:
+            raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
 
     # --- everyone ---------------------------------------------------------------------------------------
 
@@ -219,12 +305,24 @@ class LiveBoard:
                 self._cache[code] = _Cached(now, found)
         return found
 
-    def answer(self, class_code: str, learner: str, lesson: str, value: float) -> int | None:
+    def answer(
+        self, class_code: str, learner: str, lesson: str, value: float, auth_version: int | None = None
+    ) -> int | None:
         """Store ``learner``'s checked prediction ``value`` on ``lesson`` (one per learner: a later one
         replaces it) and return the round number, iff the class's round is open on that lesson and not
-        revealed; else None and nothing is stored. Atomic against reveal (see the module docstring)."""
+        revealed; else None and nothing is stored. Atomic against reveal (see the module docstring).
+
+        With ``auth_version`` (the session's ``SignIn.version``) an answer after a reset or a new passphrase
+        of the name raises SignedOut and stores nothing: an old tab cannot replace the owner's answer."""
         code, name = _code(class_code), name_key(validate_name(learner))
         page, number = check_lesson(lesson), check_value(value)
+        same_sign_in = sa.true()
+        if auth_version is not None:  # checked inside each write too (SQLite: a reset may commit in between)
+            same_sign_in = sa.exists().where(
+                (auth_table.c.class_code == code)
+                & (auth_table.c.learner_key == name)
+                & (auth_table.c.version == auth_version)
+            )
         try:
             for attempt in range(WRITE_ATTEMPTS):
                 try:
@@ -234,6 +332,8 @@ class LiveBoard:
                             .where(session_table.c.class_code == code)
                             .with_for_update()  # PostgreSQL: the row is ours until commit; the teacher's writes queue
                         ).first()
+                        if auth_version is not None and not conn.execute(sa.select(same_sign_in)).scalar():
+                            raise SignedOut("the passphrase of this name in this class changed since you signed in")
                         if state is None or state.lesson != page or state.revealed:
                             return None
                         open_now = (  # checked again inside each write: SQLite's read above locks nothing
@@ -241,6 +341,7 @@ class LiveBoard:
                             & (session_table.c.lesson == page)
                             & (session_table.c.round == state.round)
                             & session_table.c.revealed.is_(False)
+                            & same_sign_in
                         )
                         values = {"round": state.round, "value": number, "answered_at": self.clock()}
                         mine = (answer_table.c.class_code == code) & (answer_table.c.learner_key == name)
@@ -269,12 +370,12 @@ class LiveBoard:
         raise ProgressStoreError("could not store the answer: the round kept changing; try again")
 
     def answers(self, class_code: str, round: int) -> tuple[float, ...]:
-        """The values of ``round``'s answers (no names), in the order they came (a replaced one counts as
-        new); () for a round that is gone."""
+        """The values of ``round``'s answers that count (no names; not those waiting for the teacher), in
+        the order they came (a replaced one counts as new); () for a round that is gone."""
         code, number = _code(class_code), check_round(round)
         query = (
             sa.select(answer_table.c.value)
-            .where((answer_table.c.class_code == code) & (answer_table.c.round == number))
+            .where((answer_table.c.class_code == code) & (answer_table.c.round == number) & ~_held())
             .order_by(answer_table.c.answered_at, answer_table.c.learner_key)
         )
         try:
@@ -375,18 +476,45 @@ def _code(class_code: str) -> str:
     return name_key(validate_name(class_code, "class code"))
 
 
-def _read(conn: sa.Connection, code: str) -> LiveRound | None:
-    """The class's session row and its round's answer count, in one query."""
-    count = (
-        sa.select(sa.func.count())
-        .select_from(answer_table)
-        .where(
-            (answer_table.c.class_code == session_table.c.class_code) & (answer_table.c.round == session_table.c.round)
-        )
-        .scalar_subquery()
+def _new_here() -> Any:
+    """An answer's learner signed in first after this live session started (correlated to answer_table)."""
+    return sa.exists().where(
+        (member_table.c.class_code == answer_table.c.class_code)
+        & (member_table.c.learner_key == answer_table.c.learner_key)
+        & (gate_table.c.class_code == answer_table.c.class_code)
+        & (member_table.c.first_seen >= gate_table.c.started_at)
     )
+
+
+def _held() -> Any:
+    """An answer that waits for the teacher: from a name new this session, in a closed class, not admitted."""
+    closed = sa.exists().where((gate_table.c.class_code == answer_table.c.class_code) & gate_table.c.closed.is_(True))
+    admitted = sa.exists().where(
+        (admit_table.c.class_code == answer_table.c.class_code)
+        & (admit_table.c.learner_key == answer_table.c.learner_key)
+    )
+    return closed & _new_here() & ~admitted
+
+
+def _read(conn: sa.Connection, code: str) -> LiveRound | None:
+    """The class's session row and its round's answer counts, in one query."""
+    this_round = (answer_table.c.class_code == session_table.c.class_code) & (
+        answer_table.c.round == session_table.c.round
+    )
+
+    def count(extra: Any) -> Any:
+        return sa.select(sa.func.count()).select_from(answer_table).where(this_round & extra).scalar_subquery()
+
+    held = _held()
+    closed = sa.select(gate_table.c.closed).where(gate_table.c.class_code == session_table.c.class_code)
     row = conn.execute(
-        sa.select(session_table, count.label("answers")).where(session_table.c.class_code == code)
+        sa.select(
+            session_table,
+            count(~held).label("answers"),
+            count(~held & _new_here()).label("new_answers"),
+            count(held).label("waiting"),
+            closed.scalar_subquery().label("closed"),
+        ).where(session_table.c.class_code == code)
     ).first()
     if row is None:
         return None
@@ -398,6 +526,9 @@ def _read(conn: sa.Connection, code: str) -> LiveRound | None:
         settings=_settings(row.settings),
         opened_at=float(row.opened_at),
         answers=int(row.answers),
+        closed=bool(row.closed),
+        new_answers=int(row.new_answers),
+        waiting=int(row.waiting),
     )
 
 

@@ -11,11 +11,14 @@ Names and class codes are checked and compared in one normal form (progress/name
 
 Identity (progress/auth.py has the hash and the wait rules): the first sign-in of a name in a class sets its
 passphrase (table ``kvlab_learner_auth``: scrypt hash, salt, parameters, a version bumped by every set and
-reset; a session's saves check it, so after a reset whoever signed in with the old passphrase is signed
-out); failures are counted in ``kvlab_auth_throttle`` (one row per (class, learner), one for the teacher
-key), so the wait holds across replicas. Both tables are new in schema 2: a database made before them keeps
-its ``kvlab_progress`` rows untouched; the tables are added when a store opens it (``migrate``), and a
-learner whose record has no passphrase sets one on their next sign-in.
+reset; a session's saves and live answers check it, so after a reset whoever signed in with the old
+passphrase is signed out); failures are counted in ``kvlab_auth_tries`` (per subject, a (class, learner)
+name or the teacher key, and per client: a session, an address, and the subject as a whole; the rules are
+progress/auth.py's), so the waits hold across replicas. A new name that looks like a classmate's
+(progress/names.py: ``looks_alike``) is that classmate's name. The identity tables are new in schema 2 and
+the tries table in schema 3 (schema 2's ``kvlab_auth_throttle``, one count per name, is no longer used): a
+database made before them keeps its ``kvlab_progress`` rows untouched; the tables are added when a store
+opens it (``migrate``), and a learner whose record has no passphrase sets one on their next sign-in.
 
 Saving never loses another session's progress (two tabs, two devices, a reconnect to another replica): a
 save merges into the stored row inside one transaction (``merge_progress`` in progress/records.py: visits
@@ -39,17 +42,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from progress.auth import (
-    LOCK_MAX_S,
-    TEACHER_LOCK_MAX_S,
+    EVERYONE,
+    RULES,
+    Client,
     SignInError,
-    check_new_passphrase,
+    check_passphrase,
     hash_passphrase,
     lock_seconds,
     needs_rehash,
@@ -58,7 +61,7 @@ from progress.auth import (
     verify_passphrase,
     wait_text,
 )
-from progress.names import NAME_MAX_LEN, name_key, validate_name
+from progress.names import NAME_MAX_LEN, looks_alike, name_key, validate_name
 from progress.records import (
     empty_progress,
     merge_progress,
@@ -70,9 +73,11 @@ from progress.records import (
 SQLITE_FILENAME = "progress.sqlite3"
 SQLITE_BUSY_TIMEOUT_S = 2.0  # a locked file fails fast with a clear message instead of hanging the page
 SAVE_ATTEMPTS = 40  # compare-and-swap rounds before a save gives up (each a few ms under contention)
-SCHEMA_VERSION = 2  # 1: kvlab_progress; 2: + kvlab_learner_auth, kvlab_auth_throttle
+SCHEMA_VERSION = 3  # 1: kvlab_progress; 2: + kvlab_learner_auth, kvlab_auth_throttle; 3: + tries, members
 LEARNER_SCOPE, TEACHER_SCOPE = "learner", "teacher"  # throttle rows
-LOCK_CAPS = MappingProxyType({LEARNER_SCOPE: LOCK_MAX_S, TEACHER_SCOPE: TEACHER_LOCK_MAX_S})  # longest wait
+ALL_CLIENTS = "*"  # the tries row of a subject as a whole
+TRIES_TTL_S = 86_400.0  # a tries row untouched for a day (and not waiting) is dropped: sessions come and go
+NO_CLIENT = Client()  # callers that name no client (scripts, tests) share one session
 
 _metadata = sa.MetaData()
 progress_table = sa.Table(
@@ -96,7 +101,7 @@ auth_table = sa.Table(
     sa.Column("version", sa.Integer, nullable=False),  # +1 on every set and reset
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
-throttle_table = sa.Table(
+throttle_table = sa.Table(  # schema 2: one count per name; read and written no more (kvlab_auth_tries)
     "kvlab_auth_throttle",
     _metadata,
     sa.Column("scope", sa.String(16), primary_key=True),  # "learner" or "teacher"
@@ -105,6 +110,27 @@ throttle_table = sa.Table(
     sa.Column("failures", sa.Integer, nullable=False),  # tries since the last success (counted before checking)
     sa.Column("locked_until", sa.Float),  # seconds since 1970; no try is checked before then
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+tries_table = sa.Table(
+    "kvlab_auth_tries",
+    _metadata,
+    sa.Column("scope", sa.String(16), primary_key=True),  # "learner" or "teacher"
+    sa.Column("subject", sa.String(2 * NAME_MAX_LEN + 1), primary_key=True),  # "class|learner" keys; "" teacher
+    sa.Column("client", sa.String(40), primary_key=True),  # "s:"/"a:" + digest of a session / address; "*" all
+    sa.Column("failures", sa.Integer, nullable=False),  # tries since this client's last success (counted first)
+    sa.Column("locked_until", sa.Float),  # seconds since 1970; this client's tries are refused before then
+    sa.Column("last_try", sa.Float, nullable=False),  # seconds since 1970
+)
+
+
+member_table = sa.Table(
+    "kvlab_class_member",
+    _metadata,
+    sa.Column("class_code", sa.String(NAME_MAX_LEN), primary_key=True),
+    sa.Column("learner_key", sa.String(NAME_MAX_LEN), primary_key=True),
+    # store.clock() seconds of the name's first sign-in in the class; names from before this table have no
+    # row: seen before any live session that can ask (progress/live.py: names new this session)
+    sa.Column("first_seen", sa.Float, nullable=False),
 )
 
 
@@ -142,9 +168,9 @@ class Store(Protocol):
         self, class_code: str, learner: str, progress: Mapping[str, Any], auth_version: int | None = None
     ) -> dict[str, Any]: ...
     def class_records(self, class_code: str) -> list[dict[str, Any]]: ...
-    def sign_in(self, class_code: str, learner: str, passphrase: str) -> SignIn: ...
+    def sign_in(self, class_code: str, learner: str, passphrase: str, client: Client = NO_CLIENT) -> SignIn: ...
     def reset_passphrase(self, class_code: str, learner: str) -> bool: ...
-    def check_teacher_key(self, given: str, expected: str) -> None: ...
+    def check_teacher_key(self, given: str, expected: str, client: Client = NO_CLIENT) -> None: ...
 
 
 class NullStore:
@@ -172,7 +198,7 @@ class NullStore:
         validate_name(class_code, "class code")
         return []
 
-    def sign_in(self, class_code: str, learner: str, passphrase: str) -> SignIn:
+    def sign_in(self, class_code: str, learner: str, passphrase: str, client: Client = NO_CLIENT) -> SignIn:
         """Validate the names; nothing is saved, so there is no passphrase to check."""
         code, name = validate_name(class_code, "class code"), validate_name(learner)
         normalize_passphrase(passphrase)
@@ -183,7 +209,7 @@ class NullStore:
         validate_name(class_code, "class code"), validate_name(learner)
         return False
 
-    def check_teacher_key(self, given: str, expected: str) -> None:
+    def check_teacher_key(self, given: str, expected: str, client: Client = NO_CLIENT) -> None:
         """Constant-time check of the teacher key (no database: no wait after failures, and nothing to list)."""
         if not expected or not same_secret(given, expected):
             raise SignInError("wrong teacher key")
@@ -329,31 +355,32 @@ class ProgressStore:
 
     # --- identity ---------------------------------------------------------------------------------------
 
-    def sign_in(self, class_code: str, learner: str, passphrase: str) -> SignIn:
+    def sign_in(self, class_code: str, learner: str, passphrase: str, client: Client = NO_CLIENT) -> SignIn:
         """Accept ``learner`` in ``class_code`` with ``passphrase``, or raise SignInError saying why.
 
-        A name without a passphrase (new, from before passphrases, or reset) takes this one (8–128
-        characters); otherwise it must match, and after repeated failures the next try must wait."""
+        A name without a passphrase (new, from before passphrases, or reset) takes this one (8+ visible
+        characters, the rule checked first for every name); otherwise it must match, and after repeated
+        failures from ``client`` its next try must wait. A new name that looks like a classmate's
+        (``looks_alike``) is the classmate's name: it signs in as them, or is refused with their passphrase's
+        message."""
         display_code, display = validate_name(class_code, "class code"), validate_name(learner)
         code, name = name_key(display_code), name_key(display)
-        secret = normalize_passphrase(passphrase)
-        if not secret:
-            raise SignInError("type your passphrase (the first sign-in with a name in a class sets it)")
+        secret = check_passphrase(passphrase)
+        typed = display
         cols = (auth_table.c.pass_hash, auth_table.c.salt, auth_table.c.params, auth_table.c.version)
         try:
             for _ in range(3):
                 with self.engine.connect() as conn:
                     row = conn.execute(sa.select(*cols).where(_row(auth_table, code, name))).first()
-                    had_progress = (
-                        row is None
-                        and conn.execute(
-                            sa.select(sa.func.count())
-                            .select_from(progress_table)
-                            .where(_row(progress_table, code, name))
-                        ).scalar_one()
-                    )
+                    had_progress = row is None and _has_progress(conn, code, name)
+                    if row is None and not had_progress and typed == display:
+                        twin = _lookalike(conn, code, display)
+                        if twin is not None:  # "Ѕаѕһа" beside "Sasha": the same name, as the class sees it
+                            display, name = twin
+                            row = conn.execute(sa.select(*cols).where(_row(auth_table, code, name))).first()
+                            had_progress = row is None and _has_progress(conn, code, name)
                 if row is not None and row.pass_hash is not None:
-                    self._check_passphrase(row, code, name, secret)
+                    self._check_passphrase(row, code, name, secret, client, _alias(typed, display))
                     return SignIn("verified", display_code, display, row.version)
                 version = self._claim(row, code, name, display, secret)
                 if version is not None:
@@ -367,37 +394,40 @@ class ProgressStore:
     def _claim(self, row: Any, code: str, name: str, display: str, secret: str) -> int | None:
         """Set the passphrase of a name that has none (``row`` None: no auth row yet); the new version, or
         None when a concurrent sign-in set one first."""
-        new_hash, salt, params = hash_passphrase(check_new_passphrase(secret))
+        new_hash, salt, params = hash_passphrase(secret)
         values = {"learner": display, "pass_hash": new_hash, "salt": salt, "params": params}
         values["updated_at"] = datetime.now(timezone.utc)
         try:
             with self.engine.begin() as conn:
                 if row is None:
                     conn.execute(auth_table.insert().values(class_code=code, learner_key=name, version=1, **values))
+                    seen = sa.select(sa.func.count()).select_from(member_table).where(_row(member_table, code, name))
+                    if not _has_progress(conn, code, name) and not conn.execute(seen).scalar_one():  # brand-new name
+                        first = {"class_code": code, "learner_key": name, "first_seen": self.clock()}
+                        conn.execute(member_table.insert().values(**first))
                 else:
                     claim = auth_table.update().where(_row(auth_table, code, name) & auth_table.c.pass_hash.is_(None))
                     if conn.execute(claim.values(version=auth_table.c.version + 1, **values)).rowcount == 0:
                         return None
-                conn.execute(throttle_table.delete().where(_throttle_key(LEARNER_SCOPE, code, name)))
         except IntegrityError:  # a concurrent first sign-in of the same name inserted first
             return None
         return 1 if row is None else row.version + 1
 
-    def _check_passphrase(self, row: Any, code: str, name: str, secret: str) -> None:
+    def _check_passphrase(self, row: Any, code: str, name: str, secret: str, client: Client, alias: str) -> None:
         """Verify against the stored hash (counted try first); SignInError on a wrong one, with the wait."""
-        failures = self._reserve_try(LEARNER_SCOPE, code, name)
+        subject = _subject(code, name)
+        wait = self._reserve_try(LEARNER_SCOPE, subject, client)
         if verify_passphrase(secret, row.pass_hash, row.salt, row.params):
-            self._clear_tries(LEARNER_SCOPE, code, name)
+            self._clear_tries(LEARNER_SCOPE, subject, client)
             if needs_rehash(row.params):  # parameters were raised since: store the stronger hash
                 new_hash, salt, params = hash_passphrase(secret)
                 same = _row(auth_table, code, name) & (auth_table.c.version == row.version)
                 with self.engine.begin() as conn:
                     conn.execute(auth_table.update().where(same).values(pass_hash=new_hash, salt=salt, params=params))
             return
-        wait = lock_seconds(failures, LOCK_CAPS[LEARNER_SCOPE])
         later = f"; wait {wait_text(wait)} before the next try" if wait else ""
         raise SignInError(
-            f"wrong passphrase for this name in this class{later}. Check it (capitals count), "
+            f"{alias}wrong passphrase for this name in this class{later}. Check it (capitals count), "
             "or ask your teacher to reset it",
             wait or None,
         )
@@ -414,60 +444,55 @@ class ProgressStore:
                     .where(_row(auth_table, code, name) & auth_table.c.pass_hash.is_not(None))
                     .values(version=auth_table.c.version + 1, **forget)
                 ).rowcount
-                conn.execute(throttle_table.delete().where(_throttle_key(LEARNER_SCOPE, code, name)))
+                subject = (tries_table.c.scope == LEARNER_SCOPE) & (tries_table.c.subject == _subject(code, name))
+                conn.execute(tries_table.delete().where(subject))
         except SQLAlchemyError as exc:
             raise ProgressStoreError(explain_failure(exc, self.describe())) from exc
         return done == 1
 
-    def check_teacher_key(self, given: str, expected: str) -> None:
-        """Accept ``given`` if it is the server's key (constant time), else SignInError; repeated failures
-        make the next try wait, counted for the whole server (a new browser tab does not start over)."""
+    def check_teacher_key(self, given: str, expected: str, client: Client = NO_CLIENT) -> None:
+        """Accept ``given`` if it is the server's key (constant time), else SignInError; repeated failures make
+        ``client``'s next try wait (its session and address, on every replica); a client without failures is
+        never refused because of others' (progress/auth.py)."""
         if not expected:
             raise SignInError("this server has no teacher key (KVLAB_TEACHER_KEY)")
         try:
-            failures = self._reserve_try(TEACHER_SCOPE, "", "")
+            wait = self._reserve_try(TEACHER_SCOPE, "", client)
             if same_secret(given, expected):
-                self._clear_tries(TEACHER_SCOPE, "", "")
+                self._clear_tries(TEACHER_SCOPE, "", client)
                 return
         except SQLAlchemyError as exc:
             raise ProgressStoreError(explain_failure(exc, self.describe())) from exc
-        wait = lock_seconds(failures, LOCK_CAPS[TEACHER_SCOPE])
         later = f"; wait {wait_text(wait)} before the next try" if wait else ""
         raise SignInError(f"wrong teacher key{later}", wait or None)
 
-    def _reserve_try(self, scope: str, code: str, name: str) -> int:
-        """Count one try before checking it (so parallel tries cannot slip past the limit) and return the
-        count; SignInError with the wait while an earlier failure's wait runs."""
-        key = _throttle_key(scope, code, name)
+    def _reserve_try(self, scope: str, subject: str, client: Client) -> float:
+        """Count one try on ``subject`` before checking it (so parallel tries cannot slip past a limit) on the
+        client's session and address rows and the subject's row; return the wait a failure of it leaves this
+        client. SignInError with the wait, nothing counted, while one of the client's waits runs, or the
+        subject's wait does and this client has failed on the subject before."""
         now = self.clock()
-        free = throttle_table.c.locked_until.is_(None) | (throttle_table.c.locked_until <= now)
-        stamp = datetime.now(timezone.utc)
+        rules = RULES[scope]
         for _ in range(3):
             try:
-                with self.engine.begin() as conn:
-                    bump = throttle_table.update().where(key & free)
-                    if conn.execute(bump.values(failures=throttle_table.c.failures + 1, updated_at=stamp)).rowcount:
-                        failures = conn.execute(sa.select(throttle_table.c.failures).where(key)).scalar_one()
-                        wait = lock_seconds(failures, LOCK_CAPS[scope])
-                        if wait:
-                            conn.execute(throttle_table.update().where(key).values(locked_until=now + wait))
-                        return failures
-                    locked = conn.execute(sa.select(throttle_table.c.locked_until).where(key)).first()
-                    if locked is None:
-                        values = {"failures": 1, "locked_until": None, "updated_at": stamp}
-                        conn.execute(
-                            throttle_table.insert().values(scope=scope, class_code=code, learner_key=name, **values)
-                        )
-                        return 1
+                with self.engine.begin() as conn:  # a refusal raises inside: nothing of this try is counted
+                    counts = {
+                        kind: _bump(conn, scope, subject, key, rules[kind], now) for kind, key in client.keys().items()
+                    }
+                    clean = all(count == 1 for count in counts.values())  # no failure of its own before this try
+                    counts[EVERYONE] = _bump(conn, scope, subject, ALL_CLIENTS, rules[EVERYONE], now, not clean)
+                return max(lock_seconds(counts[kind], rules[kind].cap, rules[kind].free) for kind in counts)
             except IntegrityError:
-                continue  # a parallel first try made the row: count on it
-            wait = max(0.0, (locked.locked_until or now) - now)
-            raise SignInError(f"too many wrong tries; wait {wait_text(wait)}, then try again", wait)
+                continue  # a parallel first try made a row: count on it
         raise ProgressStoreError("could not count the sign-in try: the record kept changing; try again")
 
-    def _clear_tries(self, scope: str, code: str, name: str) -> None:
+    def _clear_tries(self, scope: str, subject: str, client: Client) -> None:
+        """A success: the client's counts go, and its try no longer counts on the subject's row."""
+        mine = (tries_table.c.scope == scope) & (tries_table.c.subject == subject)
         with self.engine.begin() as conn:
-            conn.execute(throttle_table.delete().where(_throttle_key(scope, code, name)))
+            conn.execute(tries_table.delete().where(mine & tries_table.c.client.in_(list(client.keys().values()))))
+            everyone = mine & (tries_table.c.client == ALL_CLIENTS) & (tries_table.c.failures > 0)
+            conn.execute(tries_table.update().where(everyone).values(failures=tries_table.c.failures - 1))
 
     def close(self) -> None:
         """Release pooled connections (tests and shutdown)."""
@@ -498,8 +523,56 @@ def _row(table: sa.Table, code: str, name: str) -> Any:
     return (table.c.class_code == code) & (table.c.learner_key == name)
 
 
-def _throttle_key(scope: str, code: str, name: str) -> Any:
-    return (throttle_table.c.scope == scope) & _row(throttle_table, code, name)
+def _subject(code: str, name: str) -> str:
+    return f"{code}|{name}"  # "|" is in no name (progress/names.py)
+
+
+def _has_progress(conn: sa.Connection, code: str, name: str) -> bool:
+    count = sa.select(sa.func.count()).select_from(progress_table).where(_row(progress_table, code, name))
+    return bool(conn.execute(count).scalar_one())
+
+
+def _lookalike(conn: sa.Connection, code: str, display: str) -> tuple[str, str] | None:
+    """(display, key) of a classmate whose name looks like ``display`` (the first by key), else None."""
+    names: dict[str, str] = {}
+    for table in (auth_table, progress_table):
+        query = sa.select(table.c.learner_key, table.c.learner).where(table.c.class_code == code)
+        for key, shown in conn.execute(query):
+            names.setdefault(key, shown)
+    return next(((names[k], k) for k in sorted(names) if looks_alike(display, names[k])), None)
+
+
+def _alias(typed: str, display: str) -> str:
+    """The start of a message about a name typed as a lookalike of ``display``; "" when it was not."""
+    if typed == display:
+        return ""
+    return f"{typed!r} looks the same as {display!r}, a name already in this class, so it is that name: "
+
+
+def _bump(
+    conn: sa.Connection, scope: str, subject: str, client: str, rule: Any, now: float, honour_lock: bool = True
+) -> int:
+    """Count one failure on a tries row (made if missing) and return its count; SignInError, nothing
+    written, while ``honour_lock`` and the row's wait runs."""
+    key = (tries_table.c.scope == scope) & (tries_table.c.subject == subject) & (tries_table.c.client == client)
+    free = tries_table.c.locked_until.is_(None) | (tries_table.c.locked_until <= now)
+    bump = tries_table.update().where(key & free if honour_lock else key)
+    if conn.execute(bump.values(failures=tries_table.c.failures + 1, last_try=now)).rowcount:
+        failures = conn.execute(sa.select(tries_table.c.failures).where(key)).scalar_one()
+        wait = lock_seconds(failures, rule.cap, rule.free)
+        if wait:
+            conn.execute(tries_table.update().where(key).values(locked_until=now + wait))
+        return failures
+    locked = conn.execute(sa.select(tries_table.c.locked_until).where(key)).first()
+    if locked is None:
+        stale = (tries_table.c.last_try < now - TRIES_TTL_S) & free  # sessions that left: keep the table small
+        conn.execute(tries_table.delete().where(stale))
+        wait = lock_seconds(1, rule.cap, rule.free)
+        values = {"failures": 1, "locked_until": now + wait if wait else None, "last_try": now}
+        conn.execute(tries_table.insert().values(scope=scope, subject=subject, client=client, **values))
+        return 1
+    wait = max(0.0, (locked.locked_until or now) - now)
+    raise SignInError(f"too many wrong tries; wait {wait_text(wait)}, then try again", wait)
 
 
 def _parse(text: str | None) -> dict[str, Any]:

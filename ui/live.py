@@ -9,20 +9,22 @@ takes nothing with it. Without a database (a NullStore) there are no live rounds
 
 Per-session state (Streamlit serves each learner from its own thread; nothing here is module-level):
 - ``st.session_state[LEAD_KEY]``: the class code this teacher session leads live (set by the teacher's screen);
-- ``st.session_state[MINE_KEY]``: ``(class key, round, value)`` of this learner's answer in the current round,
-  so their banner can show it after the reveal without asking the database again.
+- ``st.session_state[MINE_KEY]``: ``(round id, value)`` of this learner's answer in the current round, so
+  their banner can show it after the reveal without asking the database again. A round is named by its class,
+  number and opening time (:func:`round_id`): a new live session starts again at round 1, and its round 1 is
+  not the old one.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from progress import ProgressStore, ProgressStoreError, name_key
+from progress import ProgressStore, ProgressStoreError, SignedOut, name_key
 from progress.live import LiveBoard, LiveRound
 from ui import signin
 
 LEAD_KEY = "live_lead"  # session state: the class code this teacher session leads live
-MINE_KEY = "live_mine"  # session state: (class key, round, value) of this learner's answer in that round
+MINE_KEY = "live_mine"  # session state: (round id, value) of this learner's answer in that round
 PAGE_KEY = "live_on_page"  # session state: the URL path of the page this session's last full run showed
 TEACHER_POLL_S = 1.0  # the projector screen's refresh: an answer is on it about a second after it is checked
 REVEALED_POLL_S = 5.0  # the projector after the reveal: its answers are final, only the session's end can change
@@ -58,35 +60,44 @@ def join_round(page_id: str, value: float) -> LiveRound | None:
         return None
     code, learner = who
     try:
-        round_no = board.answer(code, learner, page_id, value)
+        round_no = board.answer(code, learner, page_id, value, st.session_state.get(signin.VERSION_KEY))
         if round_no is None:
             return None
         live = board.current(code)
+    except SignedOut:  # the name was reset since this tab signed in: it may not answer for its new owner
+        signin.sign_out_stale()
+        return None
     except ProgressStoreError:
         return None  # a live round is an extra: the learner's own check and saved progress stand without it
     if live is None or live.round != round_no:
         return None
-    st.session_state[MINE_KEY] = (name_key(code), round_no, float(value))
+    st.session_state[MINE_KEY] = (round_id(live), float(value))
     return live
 
 
-def _answered_here(live: LiveRound) -> tuple[str, int, float | None] | None:
+def round_id(live: LiveRound) -> tuple[str, int, float]:
+    """What names one round for good: its class, number and opening time (a new live session starts again at
+    round 1; its round 1 opened later)."""
+    return (name_key(live.class_code), live.round, live.opened_at)
+
+
+def _answered_here(live: LiveRound) -> tuple[tuple[str, int, float], float | None] | None:
     """The session's record of this learner's answer in ``live`` (MINE_KEY), if it is about that round."""
     mine = st.session_state.get(MINE_KEY)
-    return mine if mine and mine[0] == name_key(live.class_code) and mine[1] == live.round else None
+    return mine if mine and mine[0] == round_id(live) else None
 
 
 def answer_here(live: LiveRound) -> float | None:
     """This learner's answer in ``live`` as this session knows it (no database read)."""
     mine = _answered_here(live)
-    return mine[2] if mine else None
+    return mine[1] if mine else None
 
 
 def my_answer(board: LiveBoard, live: LiveRound, learner: str) -> float | None:
     """This learner's answer in ``live`` (from the session when they answered here, else the database once)."""
     mine = _answered_here(live)
     if mine:
-        return mine[2]
+        return mine[1]
     value = board.my_answer(live.class_code, learner, live.round)
-    st.session_state[MINE_KEY] = (name_key(live.class_code), live.round, value)
+    st.session_state[MINE_KEY] = (round_id(live), value)
     return value

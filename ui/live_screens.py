@@ -1,7 +1,8 @@
 """The live round's screens: the teacher's projector screen, the teacher's banner on the lessons, the learners' banner.
 
 - `teacher_screen(code)` (pages/teacher.py, "Live round"): start a round on a lesson, reveal the answer, start
-  a new round, move the class to another lesson, end the session; under the controls the projector screen, a
+  a new round, move the class to another lesson, end the session, close the class to names new this session
+  and admit the ones the teacher knows (their names only in a folded box); under the controls the projector screen, a
   fragment that re-reads the class's answers every `TEACHER_POLL_S`: the lesson's question in large type, the
   number of answers and their histogram, no names. The engine's answer stays hidden until the teacher reveals
   it; then the chart marks it and a second chart groups the answers by the slip they most likely come from.
@@ -118,9 +119,34 @@ def _controls(board: LiveBoard, code: str, current: LiveRound) -> None:
     elif end:
         board.close(code)
         st.session_state.pop(live.LEAD_KEY, None)
-    else:
+    elif not _gate(board, code, current):
         return
     st.rerun()
+
+
+def _gate(board: LiveBoard, code: str, current: LiveRound) -> bool:
+    """The class closed to names new this session, and the waiting names to admit; True after a change."""
+    closed = st.toggle(
+        "Only learners seen before this session count (new names wait for you to admit them)",
+        value=current.closed,
+        key=f"live_closed_{current.opened_at}",  # per round: the toggle follows the board, not an old run
+    )
+    if closed != current.closed:
+        board.set_closed(code, closed)
+        return True
+    if not current.waiting:
+        return False
+    # Names, so folded: the projector shows the room no name (open it on the teacher's own screen).
+    with st.expander(f"New names waiting: {current.waiting}", expanded=False):
+        for name in board.waiting_names(code):
+            row = st.container(horizontal=True, vertical_alignment="center")
+            row.markdown(inert_md(name))
+            if row.button(
+                "Admit", key=f"live_admit_{name_key(name)}", help="Count this name's answers: you know who it is"
+            ):
+                board.admit(code, name)
+                return True
+    return False
 
 
 def _projector(code: str) -> None:
@@ -143,7 +169,15 @@ def _projector(code: str) -> None:
     with screen:
         st.markdown(f"### {_title(current.lesson)} · round {current.round}")
         st.markdown(cr.prompt)
-        st.metric("Answers", cr.answers)
+        counts = st.container(horizontal=True)
+        counts.metric("Answers", cr.answers)
+        counts.metric(
+            "From names new this session",
+            current.new_answers,
+            help="Answers from names whose first sign-in in this class came after this live session started.",
+        )
+        if current.waiting:
+            st.caption(f"{current.waiting} answers from new names wait for you to admit them (not counted).")
         if not cr.answers:
             st.caption(
                 f"Waiting for the first answer: learners signed in with class {inert_md(code)} check their "
@@ -234,6 +268,8 @@ def _learner_poll() -> None:
     title = _title(current.lesson)
     if cr is None:
         joined = f" Your answer is in: {mine:g}." if mine is not None else ""
+        if mine is not None and current.waiting and _held(board, current, learner):
+            joined += " It counts once your teacher admits your name (new to this class this session)."
         box.markdown(
             f":material/cast_for_education: **Live with your class:** your teacher is on **{title}**, round "
             f"{current.round} · {current.answers} answers so far.{joined}"
@@ -253,10 +289,19 @@ def _learner_poll() -> None:
         st.switch_page(page(current.lesson).file, query_params=query)
 
 
+def _held(board: LiveBoard, current: LiveRound, learner: str) -> bool:
+    """Whether this learner's answer waits for the teacher (asked only while some answer does)."""
+    try:
+        return name_key(learner) in {name_key(n) for n in board.waiting_names(current.class_code)}
+    except ProgressStoreError:
+        return False
+
+
 def _revealed(board: LiveBoard, current: LiveRound) -> ClassRound:
     """The revealed round as the class answered it: read once per server for all its learners (a revealed
     round takes no more answers, so its count names its answers)."""
-    key = (board, name_key(current.class_code), current.lesson, current.round, current.answers)  # board: its database
+    key = (board, *live.round_id(current), current.lesson, current.answers)  # board: its database; round_id: not
+    # the round number alone (a new live session's round 1 is another round)
     return _REVEALED.get_or_make(
         key, lambda: class_round(current.lesson, board.answers(current.class_code, current.round), True)
     )

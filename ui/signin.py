@@ -7,6 +7,8 @@ object; each learner's progress and identity live in their own ``st.session_stat
 
 Signing in takes a name, a class code and a passphrase: the first sign-in of a name in a class sets the
 passphrase, later ones must give it (progress/auth.py: the hash, and the wait after repeated failures).
+Failures are counted for this session and its network address (:func:`client`), so a classmate's wrong tries
+slow the classmate, not the learner whose name they try.
 
 Saving is synchronous: a signed-in learner's change is committed to the database inside the script run
 that makes it, before the sidebar draws the tick or score, so what a learner sees saved survives the loss
@@ -20,6 +22,8 @@ run (until then an outdated radio value is not recorded as a new answer: :func:`
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +47,7 @@ from progress import (
     stamp_missing,
     validate_name,
 )
+from progress.auth import Client, client_address
 from progress.records import ID_PARTS, STAMPS
 from ui.inert import inert_md, prose_md
 
@@ -54,6 +59,7 @@ NOTICE_KEY = "progress_notice"  # a message for the sidebar's next run (after st
 VERSION_KEY = "progress_auth_version"  # SignIn.version: a save after a passphrase reset signs this session out
 BOX_KEY = "progress_box_open"  # whether the "Save my progress" expander is open (its contents are made only then)
 SYNC_KEY = "progress_widget_sync"  # {widget key: (value on screen, value to show)} after another session's save
+CLIENT_KEY = "progress_client_id"  # a random id of this browser session: its wrong tries are counted on it
 PASSPHRASE_LABEL = "Passphrase (8+ characters; your first sign-in sets it)"
 
 
@@ -138,9 +144,37 @@ def is_outdated_widget(key: str, value: Any) -> bool:
     return key in pending and pending[key][0] == value
 
 
+def client() -> Client:
+    """This session as the store's throttle counts it: a random id kept in the session, and the address the
+    connection comes from (a proxy's ``X-Forwarded-For`` only from KVLAB_TRUSTED_PROXIES, default loopback)."""
+    session = st.session_state.setdefault(CLIENT_KEY, secrets.token_hex(16))
+    peer, forwarded = st.context.ip_address, st.context.headers.get("X-Forwarded-For")
+    try:  # (a test harness without a connection may hand back other objects: no address then, loopback)
+        address = client_address(
+            peer if isinstance(peer, str) else None,
+            forwarded if isinstance(forwarded, str) else None,
+            os.environ.get("KVLAB_TRUSTED_PROXIES"),
+        )
+    except ValueError as exc:  # a bad setting: say so, and count on the session alone rather than a wrong address
+        st.warning(prose_md(exc))
+        address = None
+    return Client(session, address)
+
+
+def sign_out_stale() -> None:
+    """Sign this session out after a reset (its saves and answers are refused) and tell the learner why."""
+    code, learner = st.session_state[LEARNER_KEY]
+    for key in (LEARNER_KEY, VERSION_KEY, SAVED_KEY, SYNC_KEY):
+        st.session_state.pop(key, None)
+    st.warning(
+        f"Signed out: the passphrase of {inert_md(learner)} in class {inert_md(code)} was reset or set again "
+        "since you signed in. This change was not saved; sign in again to keep saving."
+    )
+
+
 def _sign_in(store: Store, class_code: str, learner: str, passphrase: str) -> SignIn:
     """Check the passphrase, load saved progress, merge what this session already did, and save the union."""
-    result = store.sign_in(class_code, learner, passphrase)
+    result = store.sign_in(class_code, learner, passphrase, client())
     saved = store.load(result.class_code, result.learner)
     progress = st.session_state.get(PROGRESS_KEY)
     if not isinstance(progress, dict):
@@ -238,13 +272,7 @@ def persist(progress: dict[str, Any]) -> None:
     try:
         merged = store.save(*st.session_state[LEARNER_KEY], stamped, st.session_state.get(VERSION_KEY))
     except SignedOut:
-        code, learner = st.session_state[LEARNER_KEY]
-        for key in (LEARNER_KEY, VERSION_KEY, SAVED_KEY, SYNC_KEY):
-            st.session_state.pop(key, None)
-        st.warning(
-            f"Signed out: the passphrase of {inert_md(learner)} in class {inert_md(code)} was reset or set again "
-            "since you signed in. This change was not saved; sign in again to keep saving."
-        )
+        sign_out_stale()
         return
     except ProgressStoreError as exc:
         _fail(exc)

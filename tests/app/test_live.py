@@ -55,13 +55,13 @@ def test_the_projector_counts_answers_without_names_and_hides_the_answer_until_r
     at.button(key="live_start").click().run()
     live = board.current(CLASS)
     assert live is not None and live.lesson == "gqa" and live.round == 1 and not live.revealed
-    assert [m.value for m in at.metric] == ["0"] and "Waiting for the first answer" in _texts(at)
+    assert [m.value for m in at.metric] == ["0", "0"] and "Waiting for the first answer" in _texts(at)
     mha, half = GQA.traps[0].value, GQA.traps[1].value
     for name, value in (("Ana", GQA.answer), ("Bob", mha), ("Cy", half), ("Dee", GQA.answer)):
         assert board.answer(CLASS, name, "gqa", value) == 1
     at.run()
     assert not at.exception and not at.error
-    assert [m.value for m in at.metric] == ["4"]
+    assert [m.value for m in at.metric] == ["4", "0"]
     charts = at.get("plotly_chart")
     assert len(charts) == 1  # the histogram only: no slip chart before the reveal
     text = _texts(at)
@@ -76,7 +76,7 @@ def test_the_projector_counts_answers_without_names_and_hides_the_answer_until_r
     at.button(key="live_again").click().run()
     again = board.current(CLASS)
     assert (again.round, again.lesson, again.revealed, again.answers) == (2, "gqa", False, 0)
-    assert [m.value for m in at.metric] == ["0"]
+    assert [m.value for m in at.metric] == ["0", "0"]
     at.selectbox(key="live_move_to").select("paged")
     at.button(key="live_move").click().run()
     moved = board.current(CLASS)
@@ -187,4 +187,92 @@ def test_a_round_on_a_lesson_without_a_question_shows_a_clear_note_not_a_traceba
     at.button(key="live_again").click().run()  # the teacher's controls still work: a new round ...
     at.selectbox(key="live_move_to").select("gqa")
     at.button(key="live_move").click().run()  # ... and a move to a lesson with a question
-    assert board.current(CLASS).lesson == "gqa" and [m.value for m in at.metric] == ["0"]
+    assert board.current(CLASS).lesson == "gqa" and [m.value for m in at.metric] == ["0", "0"]
+
+
+def _answer_on_gqa(at, value):
+    at.number_input(key="predict_gqa").set_value(value)
+    return at.button(key="predict_gqa_check").click().run()
+
+
+def test_the_old_tab_of_a_reset_name_is_signed_out_and_cannot_replace_the_owners_answer(app_test, board):
+    store = open_store()
+    mallory = store.sign_in(CLASS, "Bob", "mallory got here first")
+    board.open_round(CLASS, "gqa")
+    old_tab = _signed_in(app_test("gqa", timeout=60), "Bob")
+    old_tab.session_state[VERSION_KEY] = mallory.version
+    _answer_on_gqa(old_tab.run(), 5)
+    assert board.answers(CLASS, 1) == (5.0,)
+    assert store.reset_passphrase(CLASS, "Bob")  # the teacher
+    bob = store.sign_in(CLASS, "Bob", "bob's own passphrase")
+    assert board.answer(CLASS, "Bob", "gqa", 77, bob.version) == 1
+    old_tab.number_input(key="predict_gqa").set_value(None).run()
+    _answer_on_gqa(old_tab, 5)  # the old tab checks its 5 again
+    assert not old_tab.exception and board.answers(CLASS, 1) == (77.0,)
+    assert LEARNER_KEY not in old_tab.session_state
+    assert any("Signed out" in w.value and "was reset" in w.value for w in old_tab.warning)
+    store.close()
+
+
+def test_a_learners_answer_is_not_shown_in_the_next_round_of_the_same_lesson(app_test, board):
+    board.open_round(CLASS, "gqa")
+    at = _signed_in(app_test("gqa", timeout=60), "Ana").run()
+    _answer_on_gqa(at, 512)
+    banner = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), "Ana")
+    banner.session_state[live.MINE_KEY] = at.session_state[live.MINE_KEY]  # one session: the page and the banner
+    assert "Your answer is in: 512." in banner.run().markdown[0].value
+    current = board.current(CLASS)
+    board.open_round(CLASS, "gqa", dict(current.settings))  # "New round on this lesson": round 2
+    text = banner.run().markdown[0].value
+    assert "round 2" in text and "Your answer is in" not in text
+
+
+def test_a_new_live_session_does_not_show_the_old_sessions_round_1(app_test, board):
+    # Hole 9: after "End the live session", a new round 1 on the same lesson showed the old one's figures.
+    board.open_round(CLASS, "gqa")
+    at = _signed_in(app_test("gqa", timeout=60), "Ana").run()
+    _answer_on_gqa(at, 512)
+    banner = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), "Ana")
+    banner.session_state[live.MINE_KEY] = at.session_state[live.MINE_KEY]
+    board.reveal(CLASS, 1)
+    old = banner.run().markdown[0].value
+    assert "512" in old.replace(",", "")
+    assert board.close(CLASS)  # the teacher ends the live session ...
+    again = board.open_round(CLASS, "gqa")  # ... and later starts a new one: round 1 again
+    assert again.round == 1
+    board.answer(CLASS, "Bob", "gqa", GQA.answer)
+    board.reveal(CLASS, 1)
+    new = banner.run().markdown[0].value
+    assert "512" not in new.replace(",", "") and new != old  # not Ana's old answer, not the old class figures
+    other = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), "Carol").run()
+    assert new.split(":", 1)[0] == other.markdown[0].value.split(":", 1)[0]  # the same round as a fresh session
+
+
+def test_the_teacher_closes_the_class_to_new_names_and_admits_one(app_test, board):
+    store = open_store()
+    store.sign_in(CLASS, "Ana", "ana's passphrase")  # known before the session
+    at = _teacher(app_test)
+    at.button(key="live_start").click().run()
+    lesson = board.current(CLASS).lesson
+    for bot in ("Bot1", "Bot2"):
+        store.sign_in(CLASS, bot, "made up on the spot")
+        assert board.answer(CLASS, bot, lesson, 512) == 1
+    assert board.answer(CLASS, "Ana", lesson, 1) == 1
+    at.run()
+    assert [(m.label, m.value) for m in at.metric] == [("Answers", "3"), ("From names new this session", "2")]
+    toggle = next(t for t in at.toggle if t.key.startswith("live_closed_"))
+    toggle.set_value(True).run()
+    assert board.current(CLASS).closed and [m.value for m in at.metric] == ["1", "0"]
+    assert "2 answers from new names wait for you to admit them" in _texts(at)
+    assert "New names waiting: 2" in [e.label for e in at.expander]
+    at.button(key="live_admit_bot1").click().run()
+    assert board.waiting_names(CLASS) == ["Bot2"] and [m.value for m in at.metric] == ["2", "1"]
+    assert not at.exception
+    for bot, held in (("Bot2", True), ("Bot1", False)):  # the learner's banner says when theirs waits
+        banner = _signed_in(AppTest.from_function(_banner_app, default_timeout=60), bot).run()
+        assert "admits your name" not in banner.markdown[0].value  # no answer from this session: no note
+        banner.session_state[live.MINE_KEY] = (live.round_id(board.current(CLASS)), 512.0)
+        text = banner.run().markdown[0].value
+        assert "Your answer is in: 512." in text
+        assert ("once your teacher admits your name" in text) is held
+    store.close()

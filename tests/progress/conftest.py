@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from progress import auth
-from progress.live import answer_table, create_tables, session_table
-from progress.store import ProgressStore, auth_table, progress_table, throttle_table
+from progress.live import admit_table, answer_table, create_tables, gate_table, session_table
+from progress.store import ProgressStore, auth_table, member_table, progress_table, throttle_table, tries_table
 from tests.pg import postgres_url  # noqa: F401 - the session fixture, registered here
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -33,7 +33,8 @@ def store_url(request, tmp_path) -> str:
     wipe = ProgressStore(url)
     create_tables(wipe.engine)  # the live rounds' tables too (progress/live.py)
     with wipe.engine.begin() as conn:
-        for table in (progress_table, auth_table, throttle_table, session_table, answer_table):
+        tables = (progress_table, auth_table, throttle_table, tries_table, member_table)
+        for table in (*tables, session_table, answer_table, gate_table, admit_table):
             conn.execute(table.delete())
     wipe.close()
     return url

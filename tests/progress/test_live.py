@@ -518,3 +518,59 @@ def test_the_cache_keeps_at_most_cache_max_class_codes_dropping_the_oldest(sqlit
     assert len(seen) == 3  # both still cached
     sqlite_board.current("Room 1", max_age_s=1e9)
     assert len(seen) == 4  # dropped: read again
+
+
+def test_an_answer_from_a_sign_in_before_a_reset_is_refused_and_replaces_nothing(stores, board):
+    # Hole 4: Mallory claims "Bob"; the teacher resets it; Bob signs in and answers 77; Mallory's old tab
+    # re-checks its 5. Her answer must not replace his.
+    from progress import SignedOut
+
+    store = stores[0]
+    board.open_round("Room 1", "gqa")
+    mallory = store.sign_in("Room 1", "Bob", "mallory got here first")
+    assert board.answer("Room 1", "Bob", "gqa", 5, mallory.version) == 1
+    assert store.reset_passphrase("Room 1", "Bob")
+    bob = store.sign_in("Room 1", "Bob", "bob's own passphrase")
+    assert board.answer("room 1", "bob", "gqa", 77, bob.version) == 1
+    with pytest.raises(SignedOut):
+        board.answer("Room 1", "Bob", "gqa", 5, mallory.version)
+    assert board.answers("Room 1", 1) == (77.0,) and board.my_answer("Room 1", "Bob", 1) == 77.0
+    with pytest.raises(SignedOut):  # a name with no sign-in at all cannot answer with a version either
+        board.answer("Room 1", "Carol", "gqa", 5, 1)
+    assert board.answer("Room 1", "Carol", "gqa", 6) == 1  # without a version (a script, a test): unchecked
+
+
+def test_a_class_closed_to_new_names_counts_only_learners_seen_before(stores, board):
+    # Hole 3: anyone with the class code could sign in under made-up names and stuff the projector's counts.
+    store = stores[0]
+    store.sign_in("Room 1", "Ana", "ana's passphrase")  # before the live session
+    store.save("Room 1", "Old", {"visited": ["gqa"]})  # a record from before the class's names were dated
+    board.open_round("Room 1", "gqa")
+    for bot in ("Bot1", "Bot2", "Bot3"):
+        store.sign_in("Room 1", bot, "made up on the spot")
+    for name, value in (("Ana", 10), ("Old", 20), ("Bot1", 30), ("Bot2", 40)):
+        assert board.answer("Room 1", name, "gqa", value) == 1
+    now = board.current("Room 1")
+    assert (now.answers, now.new_answers, now.waiting, now.closed) == (4, 2, 0, False)  # the projector says 2 new
+    closed = board.set_closed("room 1", True)
+    assert (closed.answers, closed.new_answers, closed.waiting, closed.closed) == (2, 0, 2, True)
+    assert board.answers("Room 1", 1) == (10.0, 20.0) and board.waiting_names("Room 1") == ["Bot1", "Bot2"]
+    assert board.answer("Room 1", "Bot3", "gqa", 50) == 1  # kept, not counted
+    assert board.current("Room 1").waiting == 3 and board.answers("Room 1", 1) == (10.0, 20.0)
+    assert board.admit("Room 1", "bot1")  # the teacher knows this one
+    now = board.current("Room 1")
+    assert (now.answers, now.new_answers, now.waiting) == (3, 1, 2) and board.answers("Room 1", 1) == (10, 20, 30)
+    again = board.open_round("Room 1", "gqa")  # the next round of the same session: still closed, still new
+    assert again.closed and board.answer("Room 1", "Bot2", "gqa", 41) == 2
+    assert (board.current("Room 1").answers, board.current("Room 1").waiting) == (0, 1)
+    opened = board.set_closed("Room 1", False)
+    assert (opened.answers, opened.new_answers, opened.waiting) == (1, 1, 0)
+    assert board.close("Room 1") and board.admit("Room 1", "Bot2") is False  # no session: nothing to admit
+    board.open_round("Room 1", "gqa")  # a new live session: last session's names are now seen before
+    assert board.set_closed("Room 1", True).closed
+    board.answer("Room 1", "Bot2", "gqa", 42)
+    now = board.current("Room 1")
+    assert (now.answers, now.new_answers, now.waiting) == (1, 0, 0)
+    assert board.set_closed("Nobody", True) is None
+    with pytest.raises(ValueError, match="closed must be True or False"):
+        board.set_closed("Room 1", "yes")

@@ -83,10 +83,12 @@ def test_first_sign_in_sets_the_passphrase_and_a_wrong_one_is_refused(data_dir):
 def test_a_short_passphrase_gets_a_clear_message(data_dir):
     at = _sign_in(_new_session(), "Ana", "c1", "abc")
     assert "progress_learner" not in at.session_state and not at.exception
-    assert "is 3 characters; choose one of at least 8" in at.sidebar.error[0].value
+    assert (
+        "at least 8 visible characters" in at.sidebar.error[0].value and "this one has 3" in at.sidebar.error[0].value
+    )
 
 
-def test_repeated_failures_show_the_wait(data_dir):
+def test_repeated_failures_slow_the_guessing_tab_not_the_owner(data_dir):
     _sign_in(_new_session(), "Ana", "c1")
     at = _new_session()
     for i in range(4):
@@ -94,10 +96,30 @@ def test_repeated_failures_show_the_wait(data_dir):
         assert "wrong passphrase" in at.sidebar.error[0].value
     _sign_in(at, "Ana", "c1", "guess number 5")
     assert "wait 2 s before the next try" in at.sidebar.error[0].value
-    _sign_in(_new_session(), "Ana", "c1")  # a new tab with the right passphrase: refused while the wait runs
-    fresh = _sign_in(_new_session(), "Ana", "c1")
-    assert "progress_learner" not in fresh.session_state
-    assert "too many wrong tries; wait" in fresh.sidebar.error[0].value and not fresh.exception
+    _sign_in(at, "Ana", "c1")  # the guessing tab, even with the right passphrase: refused while its wait runs
+    assert "progress_learner" not in at.session_state
+    assert "too many wrong tries; wait" in at.sidebar.error[0].value and not at.exception
+    owner = _sign_in(_new_session(), "Ana", "c1")  # Ana's own tab: no failures of its own, in at once
+    assert owner.session_state["progress_learner"] == ("c1", "Ana") and not owner.sidebar.error
+
+
+def test_the_session_id_and_the_forwarded_address_reach_the_store(data_dir, monkeypatch):
+    from progress.store import ProgressStore as Store
+
+    seen = []
+    real = Store.sign_in
+
+    def spy(self, class_code, learner, passphrase, client):
+        seen.append(client)
+        return real(self, class_code, learner, passphrase, client)
+
+    monkeypatch.setattr(Store, "sign_in", spy)
+    at = _new_session()
+    _sign_in(at, "Ana", "c1", "not long")
+    _sign_in(at, "Ana", "c1", "not long")
+    _sign_in(_new_session(), "Ana", "c1", "not long")
+    assert seen[0] == seen[1] and seen[0].session != seen[2].session and len(seen[0].session) == 32
+    assert seen[0].address == "127.0.0.1"  # AppTest has no connection: loopback
 
 
 def test_a_record_from_before_passphrases_keeps_its_progress_and_gets_one(data_dir):
