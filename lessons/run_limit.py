@@ -37,7 +37,7 @@ class RunLimitReached(Exception):
             f"This session has started {limit} new engine runs in the last {_span(window_s)}, the most one "
             f"learner may (each takes about a second of the server's CPU, which the whole class shares). Settings "
             f"that were run before still show at once; a new one can run in {math.ceil(wait_s)} s. Your settings "
-            "are kept: wait, then move a slider or press R to re-run."
+            "are kept: after that, the next change on this page runs them."
         )
 
 
