@@ -36,6 +36,7 @@ A run interrupted part-way (Generate pressed again: Streamlit raises its RerunEx
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import itertools
@@ -339,6 +340,7 @@ class EnginePool:
     _ids: Iterator[int] = field(default_factory=itertools.count, init=False, repr=False)
     _room: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
     _sweeper: threading.Thread | None = field(default=None, init=False, repr=False)
+    _ended: collections.deque[int] = field(default_factory=collections.deque, init=False, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
 
     @classmethod
@@ -353,24 +355,29 @@ class EnginePool:
     def ticket(self) -> PoolTicket:
         """A new learner's ticket; once nothing refers to it (their session is gone), their engine is freed."""
         ticket = PoolTicket(next(self._ids))
-        weakref.finalize(ticket, self.release, ticket.id)
+        # Only queued here: the finalizer may run inside a garbage collection in any thread, even one that
+        # holds the pool's lock mid-iteration; the engine goes at the pool's next use (or sweep).
+        weakref.finalize(ticket, self._ended.append, ticket.id)
         return ticket
 
     @property
     def used_bytes(self) -> int:
         """KV bytes held by every engine in the pool, and by those being built."""
         with self._room:
+            self._reap()
             return self._reserved + sum(h.nbytes for h in self._held.values())
 
     @property
     def engines(self) -> int:
         """Engines the pool holds now."""
         with self._room:
+            self._reap()
             return len(self._held)
 
     def engine(self, ticket: PoolTicket, key: Any = None) -> Any:
         """This learner's engine in the pool now (the one for `key`, when given), else None."""
         with self._room:
+            self._reap()
             held = self._held.get(ticket.id)
             return held.llm if held is not None and (key is None or held.key == key) else None
 
@@ -454,7 +461,20 @@ class EnginePool:
         with self._room:
             return self._sweep_locked()
 
+    def _reap(self) -> None:
+        """Free the engines of sessions that ended (the caller holds the lock); a running one waits."""
+        busy = []
+        while self._ended:
+            tid = self._ended.popleft()
+            held = self._held.get(tid)
+            if held is not None and held.in_use:
+                busy.append(tid)
+            else:
+                self._drop(tid)
+        self._ended.extend(busy)
+
     def _sweep_locked(self) -> int:
+        self._reap()
         now = self.clock()
         stale = [t for t, h in self._held.items() if not h.in_use and now - h.last_used >= self.idle_s]
         for tid in stale:

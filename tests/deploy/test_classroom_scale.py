@@ -23,12 +23,14 @@ def test_loopback_config_is_the_deploy_file_with_loopback_addresses(tmp_path):
     conf = loopback_nginx_conf([8001, 8002], 9000, tmp_path)
     lines = set(conf.splitlines())
     site = fill_nginx_template(NGINX_SITE.read_text())  # its ${KVLAB_...} names filled, as compose does
-    kept = [ln for ln in site.splitlines() if "app:8501" not in ln and "listen 80;" not in ln]
+    swapped = ("app:8501", "listen 80;", "listen 80 default_server;")
+    kept = [ln for ln in site.splitlines() if not any(part in ln for part in swapped)]
     assert all(("    " + ln if ln.strip() else "") in lines for ln in kept)  # every other line verbatim
     directives = "\n".join(ln.split("#", 1)[0] for ln in conf.splitlines())  # comments may name the old lines
     assert "server 127.0.0.1:8001;" in directives and "server 127.0.0.1:8002;" in directives
     assert "app:8501" not in directives and "listen 80;" not in directives
-    assert "listen 127.0.0.1:9000;" in directives
+    assert "listen 127.0.0.1:9000;" in directives and "listen 127.0.0.1:9000 default_server;" in directives
+    assert "listen 80 default_server;" not in directives  # the server that refuses other Hosts is on loopback too
     assert "proxy_set_header Host $http_host;" in conf  # Origin and Host must agree through the proxy
 
 

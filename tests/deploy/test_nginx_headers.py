@@ -127,6 +127,7 @@ def test_compose_fills_the_same_names_with_the_same_defaults():
     # A class deployment cannot start without its secrets.
     assert app["environment"]["KVLAB_TEACHER_KEY"] == "${KVLAB_TEACHER_KEY:?set KVLAB_TEACHER_KEY}"
     assert app["environment"]["KVLAB_MODEL_DIRS"] == "${KVLAB_MODEL_DIRS:-}"  # no model folders unless set
+    assert app["environment"]["KVLAB_ALLOWED_HOSTS"] == lb["environment"]["KVLAB_SERVER_NAME"]  # the same site
 
 
 def test_the_policy_allows_streamlit_s_inline_script_by_its_hash_only(tmp_path):
