@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernels.paged_decode_torch as decode_torch
-from kernels.ops import paged_attention, paged_varlen_attention, plan_attention
+from kernels.ops import paged_attention, paged_varlen_attention, paged_varlen_attention_planned, plan_attention
+from kernels.plan import KVCache
 from kernels.reference import paged_varlen_attention_ref
 from tests.conftest import DEVICE, TRITON_OK
 
@@ -220,7 +221,7 @@ def test_sparse_and_gather_paths_agree_with_reference(sparse, lens, real_only):
     expected = decode_reference(q, kc, vc, bt, sl, 0.25)[live]
     torch.testing.assert_close(out.cpu(), expected, atol=2e-5, rtol=2e-5)
     torch.testing.assert_close(out, sdpa_contiguous(q, ks, vs, 0.25)[rows], atol=2e-5, rtol=2e-5)
-    public = paged_varlen_attention(q[rows], kc, vc, cu, sl, bt, 1, scale=0.25, plan=plan)
+    public = paged_varlen_attention_planned(q[rows], KVCache(kc, vc), plan, scale=0.25)
     torch.testing.assert_close(public, out, atol=2e-6, rtol=2e-6)
 
 
