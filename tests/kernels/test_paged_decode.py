@@ -192,9 +192,11 @@ def test_torch_chunked_split_k_matches_single_gather(monkeypatch, dtype):
 SPARSE_CASES = [
     ([37, 37, 37], False),  # equal lengths: no padding
     ([40, 38, 39], False),  # padding scored and masked
-    ([1, 16, 0, 70, 33], False),  # ... with an empty sequence, which has no query
-    ([70, 1, 0, 2, 3, 1], True),  # so much padding that only the real tokens are scored, then padded
-    ([100, 1, 1, 1, 1, 0], True),
+    ([1, 16, 0, 70, 33], False),  # ... with an empty sequence, which has no query (1280 padding entries)
+    ([70, 1, 0, 2, 3, 1], True),  # 2184 padding entries (8 heads): only the real tokens are scored and summed
+    ([300, 1, 0, 2, 3, 1], True),
+    ([500, 1, 1, 1, 1, 0], True),
+    ([600, 40, 580, 590], True),  # 25% padding by share, but 4720 entries
 ]
 
 
@@ -214,8 +216,9 @@ def test_sparse_and_gather_paths_agree_with_reference(sparse, lens, real_only):
     index = helper_index(bt[rows], sl[rows], 16, (8, 2) if sparse else None)
     assert (index.sparse is not None) == sparse
     if sparse:
-        padding = 1 - sum(live_lens) / (len(live_lens) * max(live_lens))
-        assert (index.sparse.pad is not None) == (padding > decode_torch.SPARSE_MAX_PADDING) == real_only
+        padding = 8 * (len(live_lens) * max(live_lens) - sum(live_lens))  # entries: heads x padded positions
+        compact = padding > decode_torch.SPARSE_MAX_PADDING_ENTRIES
+        assert (index.sparse.pad is not None) == (index.sparse.real is not None) == compact == real_only
     out = decode_torch.decode_attention(q[rows], kc, vc, index, sl[rows], 0.25)
     assert torch.isfinite(out).all(), "NaN from an unused slot leaked into the output"
     expected = decode_reference(q, kc, vc, bt, sl, 0.25)[live]
