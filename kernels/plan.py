@@ -154,16 +154,21 @@ class AttentionPlan:
         return self.k_layout.shape[3]
 
 
-def _check_caches(cache: object) -> KVCache:
-    """cache is (k, v, k_scale, v_scale): equal 4-D caches of one float or fp8 dtype on one device, with the
-    scales an fp8 cache needs (and none for another)."""
+def _as_cache(cache: object) -> KVCache:
+    """cache as a KVCache (any 4-tuple k, v, k_scale, v_scale, such as the engine's LayerKV)."""
     try:
-        cache = KVCache(*cache)
+        return KVCache(*cache)
     except TypeError:
         raise ValueError(
             f"cache must be a kernels.plan.KVCache(k, v, k_scale, v_scale) (the engine's LayerKV), got "
             f"{type(cache).__name__}"
         ) from None
+
+
+def _check_caches(cache: object) -> KVCache:
+    """cache is (k, v, k_scale, v_scale): equal 4-D caches of one float or fp8 dtype on one device, with the
+    scales an fp8 cache needs (and none for another)."""
+    cache = _as_cache(cache)
     k_cache, v_cache = check_cache(cache.k, cache.v)
     if v_cache.device != k_cache.device:
         raise ValueError(
@@ -210,11 +215,13 @@ def _read(tensors: list[torch.Tensor], cache: KVCache) -> tuple[list[np.ndarray]
 
 
 def _check_scale_values(cache: KVCache, bad: bool) -> None:
+    """The error for an fp8 cache's scales that _read or scales_bad found bad."""
     if cache.k_scale is not None and bad:
         raise_bad_scales(cache.k_scale, cache.v_scale)
 
 
 def _layouts(cache: KVCache) -> dict:
+    """The plan's layout fields of a cache."""
     return {
         "k_layout": TensorLayout.of(cache.k),
         "v_layout": TensorLayout.of(cache.v),
@@ -331,10 +338,7 @@ def check_call(plan: object, cache: object, *, store: bool) -> KVCache:
         )
     if not store and plan.cu_seqlens_q is None:
         raise ValueError("the plan holds slots only (a store's); build it with plan_attention(...) to attend with it")
-    try:
-        cache = KVCache(*cache)
-    except TypeError:
-        raise ValueError(f"cache must be a kernels.plan.KVCache, got {type(cache).__name__}") from None
+    cache = _as_cache(cache)
     for name, t, layout in (("k_cache", cache.k, plan.k_layout), ("v_cache", cache.v, plan.v_layout)):
         if not layout.holds(t):
             got = TensorLayout.of(t) if isinstance(t, torch.Tensor) else type(t).__name__
