@@ -37,14 +37,14 @@ _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cp
 
 # Up to this many padding entries (query rows x padded positions) in the [S * Hq, max_len] score matrix the
 # sparse path scores and sums the padding too (a padding position re-reads its row's first token, already in
-# cache) and masks it; above it only the real tokens are scored and summed, for two index ops more per layer
-# (the scores padded for the softmax, the weights compacted back). Each padding entry costs a D-long dot
-# product and a D-long weighted add. Measured at one thread on the demo model's heads (4 / 2 of 64), 4-16
-# sequences: the real tokens alone were 1.01x the padded time at 1.2k padding entries, 0.96x at 1.4k, 0.88x
-# at 3.2k; at bench.paged_decode's shape (8 sequences of 278-1024 tokens, 32 heads of 128, 99k padding
-# entries, 38% of the matrix) 0.71x. (Before, the real-token path still summed the padded values and was
-# taken only above 75% padding by share, which no workload of the course reaches.)
-SPARSE_MAX_PADDING_ENTRIES = 2048
+# cache) and masks it; above it only the real tokens are scored and summed, for a costlier step index (two
+# more per-sequence slicings) and two index ops more per layer (the scores padded for the softmax, the
+# weights compacted back). Measured at one thread: at bench.paged_decode's shape (8 sequences of 278-1024
+# tokens, 32 heads of 128: 99k padding entries, 38% of the matrix) the real tokens alone took 0.71x the
+# padded attention; with the demo model (4 layers, 4 / 2 heads of 64, 12 sequences of 20-200 tokens: 4-12k
+# entries) they made generate 12% slower, the per-step index costing more than the 2-14 us a layer saved.
+# (Before, the real-token path still summed the padded values and was taken only above 75% padding.)
+SPARSE_MAX_PADDING_ENTRIES = 32768
 
 
 class SparseIndex(NamedTuple):
