@@ -183,19 +183,23 @@ def _check_caches(cache: object) -> KVCache:
     return cache
 
 
-def _check_host_step(host_step: object, shapes: list[tuple[int, ...] | None]) -> HostStep:
+def _check_host_step(host_step: object, cu: torch.Tensor, block_tables: torch.Tensor, slots: torch.Tensor | None):
     """host_step is a HostStep whose lists have the shapes of the step's tensors (their values are the
     caller's word: the lists the tensors were made from)."""
+    num_seqs, width = block_tables.shape
     ok = isinstance(host_step, tuple) and len(host_step) == 4
-
-    def fits(values: object, shape: tuple[int, ...] | None) -> bool:
-        if shape is None:
-            return values is None
-        if not isinstance(values, list) or len(values) != shape[0]:
-            return False
-        return len(shape) == 1 or all(fits(row, shape[1:]) for row in values)
-
-    if not ok or not all(fits(values, shape) for values, shape in zip(host_step, shapes, strict=True)):
+    if ok:
+        cu_l, lens_l, tables_l, slots_l = host_step
+        ok = (
+            type(cu_l) is list
+            and type(lens_l) is list
+            and type(tables_l) is list
+            and len(cu_l) == num_seqs + 1
+            and len(lens_l) == num_seqs == len(tables_l)
+            and all(type(row) is list and len(row) == width for row in tables_l)
+            and (slots_l is None if slots is None else type(slots_l) is list and len(slots_l) == slots.shape[0])
+        )
+    if not ok:
         raise ValueError(
             "host_step must be HostStep(cu_seqlens_q.tolist(), seq_lens.tolist(), block_tables.tolist(), "
             "slot_mapping.tolist() or None) of this step: the lists the tensors were made from, or None"
@@ -276,21 +280,23 @@ def plan_step(
     slot_mapping = None if slot_mapping is None else check_slot_tensor(slot_mapping, device)
     tensors = [cu, seq_lens, block_tables] + ([] if slot_mapping is None else [slot_mapping])
     if host_step is not None:
-        shapes = [tuple(t.shape) for t in tensors[:3]] + [None if slot_mapping is None else tuple(slot_mapping.shape)]
-        host_step = _check_host_step(host_step, shapes)
+        host_step = _check_host_step(host_step, cu, block_tables, slot_mapping)
     backend = resolve_backend(backend, device)
     if backend == "triton":
         check_last_stride(k_cache=k_cache, v_cache=v_cache)
     if host_step is None:
         values, bad_scales = _read(tensors, cache)
+        starts, lens, tables = values[0].tolist(), values[1].tolist(), values[2]
+        slots = values[3] if slot_mapping is not None else None
     else:  # the caller's lists: nothing read back but the scales' flag
-        values = [np.asarray(v, dtype=np.int64).reshape(t.shape) for v, t in zip(host_step, tensors, strict=False)]
+        starts, lens = host_step.cu_seqlens_q, host_step.seq_lens
+        tables = np.array(host_step.block_tables, dtype=np.int64).reshape(block_tables.shape)
+        slots = None if slot_mapping is None else np.array(host_step.slot_mapping, dtype=np.int64)
         bad_scales = cache.k_scale is not None and bool(scales_bad(cache.k_scale, cache.v_scale))
-    starts, lens = values[0].tolist(), values[1].tolist()
     check_offsets("cu_seqlens_q", starts, starts[-1] if total_q is None else total_q)
     max_seqlen_q = check_max_seqlen("max_seqlen_q", max_seqlen_q, starts)
     check_lengths(starts, lens, block_tables.shape[1] * block_size)
-    check_read_blocks(starts, lens, values[2], num_blocks, block_size, window)
+    check_read_blocks(starts, lens, tables, num_blocks, block_size, window)
     all_live = True
     if slot_mapping is not None:
         if slot_mapping.shape[0] != starts[-1]:
@@ -298,7 +304,7 @@ def plan_step(
                 f"slot_mapping has {slot_mapping.shape[0]} slots but cu_seqlens_q packs {starts[-1]} query "
                 "tokens; give one slot per new token (negative: not stored)"
             )
-        all_live = check_slots(values[3], num_blocks, block_size)
+        all_live = check_slots(slots, num_blocks, block_size)
     _check_scale_values(cache, bad_scales)
     index = None
     if backend == "torch":
