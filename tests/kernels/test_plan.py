@@ -418,3 +418,27 @@ def test_planned_store_matches_the_reference_store(backend):
     store(store_call, plan)
     assert store_call["k_cache"].view(torch.uint8).equal(expected_k.view(torch.uint8))
     assert store_call["v_cache"].view(torch.uint8).equal(expected_v.view(torch.uint8))
+
+
+def test_a_call_without_a_plan_plans_itself_and_takes_the_planned_path(monkeypatch):
+    """One validation path: the public store_kv and paged_varlen_attention build a plan (plan_store /
+    plan_step) and run the planned calls with it; a plan_step that refuses the step refuses the public call."""
+    import kernels.ops as ops
+
+    plan, attend_call, store_call = planned_case()
+    seen = []
+    for name in ("plan_step", "plan_store", "store_kv_planned", "paged_varlen_attention_planned"):
+        real = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda *a, _real=real, _name=name, **k: seen.append(_name) or _real(*a, **k))
+    ops.store_kv(store_call["k"], store_call["v"], store_call["k_cache"], store_call["v_cache"], plan.slot_mapping)
+    meta = (plan.cu_seqlens_q, plan.seq_lens, plan.block_tables, plan.max_seqlen_q)
+    out = ops.paged_varlen_attention(attend_call["q"], attend_call["k_cache"], attend_call["v_cache"], *meta)
+    assert seen == ["plan_store", "store_kv_planned", "plan_step", "paged_varlen_attention_planned"]
+    assert torch.equal(out, attend(attend_call, plan))
+
+    def refuse(*args, **kwargs):
+        raise ValueError("refused by the plan")
+
+    monkeypatch.setattr(ops, "plan_step", refuse)
+    with pytest.raises(ValueError, match="refused by the plan"):
+        ops.paged_varlen_attention(attend_call["q"], attend_call["k_cache"], attend_call["v_cache"], *meta)
