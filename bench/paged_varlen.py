@@ -30,7 +30,8 @@ import torch
 
 from bench.harness import assert_same_rows, emit, env_info, log, parser, save, time_interleaved
 from kernels.backend import resolve_backend
-from kernels.ops import paged_varlen_attention, plan_attention, varlen_attention
+from kernels.ops import paged_varlen_attention, paged_varlen_attention_planned, plan_attention, varlen_attention
+from kernels.plan import KVCache
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -116,17 +117,10 @@ def sides(w: dict, cuda: bool) -> dict:
         q_dtype=w["q"].dtype,
     )
 
+    cache = KVCache(w["k_cache"], w["v_cache"])
+
     def planned() -> torch.Tensor:
-        return paged_varlen_attention(
-            w["q"],
-            w["k_cache"],
-            w["v_cache"],
-            plan.cu_seqlens_q,
-            plan.seq_lens,
-            plan.block_tables,
-            plan.max_seqlen_q,
-            plan=plan,
-        )
+        return paged_varlen_attention_planned(w["q"], cache, plan)
 
     fns = {"paged_varlen": paged, "gather_varlen": gather, "paged_varlen_planned": planned}
     if cuda:

@@ -1,12 +1,18 @@
-"""Input checks shared by the kernels.ops entry points: each raises a ValueError naming the value and the fix.
+"""Input checks of the kernels.ops entry points: each raises a ValueError naming the value and the fix.
 
 They run before any kernel, so neither backend ever sees malformed metadata (on a GPU that would mean
-silent out-of-bounds reads). Data-dependent checks are the caller's job to batch into one device sync.
+silent out-of-bounds reads or racing writes). Tensor checks read no values; a step's values (offsets,
+lengths, the block-table entries that will be read, the slots) are checked on the host, once per step, by
+kernels/plan.py, on arrays read in one device read or handed in as the lists the tensors were made from.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from kernels.fp8 import FP8_DTYPE
+from kernels.validate import check_int
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256  # the Triton kernels keep one head row in registers; 256 covers every Llama-class model
@@ -122,8 +128,7 @@ def check_offsets(name: str, starts: list[int], total: int) -> None:
 def check_max_seqlen(name: str, value: object, starts: list[int]) -> int:
     """max_seqlen is an int at least the longest sequence in the offsets (larger is allowed)."""
     actual = max((b - a for a, b in zip(starts[:-1], starts[1:], strict=True)), default=0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}={value!r} must be a Python int (the longest sequence, here {actual})")
+    value = check_int(name, value, minimum=None, kind="a Python int", hint=f"the longest sequence, here {actual}")
     if value < actual:
         raise ValueError(f"{name}={value} but the longest sequence has {actual} tokens; pass {name}={actual}")
     return value
@@ -146,3 +151,156 @@ def check_cache(k_cache: object, v_cache: object) -> tuple[torch.Tensor, torch.T
                 f"{layout} needs {name} >= 1"
             )
     return k_cache, v_cache
+
+
+def check_int_tensor(name: str, t: object, ndim: int, layout: str, device: torch.device, rows: int) -> torch.Tensor:
+    """An int32 tensor of `ndim` dims on `device` with one row per sequence."""
+    t = check_tensor(name, t, ndim, layout)
+    if t.dtype != torch.int32:
+        raise ValueError(f"{name} has dtype {t.dtype}; pass {name}.to(torch.int32)")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but q is on {device}; move {name} to {device}")
+    if t.shape[0] != rows:
+        raise ValueError(f"{name} has {t.shape[0]} rows but there are {rows} sequences; give one row per sequence")
+    return t
+
+
+def check_slot_tensor(slot_mapping: object, device: torch.device) -> torch.Tensor:
+    """slot_mapping is a 1-D int32 / int64 tensor on the cache's device (its values: check_slots)."""
+    slot_mapping = check_tensor("slot_mapping", slot_mapping, 1, "int32/int64 [num_tokens]")
+    if slot_mapping.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"slot_mapping has dtype {slot_mapping.dtype}; pass slot_mapping.to(torch.int64)")
+    if slot_mapping.device != device:
+        raise ValueError(f"slot_mapping is on {slot_mapping.device} but the cache is on {device}; move it to {device}")
+    return slot_mapping
+
+
+def check_window(sliding_window: object, causal: bool) -> int | None:
+    """None (full attention) or a positive int window, which needs causal attention."""
+    if sliding_window is None:
+        return None
+    window = check_int("sliding_window", sliding_window, kind="a positive int", hint="tokens, or None for no window")
+    if not causal:
+        raise ValueError(f"sliding_window={window} needs causal=True (Mistral's causal window)")
+    return window
+
+
+# ------------------------------------------------------------------------------------------- fp8 scales
+def check_kv_scale_layout(k_cache: torch.Tensor, k_scale: object, v_scale: object) -> None:
+    """fp8 caches need both scales (float32 tensors on the cache's device, one per layer or one per KV head);
+    others none. Their values are the step's one device read (`scales_bad`; 0 means not calibrated yet)."""
+    num_kv_heads, device = k_cache.shape[2], k_cache.device
+    if k_cache.dtype != FP8_DTYPE:
+        for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if s is not None:
+                raise ValueError(
+                    f"{name} was given but the cache is {k_cache.dtype}; scales are only for float8_e4m3fn "
+                    f"caches: drop {name} (or store the cache as torch.float8_e4m3fn)"
+                )
+        return
+    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if s is None:
+            raise ValueError(
+                f"the cache is {k_cache.dtype} but {name} is None; pass {name}=<float32 tensor, shape [] or "
+                f"[{num_kv_heads}]>, the scale the cache is quantized with (stored value = x / {name}; a scale "
+                "holding 0 is set by the first store_kv)"
+            )
+        if not isinstance(s, torch.Tensor) or s.dtype != torch.float32:
+            raise ValueError(f"{name} must be a float32 torch.Tensor, got {getattr(s, 'dtype', type(s).__name__)}")
+        if s.device != device:
+            raise ValueError(f"{name} is on {s.device} but the cache is on {device}; move {name} to {device}")
+        if s.numel() != 1 and tuple(s.shape) != (num_kv_heads,):
+            raise ValueError(
+                f"{name} has shape {tuple(s.shape)}; pass one scale per layer (shape [] or [1]) or one per "
+                f"KV head (shape [{num_kv_heads}])"
+            )
+
+
+def scales_bad(k_scale: torch.Tensor, v_scale: torch.Tensor) -> torch.Tensor:
+    """int64 [1], 1 when a scale is negative, NaN or infinite (0, not calibrated yet, is fine): no sync."""
+    both = torch.cat([k_scale.reshape(-1), v_scale.reshape(-1)])
+    return (~(torch.isfinite(both) & (both >= 0)).all()).long().view(1)
+
+
+def raise_bad_scales(k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
+    """The ValueError for scales `scales_bad` refused."""
+    values = torch.cat([k_scale.reshape(-1), v_scale.reshape(-1)]).tolist()
+    raise ValueError(
+        f"k_scale / v_scale hold {values}; scales must be finite and >= 0 (0 means not calibrated yet: "
+        "store_kv sets it from the first values it writes)"
+    )
+
+
+def check_triton_store_scales(k_scale: torch.Tensor | None, v_scale: torch.Tensor | None) -> None:
+    """The Triton store takes one scale per layer; per-KV-head scales are the torch backend's."""
+    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if s is not None and s.numel() != 1:
+            raise ValueError(
+                f"{name} has shape {tuple(s.shape)} but the Triton store_kv takes one scale per layer (shape [] "
+                "or [1]); pass one scale per layer, or backend='torch' for per-KV-head scales"
+            )
+
+
+# ------------------------------------------------------------------------------- a step's values (host)
+def check_slots(slots: np.ndarray, num_blocks: int, block_size: int) -> bool:
+    """Every live slot names a cache slot and none is written twice; returns whether no slot is skipped."""
+    if slots.size == 0:
+        return True
+    num_slots = num_blocks * block_size
+    largest = int(slots.max())
+    if largest >= num_slots:
+        raise ValueError(
+            f"slot_mapping holds slot {largest} but the cache has {num_blocks} blocks x {block_size} = "
+            f"{num_slots} slots; slots must be < {num_slots} (or negative to skip)"
+        )
+    live = np.sort(slots[slots >= 0])
+    twice = live[1:][live[1:] == live[:-1]]
+    if twice.size:
+        raise ValueError(
+            f"slot_mapping writes the same slot twice (slot {int(twice.max())}); each new token needs its own slot"
+        )
+    return live.size == slots.size
+
+
+def check_lengths(starts: list[int], lens: list[int], capacity: int) -> None:
+    """Each sequence's queries are its last tokens: 0 <= len_q <= seq_len <= the table row's capacity."""
+    for i, seq_len in enumerate(lens):
+        len_q = starts[i + 1] - starts[i]
+        if seq_len < 0:
+            raise ValueError(f"seq_lens[{i}] = {seq_len} is negative; lengths must be >= 0")
+        if len_q > seq_len:
+            raise ValueError(
+                f"sequence {i} has {len_q} queries but seq_lens[{i}] = {seq_len}; queries are the sequence's last "
+                "tokens, so seq_lens must count them (store their K/V first, then attend)"
+            )
+        if seq_len > capacity:
+            raise ValueError(
+                f"seq_lens[{i}] = {seq_len} but a block table row holds {capacity} slots; widen block_tables "
+                "or shorten the sequence"
+            )
+
+
+def check_read_blocks(
+    starts: list[int], lens: list[int], tables: np.ndarray, num_blocks: int, block_size: int, window: int | None
+) -> None:
+    """Every block-table entry a sequence's queries read names a cache block (lengths already checked).
+
+    Sequence i reads columns [first, last) with first = max(0, p0 - window + 1) // block_size (0 without a
+    window), p0 = seq_lens[i] - len_q its first query's position, and last = ceil(seq_lens[i] / block_size);
+    a sequence with no queries reads nothing. Other entries (freed behind the window, padding) may hold anything.
+    """
+    if tables.size == 0 or (tables.min() >= 0 and tables.max() < num_blocks):
+        return  # every entry names a cache block, so every entry read does
+    seq_lens, len_q = np.asarray(lens), np.diff(starts)
+    first = np.zeros_like(seq_lens) if window is None else np.maximum(seq_lens - len_q - window + 1, 0) // block_size
+    last = np.where(len_q > 0, -(-seq_lens // block_size), 0)
+    cols = np.arange(tables.shape[1])[None, :]
+    bad = (cols >= first[:, None]) & (cols < last[:, None]) & ((tables < 0) | (tables >= num_blocks))
+    hits = np.flatnonzero(bad)
+    if hits.size:
+        seq, col = divmod(int(hits[0]), tables.shape[1])
+        raise ValueError(
+            f"block_tables[{seq}, {col}] = {int(tables[seq, col])} is outside the cache's {num_blocks} blocks; "
+            "entries of blocks the sequence's queries read (from the block holding its first query's window "
+            f"start to its last token) must be in [0, {num_blocks})"
+        )

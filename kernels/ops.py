@@ -8,12 +8,14 @@ neither backend ever sees malformed metadata (which on a GPU would mean silent o
 Each kernel X has a Triton launcher `X_triton` in kernels/X.py and a plain-torch twin `X_torch` in
 kernels/X_torch.py (the CPU production path): varlen_attention, paged_varlen_attention, store_kv;
 paged_attention, the decode-only API, is paged_varlen_attention with one query per sequence. The checks
-live in kernels/checks.py and kernels/checks_paged.py. Triton modules are imported lazily so this file works
+live in kernels/checks.py and kernels/plan.py. Triton modules are imported lazily so this file works
 without triton installed.
 
-A model step validates its metadata once: `plan_attention` checks the step (one device read) and returns an
-AttentionPlan (kernels/plan.py) that every layer passes to `store_kv` and `paged_varlen_attention` (`plan=`);
-those calls then only check, without reading the device, that they match the plan.
+A model step validates its metadata once: `plan_attention` checks the step (one device read, or none with a
+`HostStep`) and returns an AttentionPlan (kernels/plan.py) that carries the step's tensors; every layer then
+calls `store_kv_planned(k, v, cache, plan)` and `paged_varlen_attention_planned(q, cache, plan, scale=...)`,
+which check, without reading the device, only what is the layer's own (its cache's layout, q, k, v). The
+public `store_kv` and `paged_varlen_attention` build a plan for their one call and take that same path.
 """
 
 from __future__ import annotations
@@ -26,19 +28,19 @@ from kernels.backend import resolve_backend
 from kernels.checks import (
     check_cu_tensor,
     check_heads,
+    check_int_tensor,
     check_last_stride,
     check_max_seqlen,
     check_offsets,
     check_same,
     check_scale,
     check_tensor,
+    check_triton_store_scales,
     default_scale,
 )
-from kernels.checks_paged import HostStep, StepCheck, check_int_tensor, check_queries, check_step, check_store
 from kernels.fp8 import FP8_DTYPE, calibrate_scale
-from kernels.paged_decode_torch import sparse_decode_applies
-from kernels.paged_varlen_attention_torch import paged_varlen_attention_torch, paged_varlen_index
-from kernels.plan import AttentionPlan, TensorLayout, check_plan_attention, check_plan_store
+from kernels.paged_varlen_attention_torch import paged_varlen_attention_torch
+from kernels.plan import AttentionPlan, HostStep, KVCache, check_call, check_rows, plan_step, plan_store
 from kernels.store_kv_torch import store_kv_torch
 from kernels.varlen_attention_torch import varlen_attention_torch
 
@@ -176,82 +178,26 @@ def plan_attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     backend: str = "auto",
-    host: tuple[list[int], list[int]] | None = None,
     host_step: HostStep | None = None,
 ) -> AttentionPlan:
-    """Validate one step's metadata once and plan its attention: pass the plan to every layer's store_kv and
-    paged_varlen_attention (`plan=`), which then skip their own validation.
+    """Validate one step's metadata once and plan its attention: every layer then passes the plan (which
+    carries these tensors) and its own cache to `store_kv_planned` and `paged_varlen_attention_planned`.
 
     The metadata is paged_varlen_attention's (cu_seqlens_q, seq_lens, block_tables, max_seqlen_q) and
     store_kv's slot_mapping (one slot per query token, in range, none twice; negative: not stored; None for a
     plan that only serves attention); k_cache / v_cache are one layer's cache [num_blocks, block_size, Hkv, D]
     (any layer whose cache has the same shape, dtype, device and strides may use the plan); num_heads and
-    q_dtype describe q; k_scale / v_scale one layer's fp8 scales (0: not calibrated yet). The data-dependent
-    checks share one device read; host (cu_seqlens_q.tolist(), seq_lens.tolist()) is checked against it.
-    host_step: a `HostStep`, the Python lists the four metadata tensors were made from (a step builder has
-    them): the same checks, with the same errors, then run on those lists and nothing is read back from the
-    device but an fp8 cache's scales (pass host or host_step, not both). For the torch backend the plan also
-    holds the step's index (the grouping, the decode gather, the sparse path). Every error is a ValueError
-    naming the value and the fix.
+    q_dtype describe q; k_scale / v_scale one layer's fp8 scales (0: not calibrated yet). The values are
+    checked in one device read; host_step: a `HostStep`, the Python lists the four metadata tensors were made
+    from (a step builder has them): the same checks then run on those lists and nothing is read back from
+    the device but an fp8 cache's scales. For the torch backend the plan also holds the step's index (the
+    grouping, the decode gather, the sparse path). Every error is a ValueError naming the value and the fix.
     """
-    step = check_step(
-        cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, slot_mapping, k_cache, v_cache, num_heads, q_dtype,
-        causal, sliding_window, k_scale, v_scale, backend, host, host_step=host_step,
+    return plan_step(
+        cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, slot_mapping, KVCache(k_cache, v_cache, k_scale, v_scale),
+        num_heads=num_heads, q_dtype=q_dtype, causal=causal, sliding_window=sliding_window, backend=backend,
+        host_step=host_step,
     )  # fmt: skip
-    return _build_plan(
-        step, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, slot_mapping, k_cache, v_cache, num_heads,
-        q_dtype, causal, sliding_window, k_scale, v_scale,
-    )  # fmt: skip
-
-
-def _build_plan(
-    step: StepCheck,
-    cu_seqlens_q: torch.Tensor,
-    seq_lens: torch.Tensor,
-    block_tables: torch.Tensor,
-    max_seqlen_q: int,
-    slot_mapping: torch.Tensor | None,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    num_heads: int,
-    q_dtype: torch.dtype,
-    causal: bool,
-    sliding_window: int | None,
-    k_scale: torch.Tensor | None,
-    v_scale: torch.Tensor | None,
-) -> AttentionPlan:
-    """The AttentionPlan of a validated step (and the torch backend's index)."""
-    index = None
-    if step.backend == "torch":
-        sparse = sparse_decode_applies(q_dtype, k_cache, v_cache)
-        heads = (num_heads, k_cache.shape[2]) if sparse else None
-        kv_fp8 = k_cache.dtype == FP8_DTYPE
-        host = (step.starts_q, step.seq_lens)
-        index = paged_varlen_index(
-            cu_seqlens_q, seq_lens, block_tables, k_cache.shape[1], heads, sliding_window, kv_fp8, host
-        )
-    fp8 = k_scale is not None
-    return AttentionPlan(
-        backend=step.backend,
-        cu_seqlens_q=cu_seqlens_q,
-        seq_lens=seq_lens,
-        block_tables=block_tables,
-        max_seqlen_q=max_seqlen_q,
-        slot_mapping=slot_mapping,
-        causal=causal,
-        sliding_window=sliding_window,
-        num_heads=num_heads,
-        q_dtype=q_dtype,
-        num_tokens=step.starts_q[-1],
-        starts_q=step.starts_q,
-        lens=step.seq_lens,
-        k_layout=TensorLayout.of(k_cache),
-        v_layout=TensorLayout.of(v_cache),
-        k_scale_layout=TensorLayout.of(k_scale) if fp8 else None,
-        v_scale_layout=TensorLayout.of(v_scale) if fp8 else None,
-        all_slots_live=step.all_slots_live,
-        index=index,
-    )
 
 
 # --------------------------------------------------------------------------------------- paged varlen
@@ -270,7 +216,6 @@ def paged_varlen_attention(
     *,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
-    plan: AttentionPlan | None = None,
 ) -> torch.Tensor:
     """Attention of several queries per sequence over a paged cache (vLLM V1's unified attention): every step
     kind in one call (prefill, chunked prefill, prefix-cache hits, decode as len_q = 1, and mixes).
@@ -289,31 +234,40 @@ def paged_varlen_attention(
     hold anything (-1, freed ids); slots past seq_lens[i] may hold NaN. Neither is ever read.
     fp8: k_scale/v_scale are float32 tensors of shape [] / [1] (one per layer) or [Hkv] (per KV head); the
     cache holds x / scale and the kernels attend to cache.float() * scale.
-    plan: this step's `plan_attention(...)`; the metadata must then be the plan's own tensors and the caches,
-    q and scales of the layout it was validated for (checked without a device read). Without a plan the call
-    validates everything itself (one device read) and plans for this call alone.
+    The call plans itself (plan_attention's checks, one device read) and attends through that plan.
     """
-    if plan is None:
-        check_queries(q, k_cache, v_cache)
-        scale = check_scale(scale, q.shape[2])
-        args = (cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, None, k_cache, v_cache, q.shape[1], q.dtype)
-        step = check_step(*args, causal, sliding_window, k_scale, v_scale, backend, None, q.shape[0])
-        plan = _build_plan(step, *args, causal, sliding_window, k_scale, v_scale)
-    else:
-        check_plan_attention(
-            plan, q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, causal, sliding_window,
-            backend, k_scale, v_scale,
-        )  # fmt: skip
-        scale = check_scale(scale, q.shape[2])
+    q = check_tensor("q", q, 3, "[total_q, num_heads, head_dim]")
+    cache = KVCache(k_cache, v_cache, k_scale, v_scale)
+    plan = plan_step(
+        cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, None, cache, num_heads=q.shape[1], q_dtype=q.dtype,
+        causal=causal, sliding_window=sliding_window, backend=backend, total_q=q.shape[0],
+    )  # fmt: skip
+    return paged_varlen_attention_planned(q, cache, plan, scale=scale)
+
+
+def paged_varlen_attention_planned(
+    q: torch.Tensor, cache: KVCache, plan: AttentionPlan, *, scale: float | None = None
+) -> torch.Tensor:
+    """paged_varlen_attention of one layer through its step's plan: q [plan.num_tokens, plan.num_heads, D] in
+    plan.q_dtype over `cache` (this layer's KVCache, of the layout the plan was built for) -> [T, Hq, D].
+    Checks only q, the cache's layout and the scale (no device read)."""
+    k_cache, v_cache, k_scale, v_scale = check_call(plan, cache, store=False)
+    q = check_rows("q", q, plan.num_heads, plan, "the plan's step packs {} tokens (cu_seqlens_q[-1])")
+    if q.dtype != plan.q_dtype:
+        raise ValueError(
+            f"q has dtype {q.dtype} but the plan was built for q_dtype={plan.q_dtype}; cast q, or build the plan "
+            f"with plan_attention(..., q_dtype={q.dtype})"
+        )
+    scale = check_scale(scale, q.shape[2])
     if plan.backend == "triton":
         from kernels.paged_varlen_attention import paged_varlen_attention_triton
 
         return paged_varlen_attention_triton(
-            q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, max_seqlen_q, causal, scale,
-            sliding_window, k_scale, v_scale,
+            q, k_cache, v_cache, plan.cu_seqlens_q, plan.seq_lens, plan.block_tables, plan.max_seqlen_q,
+            plan.causal, scale, plan.sliding_window, k_scale, v_scale,
         )  # fmt: skip
     return paged_varlen_attention_torch(
-        q, k_cache, v_cache, block_tables, causal, scale, sliding_window, k_scale, v_scale, plan.index
+        q, k_cache, v_cache, plan.block_tables, plan.causal, scale, plan.sliding_window, k_scale, v_scale, plan.index
     )
 
 
@@ -328,7 +282,6 @@ def store_kv(
     *,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
-    plan: AttentionPlan | None = None,
 ) -> None:
     """Write k/v [num_tokens, Hkv, D] into the paged caches in place at slot_mapping (slot < 0 is skipped).
 
@@ -336,20 +289,44 @@ def store_kv(
     [Hkv]) are the scales the values are quantized with: the cache holds clamp(x / scale, +-448). A scale that
     holds 0 is not calibrated yet: it is set here, on the device, from the values written (kernels/fp8.py:
     calibrate_scale: amax * FP8_HEADROOM / 448), and stays fixed from then on.
-    plan: this step's `plan_attention(...)`; slot_mapping must then be plan.slot_mapping and the caches and
-    scales of the layout the plan was validated for (checked without a device read). Without a plan the call
-    validates everything itself (one device read).
+    The call plans itself (the slots and scales, one device read) and stores through that plan.
     """
-    if plan is None:
-        backend, all_live = check_store(k, v, k_cache, v_cache, slot_mapping, backend, k_scale, v_scale)
-    else:
-        check_plan_store(plan, k, v, k_cache, v_cache, slot_mapping, backend, k_scale, v_scale)
-        backend, all_live = plan.backend, plan.all_slots_live
-    if k_cache.dtype == FP8_DTYPE:
+    cache = KVCache(k_cache, v_cache, k_scale, v_scale)
+    store_kv_planned(k, v, cache, plan_store(slot_mapping, cache, backend))
+
+
+def store_kv_planned(k: torch.Tensor, v: torch.Tensor, cache: KVCache, plan: AttentionPlan) -> None:
+    """store_kv of one layer through its step's plan: k/v [plan.num_tokens, Hkv, D] into `cache` (this layer's
+    KVCache, of the layout the plan was built for) at plan.slot_mapping. Checks only k, v and the cache's
+    layout (no device read)."""
+    k_cache, v_cache, k_scale, v_scale = check_call(plan, cache, store=True)
+    k = check_tensor("k", k, 3, "[num_tokens, num_kv_heads, head_dim]")
+    v = check_tensor("v", v, 3, "[num_tokens, num_kv_heads, head_dim]")
+    if k.shape != v.shape:
+        raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; they must match")
+    if k.shape[1:] != (plan.num_kv_heads, plan.head_dim):
+        raise ValueError(
+            f"k rows are [{k.shape[1]}, {k.shape[2]}] (heads, head_dim) but the cache holds "
+            f"[{plan.num_kv_heads}, {plan.head_dim}]; they must match"
+        )
+    for name, x in (("k", k), ("v", v)):
+        check_rows(name, x, plan.num_kv_heads, plan, "slot_mapping has {} slots")
+    fp8 = k_cache.dtype == FP8_DTYPE
+    if k.dtype != v.dtype or k.dtype not in (
+        (torch.float32, torch.float16, torch.bfloat16) if fp8 else (k_cache.dtype,)
+    ):
+        raise ValueError(
+            f"k, v have dtypes {k.dtype}, {v.dtype} but the cache is {k_cache.dtype}; cast them to "
+            f"{'one float dtype' if fp8 else k_cache.dtype}"
+        )
+    slot_mapping, all_live = plan.slot_mapping, plan.all_slots_live
+    if plan.backend == "triton":
+        check_triton_store_scales(k_scale, v_scale)
+    if fp8:
         written = None if all_live else slot_mapping >= 0
         calibrate_scale(k_scale, k, written)
         calibrate_scale(v_scale, v, written)
-    if backend == "triton":
+    if plan.backend == "triton":
         from kernels.store_kv import store_kv_triton
 
         store_kv_triton(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)

@@ -35,12 +35,16 @@ TORCH_CHUNK_BYTES = 8 << 20
 # path falls back to one whole gather when a torch build lacks it.
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
-# Up to this share of padding in the [S, max_len] batch, the sparse path scores the padding too (a padding
-# position re-reads its row's first token, already in cache) and masks it; above it, only the real tokens are
-# scored and then padded, which costs more index ops per step. With the demo model's shape (4 layers, 4 / 2
-# heads of 64) and 4-16 sequences of 20-380 tokens, scoring the padding was faster up to 0.7 padding and
-# even at 0.89; the cut still bounds the waste of one long context among many short ones.
-SPARSE_MAX_PADDING = 0.75
+# Up to this many padding entries (query rows x padded positions) in the [S * Hq, max_len] score matrix the
+# sparse path scores and sums the padding too (a padding position re-reads its row's first token, already in
+# cache) and masks it; above it only the real tokens are scored and summed, for a costlier step index (two
+# more per-sequence slicings) and two index ops more per layer (the scores padded for the softmax, the
+# weights compacted back). Measured at one thread: at bench.paged_decode's shape (8 sequences of 278-1024
+# tokens, 32 heads of 128: 99k padding entries, 38% of the matrix) the real tokens alone took 0.71x the
+# padded attention; with the demo model (4 layers, 4 / 2 heads of 64, 12 sequences of 20-200 tokens: 4-12k
+# entries) they made generate 12% slower, the per-step index costing more than the 2-14 us a layer saved.
+# (Before, the real-token path still summed the padded values and was taken only above 75% padding.)
+SPARSE_MAX_PADDING_ENTRIES = 32768
 
 
 class SparseIndex(NamedTuple):
@@ -48,8 +52,9 @@ class SparseIndex(NamedTuple):
     sequence s and reads cache row slot * Hkv + j // G of the cache's flat [num_slots * Hkv, D] view).
 
     crow int64 [R + 1], cols int64 [nnz], zeros float32 [nnz]: the CSR pattern, the padded rows or (with pad)
-    the real tokens only; rows int64 [R * max_len], offsets int64 [R]: the padded rows (padding repeats the
-    row's first token); pad int64 [R * max_len]: padded position -> real score, or None; bias float32
+    the real tokens only; rows int64 [nnz], offsets int64 [R]: the cache rows the values are summed over
+    (the pattern's own columns and row starts); pad int64 [R * max_len]: padded position -> real score, or
+    None; real int64 [nnz]: real score -> padded position (pad's inverse), or None; bias float32
     [S, 1, max_len]: 0 at real tokens, -inf at padding, or None when there is none; patterns: the CSR
     pattern tensor per score-matrix size, built by the step's first layer and reused by the others (every
     layer's cache has the same number of rows)."""
@@ -62,6 +67,7 @@ class SparseIndex(NamedTuple):
     rows: torch.Tensor
     offsets: torch.Tensor
     pad: torch.Tensor | None
+    real: torch.Tensor | None
     bias: torch.Tensor | None
     patterns: dict[tuple[int, int], torch.Tensor]
 
@@ -123,13 +129,12 @@ def _sparse_index(
     num_rows, device = num_seqs * num_heads, slots.device
     kv_head = (torch.arange(num_heads, device=device) // (num_heads // num_kv_heads))[:, None]  # [Hq, 1]
     rows = (slots * num_kv_heads)[:, None, :] + kv_head  # [S, Hq, max_len]: row (s, j), padded
-    padding = 1 - sum(lens) / (num_seqs * max_len)
-    if padding <= SPARSE_MAX_PADDING:  # the padded rows are the pattern; padding scores are masked
+    padding = num_heads * (num_seqs * max_len - sum(lens))  # padding entries of the score matrix
+    if padding <= SPARSE_MAX_PADDING_ENTRIES:  # the padded rows are the pattern; padding scores are masked
         crow = torch.arange(0, num_rows * max_len + 1, max_len, device=device)
-        offsets, cols, pad = crow[:-1], rows.view(-1), None
+        cols, pad, real = rows.view(-1), None, None
         row_bias = bias.view(num_seqs, 1, max_len) if padding else None
     else:
-        offsets = torch.arange(0, num_rows * max_len, max_len, device=device)
         # One slice per sequence: as fast as any mask op here, and its cost follows the tokens, not the padding.
         cols = torch.cat([rows[i, :, :n].reshape(-1) for i, n in enumerate(lens)])  # [nnz], row by row
         seq_lens = seq_lens.long()
@@ -140,8 +145,10 @@ def _sparse_index(
         last = torch.minimum(torch.arange(max_len, device=device), seq_lens[:, None] - 1)  # [S, max_len]
         pad = (row_start[:, :, None] + last[:, None, :]).view(-1)  # [R * max_len]
         row_bias = bias.view(num_seqs, 1, max_len)
+        padded = torch.arange(num_rows * max_len, device=device).view(num_seqs, num_heads, max_len)
+        real = torch.cat([padded[i, :, :n].reshape(-1) for i, n in enumerate(lens)])  # [nnz], ordered as cols
     zeros = torch.zeros(cols.numel(), device=device)
-    return SparseIndex(num_heads, num_kv_heads, crow, cols, zeros, rows.view(-1), offsets, pad, row_bias, {})
+    return SparseIndex(num_heads, num_kv_heads, crow, cols, zeros, cols, crow[:-1], pad, real, row_bias, {})
 
 
 def decode_attention(
@@ -220,8 +227,10 @@ def _attend_sparse(
     scores = scores.view(num_seqs, num_heads, -1)
     if index.bias is not None:
         scores = scores.add_(index.bias)  # -inf at padding
-    probs = torch.softmax(scores, dim=-1)  # padding weighs exactly 0
-    out = F.embedding_bag(index.rows, flat_v, index.offsets, mode="sum", per_sample_weights=probs.view(-1))
+    probs = torch.softmax(scores, dim=-1).view(-1)  # padding weighs exactly 0
+    if index.real is not None:
+        probs = probs.index_select(0, index.real)  # [nnz]: the real tokens' weights, row by row
+    out = F.embedding_bag(index.rows, flat_v, index.offsets, mode="sum", per_sample_weights=probs)
     return out.view(num_seqs, num_heads, -1)
 
 

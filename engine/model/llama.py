@@ -79,22 +79,8 @@ class Attention(nn.Module):
         qk = apply_rope(qk.unflatten(-1, (self.num_heads + self.num_kv_heads, self.head_dim)), *rope)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, Hq, D], [T, Hkv, D]
         v = v.unflatten(-1, (self.num_kv_heads, self.head_dim))
-        ops.store_kv(k, v, cache.k, cache.v, plan.slot_mapping, k_scale=cache.k_scale, v_scale=cache.v_scale, plan=plan)
-        out = ops.paged_varlen_attention(
-            q,
-            cache.k,
-            cache.v,
-            plan.cu_seqlens_q,
-            plan.seq_lens,
-            plan.block_tables,
-            plan.max_seqlen_q,
-            causal=True,
-            scale=self.scale,
-            sliding_window=self.sliding_window,
-            k_scale=cache.k_scale,
-            v_scale=cache.v_scale,
-            plan=plan,
-        )  # [T, Hq, D]
+        ops.store_kv_planned(k, v, cache, plan)
+        out = ops.paged_varlen_attention_planned(q, cache, plan, scale=self.scale)  # [T, Hq, D]
         return F.linear(out.flatten(-2), self.o_proj.weight, self.o_proj.bias)  # [T, Hq * D] -> [T, hidden]
 
 

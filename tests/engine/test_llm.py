@@ -354,8 +354,8 @@ def test_cpu_sparse_decode_builds_one_index_per_step_and_matches_the_gather_path
     """fp32 decode rows on CPU read the cache in place (kernels/paged_decode_torch.py's sparse path, inside the
     one paged varlen call) through one index per step, built by the step's attention plan and shared by every
     layer; the greedy tokens equal those of the gather path."""
-    import kernels.ops
     import kernels.paged_varlen_attention_torch as varlen_torch
+    import kernels.plan
 
     built = []
     token_slots = varlen_torch.token_slots
@@ -372,7 +372,7 @@ def test_cpu_sparse_decode_builds_one_index_per_step_and_matches_the_gather_path
     cfg = llm.runner.model.config
     assert built and set(built) == {(cfg.num_attention_heads, cfg.num_key_value_heads)}
     assert len(built) == llm.num_steps - 1  # every step but the first (all prefill) decodes, one index each
-    monkeypatch.setattr(kernels.ops, "sparse_decode_applies", lambda *args: False)
+    monkeypatch.setattr(kernels.plan, "sparse_decode_applies", lambda *args: False)
     built.clear()
     gathered = [o.token_ids for o in LLM(str(tiny), **kw).generate(prompts, greedy(6))]
     assert set(built) <= {None} and gathered == sparse

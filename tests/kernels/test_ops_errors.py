@@ -170,7 +170,7 @@ STORE_ERRORS = [
     ({"k": torch.randn(3, 1, 8), "v": torch.randn(3, 1, 8)}, r"k rows are \[1, 8\] .* cache holds \[2, 8\]"),
     ({"slot_mapping": torch.tensor([5.0, 1.0, 2.0])}, "slot_mapping has dtype torch.float32"),
     ({"slot_mapping": torch.tensor([[5, 1, 2]])}, "slot_mapping has shape"),
-    ({"slot_mapping": torch.tensor([5, 1, 2], device="meta")}, "slot_mapping is on meta but k is on cpu"),
+    ({"slot_mapping": torch.tensor([5, 1, 2], device="meta")}, "slot_mapping is on meta but the cache is on cpu"),
     ({"slot_mapping": torch.tensor([5, 1])}, "slot_mapping has 2 slots but k has 3 tokens"),
     ({"slot_mapping": torch.tensor([5, 1, 16])}, "slot 16 but the cache has 4 blocks x 4 = 16 slots"),
     ({"slot_mapping": torch.tensor([5, 1, 5], dtype=torch.int32)}, "writes the same slot twice"),
@@ -201,7 +201,8 @@ def test_store_skips_negative_slots():
 def test_skipped_validation_still_guards_the_triton_strides(op):
     """check=False (varlen) and a step plan skip validation, but a Triton launcher never gets a head dim it would
     read out of bounds: a plan refuses a strided cache when it is built, and a strided q or k in a planned call."""
-    from kernels.ops import paged_varlen_attention, plan_attention
+    from kernels.ops import paged_varlen_attention_planned, plan_attention, store_kv_planned
+    from kernels.plan import KVCache
 
     strided = torch.randn(6, 4, 2, 16, device=DEVICE)[..., ::2]  # a [6, 4, 2, 8] cache with stride(-1) == 2
     meta = on_device(paged_varlen_args(k_cache=torch.randn(6, 4, 2, 8), v_cache=torch.randn(6, 4, 2, 8)))
@@ -219,12 +220,11 @@ def test_skipped_validation_still_guards_the_triton_strides(op):
     elif op == "paged varlen":
         p = plan(meta["k_cache"], meta["v_cache"])
         q = torch.randn(3, 4, 16, device=DEVICE)[..., ::2]
-        call, name = lambda: paged_varlen_attention(**meta | {"q": q}, plan=p), "q"
+        call, name = lambda: paged_varlen_attention_planned(q, KVCache(meta["k_cache"], meta["v_cache"]), p), "q"
     else:
         p = plan(meta["k_cache"], meta["v_cache"])
         k = torch.randn(3, 2, 16, device=DEVICE)[..., ::2]
-        kv = {"k": k, "v": k.clone(), "k_cache": meta["k_cache"], "v_cache": meta["v_cache"]}
-        call, name = lambda: store_kv(**kv, slot_mapping=slots, plan=p), "k"
+        call, name = lambda: store_kv_planned(k, k.clone(), KVCache(meta["k_cache"], meta["v_cache"]), p), "k"
     with pytest.raises(ValueError, match=rf"{name}.stride\(-1\) is 2 but must be 1 for Triton"):
         call()
 

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernels.paged_decode_torch as decode_torch
-from kernels.ops import paged_attention, paged_varlen_attention, plan_attention
+from kernels.ops import paged_attention, paged_varlen_attention, paged_varlen_attention_planned, plan_attention
+from kernels.plan import KVCache
 from kernels.reference import paged_varlen_attention_ref
 from tests.conftest import DEVICE, TRITON_OK
 
@@ -191,9 +192,11 @@ def test_torch_chunked_split_k_matches_single_gather(monkeypatch, dtype):
 SPARSE_CASES = [
     ([37, 37, 37], False),  # equal lengths: no padding
     ([40, 38, 39], False),  # padding scored and masked
-    ([1, 16, 0, 70, 33], False),  # ... with an empty sequence, which has no query
-    ([70, 1, 0, 2, 3, 1], True),  # so much padding that only the real tokens are scored, then padded
-    ([100, 1, 1, 1, 1, 0], True),
+    ([1, 16, 0, 70, 33], False),  # ... with an empty sequence, which has no query (1280 padding entries)
+    ([70, 1, 0, 2, 3, 1], False),  # 2184 padding entries (8 heads): few enough to score them
+    ([2000, 10, 1990, 5], False),  # 31960: still scored
+    ([2100, 10, 2090, 5], True),  # 33560: only the real tokens are scored and summed
+    ([4200, 1, 0, 2, 3], True),  # ... with an empty sequence
 ]
 
 
@@ -213,14 +216,15 @@ def test_sparse_and_gather_paths_agree_with_reference(sparse, lens, real_only):
     index = helper_index(bt[rows], sl[rows], 16, (8, 2) if sparse else None)
     assert (index.sparse is not None) == sparse
     if sparse:
-        padding = 1 - sum(live_lens) / (len(live_lens) * max(live_lens))
-        assert (index.sparse.pad is not None) == (padding > decode_torch.SPARSE_MAX_PADDING) == real_only
+        padding = 8 * (len(live_lens) * max(live_lens) - sum(live_lens))  # entries: heads x padded positions
+        compact = padding > decode_torch.SPARSE_MAX_PADDING_ENTRIES
+        assert (index.sparse.pad is not None) == (index.sparse.real is not None) == compact == real_only
     out = decode_torch.decode_attention(q[rows], kc, vc, index, sl[rows], 0.25)
     assert torch.isfinite(out).all(), "NaN from an unused slot leaked into the output"
     expected = decode_reference(q, kc, vc, bt, sl, 0.25)[live]
     torch.testing.assert_close(out.cpu(), expected, atol=2e-5, rtol=2e-5)
     torch.testing.assert_close(out, sdpa_contiguous(q, ks, vs, 0.25)[rows], atol=2e-5, rtol=2e-5)
-    public = paged_varlen_attention(q[rows], kc, vc, cu, sl, bt, 1, scale=0.25, plan=plan)
+    public = paged_varlen_attention_planned(q[rows], KVCache(kc, vc), plan, scale=0.25)
     torch.testing.assert_close(public, out, atol=2e-6, rtol=2e-6)
 
 

@@ -1,12 +1,14 @@
-"""kernels.ops.plan_attention: one step validated once, then store_kv and paged_varlen_attention with `plan=`.
+"""kernels.ops.plan_attention: one step validated once, then each layer's store_kv_planned and
+paged_varlen_attention_planned through the plan, which carries the step's tensors.
 
 The plan path must compute exactly what the unplanned path computes, and both what the slow reference does,
 for every step kind (prefill, chunked prefill over a cached prefix, decode, a mix), with a window and with an
 fp8 cache, on both backends (Triton through the interpreter on CPU, tiny sizes). Each case first blanks the
 new tokens' slots (NaN), stores their K/V through the plan, then attends through it: a slot mapping or a
 block table the plan misreads shows up as NaN or a wrong row. A plan is refused, before anything is written,
-by any call it was not built for: other metadata tensors, another cache layout, q of another shape or dtype,
-scales that do not match the cache, another backend or window.
+by any layer call it was not built for: another cache layout, q, k or v of another shape or dtype, scales
+that do not match the cache, a plan of another use. (The metadata, window and backend travel in the plan, so
+a call cannot hand in others.)
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ import pytest
 import torch
 
 from kernels.fp8 import FP8_DTYPE
-from kernels.ops import paged_varlen_attention, plan_attention, store_kv
-from kernels.plan import AttentionPlan, check_plan_attention, check_plan_store
+from kernels.ops import (
+    paged_varlen_attention,
+    paged_varlen_attention_planned,
+    plan_attention,
+    store_kv_planned,
+)
+from kernels.plan import AttentionPlan, HostStep, KVCache, check_call, check_rows
 from kernels.reference import paged_varlen_attention_ref, store_kv_ref
 from tests.conftest import DEVICE, TRITON_OK
 from tests.kernels.test_paged_varlen_attention import MIX, make_case
@@ -99,23 +106,13 @@ def test_plan_path_equals_the_unplanned_path_and_the_reference(backend, kind, wi
     )
     assert plan.backend == backend and plan.num_tokens == q.shape[0] and (plan.index is None) == (backend == "triton")
     k_new, v_new = new_token_kv(ks, mix), new_token_kv(vs, mix)
-    store_kv(k_new, v_new, args["k_cache"], args["v_cache"], plan.slot_mapping, plan=plan, **scales)
+    cache = KVCache(args["k_cache"], args["v_cache"], scales.get("k_scale"), scales.get("v_scale"))
+    store_kv_planned(k_new, v_new, cache, plan)
     if not fp8 or backend == "torch":  # the interpreter's float8 cast rounds some values a binade low
         for stored, before in zip((args["k_cache"], args["v_cache"]), original, strict=True):
             assert stored.view(torch.uint8).equal(before.view(torch.uint8)), "store_kv wrote another slot or value"
     meta = (args["cu_seqlens_q"], args["seq_lens"], args["block_tables"], args["max_seqlen_q"])
-    planned = paged_varlen_attention(
-        q,
-        args["k_cache"],
-        args["v_cache"],
-        plan.cu_seqlens_q,
-        plan.seq_lens,
-        plan.block_tables,
-        plan.max_seqlen_q,
-        sliding_window=window,
-        plan=plan,
-        **scales,
-    )
+    planned = paged_varlen_attention_planned(q, cache, plan)
     unplanned = paged_varlen_attention(
         q, args["k_cache"], args["v_cache"], *meta, sliding_window=window, backend=backend, **scales
     )
@@ -145,16 +142,7 @@ def test_one_plan_serves_every_layer_of_one_layout(backend):
         backend=backend,
     )
     for k_cache, v_cache in layers:
-        out = paged_varlen_attention(
-            args["q"],
-            k_cache,
-            v_cache,
-            plan.cu_seqlens_q,
-            plan.seq_lens,
-            plan.block_tables,
-            plan.max_seqlen_q,
-            plan=plan,
-        )
+        out = paged_varlen_attention_planned(args["q"], KVCache(k_cache, v_cache), plan)
         expected = reference(args | {"k_cache": k_cache, "v_cache": v_cache})
         torch.testing.assert_close(out.cpu(), expected.cpu(), atol=2e-5, rtol=2e-5)
 
@@ -202,26 +190,30 @@ def planned_case(backend="torch", fp8=False, window=None):
         backend=backend,
         **scales,
     )
-    attend = {
-        "q": args["q"],
-        "k_cache": args["k_cache"],
-        "v_cache": args["v_cache"],
-        "cu_seqlens_q": plan.cu_seqlens_q,
-        "seq_lens": plan.seq_lens,
-        "block_tables": plan.block_tables,
-        "max_seqlen_q": plan.max_seqlen_q,
-        "sliding_window": window,
-        **scales,
-    }
+    attend = {"q": args["q"], "k_cache": args["k_cache"], "v_cache": args["v_cache"], **scales}
     store = {
         "k": new_token_kv(ks, mix),
         "v": new_token_kv(vs, mix),
         "k_cache": args["k_cache"],
         "v_cache": args["v_cache"],
-        "slot_mapping": plan.slot_mapping,
         **scales,
     }
     return plan, attend, store
+
+
+def cache_of(call: dict) -> KVCache:
+    """The KVCache of a planned_case call dict."""
+    return KVCache(call["k_cache"], call["v_cache"], call.get("k_scale"), call.get("v_scale"))
+
+
+def attend(call: dict, plan) -> torch.Tensor:
+    """paged_varlen_attention_planned with a call dict's q, cache and scale."""
+    return paged_varlen_attention_planned(call["q"], cache_of(call), plan, scale=call.get("scale"))
+
+
+def store(call: dict, plan) -> None:
+    """store_kv_planned with a call dict's k, v and cache."""
+    store_kv_planned(call["k"], call["v"], cache_of(call), plan)
 
 
 def other_layout(cache: torch.Tensor) -> torch.Tensor:
@@ -230,56 +222,64 @@ def other_layout(cache: torch.Tensor) -> torch.Tensor:
 
 
 ATTEND_MISMATCHES = [
-    ({"cu_seqlens_q": lambda a: a["cu_seqlens_q"].clone()}, "cu_seqlens_q is not the tensor the plan was built"),
-    ({"seq_lens": lambda a: a["seq_lens"].clone()}, "seq_lens is not the tensor the plan was built from"),
-    ({"block_tables": lambda a: a["block_tables"].clone()}, "block_tables is not the tensor the plan was built"),
-    ({"max_seqlen_q": lambda a: 5}, "max_seqlen_q=5 but the plan was built with max_seqlen_q=2"),
-    ({"causal": lambda a: False}, "causal=False but the plan was built with causal=True"),
-    ({"sliding_window": lambda a: 4}, "sliding_window=4 but the plan was built with sliding_window=None"),
-    ({"q": lambda a: a["q"][:2]}, r"q is \(2, 4, 8\) on .* but the plan's step packs 3 tokens"),
-    ({"q": lambda a: a["q"][:, :2]}, r"q is \(3, 2, 8\) .* must be \[3, 4, 8\]"),
+    ({"q": lambda a: [[1.0]]}, "q must be a torch.Tensor"),
+    ({"q": lambda a: a["q"][0]}, r"q has shape \(4, 8\) but must be 3-D"),
+    ({"q": lambda a: a["q"][:2]}, r"the plan's step packs 3 tokens \(cu_seqlens_q\[-1\]\) but q has 2 tokens"),
+    ({"q": lambda a: a["q"][:, :2]}, "q has 2 heads but the plan was built for 4"),
+    ({"q": lambda a: a["q"][..., :4]}, "q has head_dim 4 but k_cache has 8"),
     ({"q": lambda a: a["q"].double()}, "q has dtype torch.float64 but the plan was built for q_dtype=torch.float32"),
+    ({"q": lambda a: a["q"].to("meta")}, "q is on meta but the cache is on"),
     ({"k_cache": lambda a: a["k_cache"][:-1]}, "k_cache is .* but the plan was built for a cache"),
     ({"v_cache": lambda a: other_layout(a["v_cache"])}, "v_cache is .* but the plan was built for a cache"),
     ({"k_cache": lambda a: a["k_cache"].half()}, "k_cache is .* but the plan was built for a cache"),
     ({"k_scale": lambda a: torch.tensor(0.1, device=DEVICE)}, "k_scale was given but the plan's cache is"),
-    ({"backend": lambda a: "triton"}, "backend='triton' but the plan was built for backend 'torch'"),
-    ({"backend": lambda a: "gpu"}, "backend='gpu' is not supported"),
-    ({"plan": lambda a: "a plan"}, "plan must be an AttentionPlan"),
     ({"scale": lambda a: -1.0}, "scale=-1.0 must be a finite number > 0"),
 ]
 
 
 @pytest.mark.parametrize(("over", "match"), ATTEND_MISMATCHES)
 def test_attention_refuses_a_call_the_plan_was_not_built_for(over, match):
-    plan, attend, _ = planned_case()
-    call = attend | {"plan": plan}
-    call |= {name: make(attend) for name, make in over.items()}
+    plan, call, _ = planned_case()
+    call = call | {name: make(call) for name, make in over.items()}
     with pytest.raises(ValueError, match=match):
-        paged_varlen_attention(**call)
+        attend(call, plan)
 
 
 STORE_MISMATCHES = [
-    ({"slot_mapping": lambda a: a["slot_mapping"].clone()}, "slot_mapping is not the tensor the plan was built"),
-    ({"k": lambda a: a["k"][:2], "v": lambda a: a["v"][:2]}, r"k is \(2, 2, 8\) .* the plan's step packs 3 tokens"),
-    ({"v": lambda a: a["v"][:, :1]}, r"v is \(3, 1, 8\) .* must be \[3, 2, 8\]"),
+    ({"k": lambda a: a["k"][0]}, r"k has shape \(2, 8\) but must be 3-D"),
+    ({"k": lambda a: a["k"][:2], "v": lambda a: a["v"][:2]}, "slot_mapping has 3 slots but k has 2 tokens"),
+    ({"v": lambda a: a["v"][:, :1]}, r"k has shape \(3, 2, 8\) but v has \(3, 1, 8\)"),
+    ({"k": lambda a: a["k"][:, :1], "v": lambda a: a["v"][:, :1]}, r"k rows are \[1, 8\] .* cache holds \[2, 8\]"),
     ({"k": lambda a: a["k"].half(), "v": lambda a: a["v"].half()}, "k, v have dtypes torch.float16, torch.float16"),
+    ({"k": lambda a: a["k"].to("meta"), "v": lambda a: a["v"].to("meta")}, "k is on meta but the cache is on"),
     ({"k_cache": lambda a: other_layout(a["k_cache"])}, "k_cache is .* but the plan was built for a cache"),
     ({"v_scale": lambda a: torch.tensor(0.1, device=DEVICE)}, "v_scale was given but the plan's cache is"),
-    ({"backend": lambda a: "triton"}, "but the plan was built for backend 'torch'"),
 ]
 
 
 @pytest.mark.parametrize(("over", "match"), STORE_MISMATCHES)
 def test_store_refuses_a_call_the_plan_was_not_built_for(over, match):
-    plan, _, store = planned_case()
-    call = store | {"plan": plan}
-    call |= {name: make(store) for name, make in over.items()}
-    before = store["k_cache"].clone(), store["v_cache"].clone()
+    plan, _, call = planned_case()
+    before = call["k_cache"].clone(), call["v_cache"].clone()
+    call = call | {name: make(call) for name, make in over.items()}
     with pytest.raises(ValueError, match=match):
-        store_kv(**call)
-    for cache, old in zip((store["k_cache"], store["v_cache"]), before, strict=True):
+        store(call, plan)
+    for cache, old in zip((call["k_cache"], call["v_cache"]), before, strict=True):
         assert cache.view(torch.uint8).equal(old.view(torch.uint8)), "a refused call wrote into the cache"
+
+
+def test_a_planned_call_needs_a_plan_of_its_use_and_a_cache():
+    plan, attend_call, store_call = planned_case()
+    for call in (lambda p, c: attend(attend_call | c, p), lambda p, c: store(store_call | c, p)):
+        with pytest.raises(ValueError, match="plan must be an AttentionPlan from kernels.ops.plan_attention"):
+            call("a plan", {})
+    with pytest.raises(ValueError, match="cache must be a kernels.plan.KVCache"):
+        paged_varlen_attention_planned(attend_call["q"], attend_call["k_cache"].sum(), plan)
+    with pytest.raises(ValueError, match="cache must be a kernels.plan.KVCache"):
+        store_kv_planned(store_call["k"], store_call["v"], 3, plan)
+    slots_only = dataclasses.replace(plan, cu_seqlens_q=None)  # what store_kv without a plan builds
+    with pytest.raises(ValueError, match="the plan holds slots only"):
+        attend(attend_call, slots_only)
 
 
 FP8_MISMATCHES = [
@@ -290,21 +290,21 @@ FP8_MISMATCHES = [
 
 @pytest.mark.parametrize(("over", "match"), FP8_MISMATCHES)
 def test_fp8_plan_refuses_missing_or_other_scales(over, match):
-    plan, attend, store = planned_case(fp8=True)
+    plan, attend_call, store_call = planned_case(fp8=True)
     over = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in over.items()}
     with pytest.raises(ValueError, match=match):
-        paged_varlen_attention(**attend | over, plan=plan)
+        attend(attend_call | over, plan)
     with pytest.raises(ValueError, match=match):
-        store_kv(**store | over, plan=plan)
+        store(store_call | over, plan)
 
 
 def test_a_plan_without_slot_mapping_serves_attention_only():
-    plan, attend, store = planned_case()
+    plan, attend_call, store_call = planned_case()
     attention_only = dataclasses.replace(plan, slot_mapping=None)
-    out = paged_varlen_attention(**attend, plan=attention_only)
-    assert torch.equal(out, paged_varlen_attention(**attend, plan=plan))
+    out = attend(attend_call, attention_only)
+    assert torch.equal(out, attend(attend_call, plan))
     with pytest.raises(ValueError, match="the plan was built without a slot_mapping"):
-        store_kv(**store, plan=attention_only)
+        store(store_call, attention_only)
 
 
 def test_plan_is_frozen():
@@ -316,39 +316,18 @@ def test_plan_is_frozen():
 
 def test_the_per_call_checks_read_nothing_from_the_device(monkeypatch):
     """With a plan, a layer's call checks only Python attributes of its arguments (no .tolist, .item, bool)."""
-    plan, attend, store = planned_case(fp8=True, window=3)
+    plan, attend_call, store_call = planned_case(fp8=True, window=3)
 
     def refuse(*args, **kwargs):
         raise AssertionError("the per-call plan check read a tensor's values")
 
-    for name in ("tolist", "item", "__bool__", "__int__", "__float__"):
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "cpu", "numpy"):
         monkeypatch.setattr(torch.Tensor, name, refuse)
-    check_plan_attention(
-        plan,
-        attend["q"],
-        attend["k_cache"],
-        attend["v_cache"],
-        plan.cu_seqlens_q,
-        plan.seq_lens,
-        plan.block_tables,
-        plan.max_seqlen_q,
-        True,
-        3,
-        "auto",
-        attend["k_scale"],
-        attend["v_scale"],
-    )
-    check_plan_store(
-        plan,
-        store["k"],
-        store["v"],
-        store["k_cache"],
-        store["v_cache"],
-        plan.slot_mapping,
-        "auto",
-        store["k_scale"],
-        store["v_scale"],
-    )
+    check_call(plan, cache_of(attend_call), store=False)
+    check_rows("q", attend_call["q"], plan.num_heads, plan, "{}")
+    check_call(plan, cache_of(store_call), store=True)
+    for name in ("k", "v"):
+        check_rows(name, store_call[name], plan.num_kv_heads, plan, "{}")
 
 
 # ----------------------------------------------------------------------------------- plan validation
@@ -389,8 +368,6 @@ PLAN_ERRORS = [
     (FP8_CACHE | {"k_scale": torch.tensor(1.0), "v_scale": torch.tensor(1, dtype=torch.float64)}, "must be a float32"),
     (FP8_CACHE | {"k_scale": torch.ones(3), "v_scale": torch.ones(1)}, r"k_scale has shape \(3,\)"),
     ({"k_scale": torch.tensor(1.0)}, "k_scale was given but the cache is torch.float32"),
-    ({"host": ([0, 2, 3], [5, 7])}, "host holds other lengths than cu_seqlens_q / seq_lens"),
-    ({"host": ([0, 2, 3],)}, r"host must be \(cu_seqlens_q.tolist\(\), seq_lens.tolist\(\)\)"),
     ({"sliding_window": 2, "causal": False}, "sliding_window=2 needs causal=True"),
     ({"sliding_window": 0}, "sliding_window=0 must be a positive int"),
     ({"causal": 1}, "causal=1 must be True or False"),
@@ -409,7 +386,8 @@ def test_plan_errors_name_the_value_and_fix(over, match):
 
 
 def test_plan_accepts_host_lists_negative_slots_and_unset_scales():
-    plan = plan_attention(**plan_args(host=([0, 2, 3], [5, 6]), slot_mapping=torch.tensor([3, -1, 13])))
+    host_step = HostStep([0, 2, 3], [5, 6], [[0, 1], [2, 3]], [3, -1, 13])
+    plan = plan_attention(**plan_args(host_step=host_step, slot_mapping=torch.tensor([3, -1, 13])))
     assert (plan.starts_q, plan.lens, plan.all_slots_live) == ([0, 2, 3], [5, 6], False)
     assert plan_attention(**plan_args()).all_slots_live
     unset = {"k_scale": torch.zeros(1), "v_scale": torch.zeros(2)}  # 0: not calibrated yet
@@ -420,8 +398,8 @@ def test_plan_accepts_host_lists_negative_slots_and_unset_scales():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_planned_store_matches_the_reference_store(backend):
     """Negative slots are skipped through the plan too, and only the live slots change."""
-    plan, _, store = planned_case(backend=backend)
-    slots = store["slot_mapping"].clone()
+    plan, _, store_call = planned_case(backend=backend)
+    slots = plan.slot_mapping.clone()
     slots[1] = -1
     plan = plan_attention(
         plan.cu_seqlens_q,
@@ -429,14 +407,38 @@ def test_planned_store_matches_the_reference_store(backend):
         plan.block_tables,
         plan.max_seqlen_q,
         slots,
-        store["k_cache"],
-        store["v_cache"],
+        store_call["k_cache"],
+        store_call["v_cache"],
         num_heads=4,
         q_dtype=torch.float32,
         backend=backend,
     )
-    expected_k, expected_v = store["k_cache"].clone(), store["v_cache"].clone()
-    store_kv_ref(store["k"], store["v"], expected_k, expected_v, slots)
-    store_kv(**store | {"slot_mapping": plan.slot_mapping}, plan=plan)
-    assert store["k_cache"].view(torch.uint8).equal(expected_k.view(torch.uint8))
-    assert store["v_cache"].view(torch.uint8).equal(expected_v.view(torch.uint8))
+    expected_k, expected_v = store_call["k_cache"].clone(), store_call["v_cache"].clone()
+    store_kv_ref(store_call["k"], store_call["v"], expected_k, expected_v, slots)
+    store(store_call, plan)
+    assert store_call["k_cache"].view(torch.uint8).equal(expected_k.view(torch.uint8))
+    assert store_call["v_cache"].view(torch.uint8).equal(expected_v.view(torch.uint8))
+
+
+def test_a_call_without_a_plan_plans_itself_and_takes_the_planned_path(monkeypatch):
+    """One validation path: the public store_kv and paged_varlen_attention build a plan (plan_store /
+    plan_step) and run the planned calls with it; a plan_step that refuses the step refuses the public call."""
+    import kernels.ops as ops
+
+    plan, attend_call, store_call = planned_case()
+    seen = []
+    for name in ("plan_step", "plan_store", "store_kv_planned", "paged_varlen_attention_planned"):
+        real = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda *a, _real=real, _name=name, **k: seen.append(_name) or _real(*a, **k))
+    ops.store_kv(store_call["k"], store_call["v"], store_call["k_cache"], store_call["v_cache"], plan.slot_mapping)
+    meta = (plan.cu_seqlens_q, plan.seq_lens, plan.block_tables, plan.max_seqlen_q)
+    out = ops.paged_varlen_attention(attend_call["q"], attend_call["k_cache"], attend_call["v_cache"], *meta)
+    assert seen == ["plan_store", "store_kv_planned", "plan_step", "paged_varlen_attention_planned"]
+    assert torch.equal(out, attend(attend_call, plan))
+
+    def refuse(*args, **kwargs):
+        raise ValueError("refused by the plan")
+
+    monkeypatch.setattr(ops, "plan_step", refuse)
+    with pytest.raises(ValueError, match="refused by the plan"):
+        ops.paged_varlen_attention(attend_call["q"], attend_call["k_cache"], attend_call["v_cache"], *meta)

@@ -46,7 +46,7 @@ def outcome(args: dict):
     return "plan", plan.backend, plan.starts_q, plan.lens, plan.num_tokens, plan.all_slots_live
 
 
-@pytest.mark.parametrize(("over", "match"), [case for case in PLAN_ERRORS if "host" not in case[0]])
+@pytest.mark.parametrize(("over", "match"), PLAN_ERRORS)
 def test_host_step_refuses_what_the_device_path_refuses(over, match):
     args = plan_args(**over)
     with pytest.raises(ValueError, match=match):
@@ -94,12 +94,6 @@ def test_host_step_accepts_what_the_device_path_accepts():
 def test_host_step_of_another_shape_is_refused(host_step):
     with pytest.raises(ValueError, match=r"host_step must be HostStep\(cu_seqlens_q.tolist\(\)"):
         plan_attention(**plan_args(), host_step=host_step)
-
-
-def test_host_and_host_step_are_not_both_taken():
-    args = plan_args()
-    with pytest.raises(ValueError, match="pass host or host_step, not both"):
-        plan_attention(**args, host=([0, 2, 3], [5, 6]), host_step=host_of(args))
 
 
 def random_step(rng: random.Random, num_blocks: int, block_size: int) -> dict:
@@ -167,11 +161,23 @@ def test_host_step_reads_nothing_from_the_device(monkeypatch):
     expected = outcome(args)
 
     def refuse(*a, **k):
-        raise AssertionError("check_step read a tensor's values although it had the host lists")
+        raise AssertionError("plan_step read a tensor's values although it had the host lists")
 
-    for name in ("tolist", "item", "__bool__", "__int__", "__float__"):
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "cpu", "numpy"):
         monkeypatch.setattr(torch.Tensor, name, refuse)
     assert outcome(args | {"host_step": host_step}) == expected
+
+
+def test_host_step_plans_tensors_that_cannot_be_read():
+    """On the meta device (shapes, no values) a step with its HostStep is still checked and planned."""
+    args = plan_args(slot_mapping=torch.tensor([3, -1, 13]))
+    host_step = host_of(args)
+    on_meta = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+    plan = plan_attention(**on_meta, host_step=host_step)
+    assert (plan.starts_q, plan.lens, plan.all_slots_live, plan.index.decode) == ([0, 2, 3], [5, 6], False, [1])
+    bad = host_step._replace(slot_mapping=[3, 3, 13])
+    with pytest.raises(ValueError, match=r"writes the same slot twice \(slot 3\)"):
+        plan_attention(**on_meta, host_step=bad)
 
 
 def test_the_step_builder_refuses_a_block_outside_the_cache():

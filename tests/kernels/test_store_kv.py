@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.ops import paged_attention, plan_attention, store_kv
+from kernels.ops import paged_attention, plan_attention, store_kv, store_kv_planned
+from kernels.plan import KVCache
 from kernels.reference import store_kv_ref
 from tests.conftest import DEVICE, TRITON_OK
 
@@ -98,7 +99,7 @@ def test_planned_store_matches_the_validated_store(backend):
     lens = torch.tensor([4, 1, 18, 48, 1], dtype=torch.int32, device=DEVICE)
     plan = plan_attention(cu, lens, tables, 1, slots, *planned, num_heads=3, q_dtype=torch.float32, backend=backend)
     store_kv(k, v, *checked, slots, backend=backend)
-    store_kv(k, v, *planned, plan.slot_mapping, plan=plan)
+    store_kv_planned(k, v, KVCache(*planned), plan)
     assert torch.equal(planned[0], checked[0]) and torch.equal(planned[1], checked[1])
     assert torch.equal(planned[0][17 // 8, 17 % 8], k[2]) and torch.equal(planned[1][47 // 8, 47 % 8], v[3])
 

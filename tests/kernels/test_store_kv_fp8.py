@@ -14,7 +14,8 @@ import torch
 
 from kernels.backend import triton_interpreting
 from kernels.fp8 import FP8_DTYPE, FP8_HEADROOM, FP8_MAX, calibrate_scale
-from kernels.ops import plan_attention, store_kv
+from kernels.ops import plan_attention, store_kv, store_kv_planned
+from kernels.plan import KVCache
 from tests.conftest import DEVICE, TRITON_OK
 
 FP8 = torch.float8_e4m3fn
@@ -129,8 +130,14 @@ def test_store_kv_calibrates_an_unset_scale_once(backend, planned):
             v_scale=v_scale,
             backend=backend,
         )
-    store = {"k_scale": k_scale, "v_scale": v_scale, "plan": plan}
-    store_kv(k, v, k_cache, v_cache, slots, backend=backend, **store)
+
+    def store(k, v):
+        if planned:
+            store_kv_planned(k, v, KVCache(k_cache, v_cache, k_scale, v_scale), plan)
+        else:
+            store_kv(k, v, k_cache, v_cache, slots, backend=backend, k_scale=k_scale, v_scale=v_scale)
+
+    store(k, v)
     live = k[[0, 1, 3]]
     expected_k = live.abs().max() * FP8_HEADROOM / 448
     expected_v = v[[0, 1, 3]].abs().max() * FP8_HEADROOM / 448
@@ -144,7 +151,7 @@ def test_store_kv_calibrates_an_unset_scale_once(backend, planned):
         assert torch.equal(stored, want)
     assert stored.abs().max() <= 448 / FP8_HEADROOM * (1 + 2**-3)  # the first write's amax maps to 448 / 4
     first = k_scale.clone(), v_scale.clone()
-    store_kv(k * 100, v * 100, k_cache, v_cache, slots, backend=backend, **store)  # a set scale stays fixed
+    store(k * 100, v * 100)  # a set scale stays fixed
     assert torch.equal(k_scale, first[0]) and torch.equal(v_scale, first[1])
     assert k_cache.float().view(12, 2, 16)[[0, 5, 11]].abs().max() == 448  # saturated, not re-scaled
 

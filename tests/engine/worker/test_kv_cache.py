@@ -8,7 +8,7 @@ from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence
 from engine.worker.forward_meta import ForwardMeta
 from engine.worker.kv_cache import LayerKV, PagedKVCache, slots_of
-from kernels.ops import paged_varlen_attention, store_kv
+from kernels.ops import paged_varlen_attention_planned, store_kv_planned
 from tests.conftest import DEVICE
 
 # ---- sizing ---------------------------------------------------------------------------------------
@@ -121,13 +121,11 @@ def test_paged_pipeline_matches_plain_attention_after_prefix_hit_fork_and_cow():
         ]
         k, v = torch.cat([k for k, _ in kvs]), torch.cat([v for _, v in kvs])  # [sum(new), Hkv, D]
         plan = meta(seqs, new).attention
-        store_kv(k, v, layer.k, layer.v, plan.slot_mapping, plan=plan)
+        store_kv_planned(k, v, layer, plan)
         for s, n in zip(seqs, new, strict=True):
             s.num_computed_tokens += n
         q = torch.randn(sum(new), hq, d, generator=gen)
-        out = paged_varlen_attention(
-            q, layer.k, layer.v, plan.cu_seqlens_q, plan.seq_lens, plan.block_tables, plan.max_seqlen_q, plan=plan
-        )
+        out = paged_varlen_attention_planned(q, layer, plan)
         return q, out
 
     a = Sequence(0, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], block_size=bs)
