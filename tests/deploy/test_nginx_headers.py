@@ -130,6 +130,22 @@ def test_compose_fills_the_same_names_with_the_same_defaults():
     assert app["environment"]["KVLAB_ALLOWED_HOSTS"] == lb["environment"]["KVLAB_SERVER_NAME"]  # the same site
 
 
+def test_compose_replicas_trust_only_nginx_s_own_address_for_forwarded_for():
+    """The sign-in throttle counts failures per learner address, read from X-Forwarded-For only when the
+    connection comes from a trusted proxy: in compose that is the lb service's fixed address, on its network."""
+    import ipaddress
+
+    from progress.auth import trusted_proxies
+
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    lb_address = compose["services"]["lb"]["networks"]["default"]["ipv4_address"]
+    trusted = compose["services"]["app"]["environment"]["KVLAB_TRUSTED_PROXIES"]
+    (subnet,) = (c["subnet"] for c in compose["networks"]["default"]["ipam"]["config"])
+    assert trusted == lb_address
+    assert ipaddress.ip_address(lb_address) in ipaddress.ip_network(subnet)
+    assert [str(n) for n in trusted_proxies(trusted)] == [f"{lb_address}/32"]
+
+
 def test_the_policy_allows_streamlit_s_inline_script_by_its_hash_only(tmp_path):
     policy = csp_of(loopback_nginx_conf([8001], 9000, tmp_path))
     assert_real_csp(policy, "'self'", "deploy/nginx.conf")
