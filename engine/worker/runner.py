@@ -5,7 +5,7 @@ The scheduler (engine/core/scheduler.py) decides which sequences run and how man
 (engine/worker/forward_meta.py, whose attention plan kernels.ops validates here, once per step), applies the
 step's copy-on-write block copies to the paged KV cache, runs the model once over the whole batch
 (engine/model/llama.py) and samples a next token for every sequence whose step reached the end of its tokens
-(engine/sampling.py). It keeps no per-request state: each sequence carries its own sampling parameters and
+(engine/worker/sampler.py). It keeps no per-request state: each sequence carries its own sampling parameters and
 RNG. The kernel backend is resolved once, by the engine's config, and named in every step's plan. Follows
 nano-vllm's `model_runner.py`. The runner owns the paged KV cache (engine/worker/kv_cache.py), sized by
 engine/config.py.
@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from engine.config import CacheConfig
 from engine.core.scheduler import ScheduledSequence, SchedulerOutput
+from engine.model.forward_meta import ForwardMeta
 from engine.model.llama import CausalLM
-from engine.sampling import sample
-from engine.worker.forward_meta import ForwardMeta
-from engine.worker.kv_cache import PagedKVCache
+from engine.worker.kv_cache import CacheConfig, PagedKVCache
+from engine.worker.sampler import sample
 
 
 class ModelRunner:

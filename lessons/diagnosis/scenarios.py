@@ -19,7 +19,7 @@ from engine.memory.catalog import MODELS
 from engine.memory.footprint import ServingFootprint
 from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.memory.units import GiB
-from engine.sim.metrics import SimResult, SimSummary
+from lessons.sim.metrics import SimResult, SimSummary
 
 # The knobs a learner may turn, with the values the page offers (ints in between are accepted too).
 # block_size: vLLM's CacheConfig.block_size takes any positive integer, but each attention backend limits the kernel's

@@ -21,11 +21,11 @@ from typing import Any
 
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
-from engine.memory.measure import Measurement, measure_demo_decode, measure_machine
 from engine.memory.roofline import Roofline, roofline
 from engine.memory.specs import GpuSpec
 from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.memory.units import GiB
+from lessons.measure import Measurement, measure_demo_decode, measure_machine
 
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int4")
 MAX_BATCH = 256  # the batch slider's range
@@ -413,7 +413,7 @@ class MachineBandwidth:
 
 
 def measure_here() -> MachineBandwidth:
-    """Time this machine's GEMV and GEMM (about a second; engine.memory.measure.measure_machine)."""
+    """Time this machine's GEMV and GEMM (about a second; lessons.measure.measure_machine)."""
     gemv, gemm = measure_machine()
     return MachineBandwidth(gemv, gemm)
 

@@ -21,9 +21,9 @@ import torch.nn.functional as F
 
 from engine.attention.fmha import memory_efficient_attention
 from engine.memory.catalog import MODELS
-from engine.memory.measure import default_device, time_interleaved
 from engine.memory.specs import ModelSpec
 from engine.memory.units import GiB, KiB, MiB, dtype_bytes
+from lessons.measure import default_device, time_interleaved
 
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp32")
 DEFAULT_MODEL = "llama-3-8b"  # the page's defaults (lessons/links.py reads them from here)

@@ -39,10 +39,10 @@ from typing import Any
 
 from engine import LLM, RequestOutput, SamplingParams
 from engine.llm import PromptTooLongError
-from engine.memory.measure import default_device
 from engine.model import access
 from engine.model.loader import DEMO_DIR, ModelTooLargeError, format_bytes, load_model
 from engine.outputs import StepTrace
+from lessons.measure import default_device
 
 MAX_PROMPTS = 8
 MAX_PROMPT_CHARS = 400
