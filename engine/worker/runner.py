@@ -89,9 +89,10 @@ class ModelRunner:
 
     def run(self, out: SchedulerOutput) -> list[int | None]:
         """Run one scheduled step; returns each scheduled sequence's sampled token (None after a partial chunk)."""
-        self.kv_cache.copy_blocks(out.copies)
+        if out.copies:  # copy-on-write pairs: a step that writes into a block another sequence shares
+            self.kv_cache.copy_blocks(out.copies)
         input_ids, meta = self.prepare(out.scheduled)
-        return self.sample(out.scheduled, self.forward(input_ids, meta))
+        return self.sample(out.scheduled, self.model(input_ids, meta, self.kv_cache.layers))
 
     def sample(self, scheduled: list[ScheduledSequence], logits: torch.Tensor) -> list[int | None]:
         """Tokens from logits [S, vocab] for the sequences whose step reached their last token, None elsewhere."""
