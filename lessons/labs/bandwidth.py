@@ -25,6 +25,7 @@ from engine.memory.roofline import Roofline, roofline
 from engine.memory.specs import GpuSpec
 from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.memory.units import GiB
+from kernels.validate import is_whole
 from lessons.measure import Measurement, measure_demo_decode, measure_machine
 
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int4")
@@ -255,9 +256,9 @@ def lesson(model: str, gpu: str, batch_size: int, context_len: int, weight_dtype
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight dtype {weight_dtype!r} is not offered; use one of {', '.join(WEIGHT_DTYPES)}")
     limit = spec.max_context
-    if not isinstance(context_len, int) or not 1 <= context_len <= limit:
+    if not is_whole(context_len) or not 1 <= context_len <= limit:
         raise ValueError(f"context length {context_len} is outside 1 … {limit:,}, the maximum context of {model}")
-    if not isinstance(batch_size, int) or not 1 <= batch_size <= 4096:
+    if not is_whole(batch_size) or not 1 <= batch_size <= 4096:
         raise ValueError(f"batch size {batch_size} must be a whole number between 1 and 4096")
     return BandwidthLesson(
         decode=roofline(model, gpu, "decode", batch_size, context_len, weight_dtype),

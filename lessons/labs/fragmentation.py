@@ -24,6 +24,7 @@ from typing import Any
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
 from engine.memory.units import GiB, KiB, MiB
+from kernels.validate import is_whole
 from lessons.labs.choices import MODEL_KEYS
 from lessons.sim.metrics import SimSummary
 from lessons.sim.simulate import simulate_model
@@ -269,12 +270,12 @@ def check_settings(model: str, gpu: str, max_model_len: int, dataset: str, num_r
         raise ValueError(f"unknown GPU {gpu!r}; pick one of {', '.join(GPUS)}")
     if dataset not in DATASETS:
         raise ValueError(f"unknown traffic {dataset!r}; pick one of {', '.join(DATASETS)}")
-    if not isinstance(max_model_len, int) or max_model_len < MIN_MAX_LEN[dataset]:
+    if not is_whole(max_model_len) or max_model_len < MIN_MAX_LEN[dataset]:
         raise ValueError(
             f"max_model_len={max_model_len} is too short for {dataset} traffic; use at least "
             f"{MIN_MAX_LEN[dataset]} tokens so its requests fit"
         )
-    if not isinstance(num_requests, int) or not 1 <= num_requests <= MAX_REQUESTS:
+    if not is_whole(num_requests) or not 1 <= num_requests <= MAX_REQUESTS:
         raise ValueError(f"number of requests {num_requests} must be a whole number in 1 … {MAX_REQUESTS}")
     if not (isinstance(rate, (int, float)) and 0 < rate <= MAX_RATE and math.isfinite(rate)):
         raise ValueError(f"request rate {rate} must be a number in (0, {MAX_RATE:g}] requests per second")

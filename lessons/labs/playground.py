@@ -42,6 +42,7 @@ from engine.llm import PromptTooLongError
 from engine.model import access
 from engine.model.loader import DEMO_DIR, ModelTooLargeError, format_bytes, load_model
 from engine.outputs import StepTrace
+from kernels.validate import is_whole
 from lessons.measure import default_device
 
 MAX_PROMPTS = 8
@@ -238,7 +239,7 @@ class EngineSettings:
 def new_engine(loaded: tuple[Any, Any, Any], model: str, settings: EngineSettings) -> LLM:
     """A learner's own engine around shared read-only weights: its own KV cache, allocator and scheduler."""
     net = loaded[0]
-    if isinstance(settings.num_blocks, bool) or not 1 <= settings.num_blocks <= MAX_BLOCKS:
+    if not is_whole(settings.num_blocks) or not 1 <= settings.num_blocks <= MAX_BLOCKS:
         raise ValueError(f"num blocks {settings.num_blocks} must be a whole number in 1 … {MAX_BLOCKS}")
     device = next(net.parameters()).device
     return LLM(
