@@ -20,9 +20,9 @@ One step, in order:
 its new-token count and what it already had cached) per sequence in the step. After the model runs,
 `update()` advances the counters, appends sampled tokens, applies stop rules and frees finished requests.
 A request is never lost or duplicated: it is always in exactly one of `waiting`, `running` or finished.
-Requests that could never fit (longer than `max_model_len`) are rejected when added; that `max_model_len`
-itself fits in the cache (with a sliding window, only its window's blocks must) is engine/config.py's
-check. The admission and preemption rule itself is engine/core/admission.py.
+Requests that could never fit (longer than `max_model_len`) never reach it: `LLM` refuses them and `add`
+asserts it. That `max_model_len` itself fits in the cache (with a sliding window, only its window's blocks
+must) is engine/config.py's check. The admission and preemption rule itself is engine/core/admission.py.
 """
 
 from __future__ import annotations

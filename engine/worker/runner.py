@@ -2,7 +2,7 @@
 
 The scheduler (engine/core/scheduler.py) decides which sequences run and how many tokens each computes.
 `ModelRunner.run` turns that `SchedulerOutput` into the packed input ids and one `ForwardMeta`
-(engine/worker/forward_meta.py, whose attention plan kernels.ops validates here, once per step), applies the
+(engine/model/forward_meta.py, whose attention plan kernels.ops validates here, once per step), applies the
 step's copy-on-write block copies to the paged KV cache, runs the model once over the whole batch
 (engine/model/llama.py) and samples a next token for every sequence whose step reached the end of its tokens
 (engine/worker/sampler.py). It keeps no per-request state: each sequence carries its own sampling parameters and
