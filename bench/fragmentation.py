@@ -1,9 +1,9 @@
 """KV-memory waste of static reservation (Max, Pow2, Oracle) vs paged blocks, on one trace and one capacity.
 
 Reproduces the vLLM paper's motivation (Kwon et al., SOSP 2023, Fig. 2: existing systems keep live tokens in
-only 20.4-38.2% of their KV memory; vLLM wastes under 4%) with the project's simulator (`engine.sim`) over the
+only 20.4-38.2% of their KV memory; vLLM wastes under 4%) with the project's simulator (`lessons.sim`) over the
 real `BlockManager`. Setup follows the paper's LLaMA-13B on one A100 40GB, a ShareGPT-like trace (lengths from
-the paper's Fig. 11 means, see engine/sim/traces.py) and max_model_len 2048. The static servers are the
+the paper's Fig. 11 means, see lessons/sim/traces.py) and max_model_len 2048. The static servers are the
 paper's Fig. 2 comparison systems: reserve max_model_len (Max), the next power of two of the final length
 (Pow2), or exactly the final length (Oracle). Waste, as docs/BENCHMARKS.md defines it: the step-average of
 (reserved + internal + external) / (those + stored) while requests run. Every policy gets the same KV bytes;
@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from bench.harness import emit, env_info, log, parser, save, time_interleaved
 from engine.memory.footprint import serving_footprint
-from engine.sim.metrics import SimResult, SimSummary
-from engine.sim.simulate import simulate_model
-from engine.sim.traces import DATASETS, Request, generate_trace, trace_stats
+from lessons.sim.metrics import SimResult, SimSummary
+from lessons.sim.simulate import simulate_model
+from lessons.sim.traces import DATASETS, Request, generate_trace, trace_stats
 
 MODEL, GPU, DATASET = "llama-2-13b", "a100-40gb", "sharegpt"
 # name -> (simulate_model policy, reservation): the paper's three static systems and paged
@@ -90,7 +90,7 @@ def trace_record(trace: list[Request], args) -> dict:
             "output_mean": src.output_mean,
             "output_std": src.output_std,
         },
-        "generator": "engine.sim.traces.generate_trace: log-normal lengths, Poisson arrivals",
+        "generator": "lessons.sim.traces.generate_trace: log-normal lengths, Poisson arrivals",
         "request_rate": args.request_rate,
         "max_len": args.max_model_len,
         "length_filter": "requests with prompt + output > max_len are redrawn (lowers the drawn means)",

@@ -2,7 +2,7 @@
 
 Both sides of a comparison run in the same process, interleaved (A, B, A, B, ...), median of >= 5 repeats
 after a warm-up, so a noisy shared machine cannot fake a win. The timing loop is the lessons' own
-(`engine.memory.measure.time_interleaved`); this module adds the benchmarks' defaults, and
+(`lessons.measure.time_interleaved`); this module adds the benchmarks' defaults, and
 `assert_same_rows`, the equal-outputs check a benchmark runs before it times two sides.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from engine.memory import measure
 from kernels.backend import TRITON_VERSION, triton_interpreting
+from lessons import measure
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

@@ -22,8 +22,10 @@ from engine.memory import ModelSpec, kv_blocks_from_budget, kv_budget_bytes, kv_
 from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.model.config import ModelConfig
 from engine.worker.device import resolve_device
+from engine.worker.kv_cache import CacheConfig
 from kernels.backend import resolve_backend
 from kernels.fp8 import FP8_DTYPE
+from kernels.validate import check_int
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")  # vLLM's names: "auto" = the model's dtype; fp8 = e4m3
@@ -57,32 +59,6 @@ def model_spec(config: ModelConfig) -> ModelSpec:
     return model_from_config(config.to_hf(), name=config.architecture, source="the loaded model's config.json")
 
 
-def _check_int(name: str, value: object, hint: str, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} must be an integer >= 1 ({hint})")
-
-
-@dataclass(frozen=True, slots=True)
-class CacheConfig:
-    """The KV pool one engine runs with, fixed once its model is loaded (`EngineConfig.size_cache`).
-
-    dtype: the cache's element type (the model's, or float8 e4m3); num_blocks: blocks of block_size tokens;
-    kv_bytes_per_token: K+V bytes of one token over all layers; max_model_len: the longest sequence the engine
-    accepts, which always fits in the pool; pool_tokens: num_blocks * block_size when the pool, not the model,
-    set max_model_len (so a too-long prompt can say so), else None."""
-
-    block_size: int
-    num_blocks: int
-    dtype: torch.dtype
-    kv_bytes_per_token: int
-    max_model_len: int
-    pool_tokens: int | None
-    sliding_window: int | None
-    enable_prefix_caching: bool
-
-
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """An engine's arguments (vLLM's names and defaults), validated when built; `device`, `backend` and
@@ -103,10 +79,12 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         check_block_size(self.block_size)
-        _check_int("max_num_seqs", self.max_num_seqs, "requests running at once, e.g. 64")
-        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, "new tokens per step, e.g. 2048")
-        _check_int("max_model_len", self.max_model_len, "or None for the model's limit", optional=True)
-        _check_int("num_gpu_blocks", self.num_gpu_blocks, "or None to size it", optional=True)
+        check_int("max_num_seqs", self.max_num_seqs, hint="requests running at once, e.g. 64")
+        check_int("max_num_batched_tokens", self.max_num_batched_tokens, hint="new tokens per step, e.g. 2048")
+        if self.max_model_len is not None:
+            check_int("max_model_len", self.max_model_len, hint="or None for the model's limit")
+        if self.num_gpu_blocks is not None:
+            check_int("num_gpu_blocks", self.num_gpu_blocks, hint="or None to size it")
         util = self.gpu_memory_utilization
         if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0.0 < util <= 1.0:
             raise ValueError(f"gpu_memory_utilization={util!r} must be a fraction in (0, 1], e.g. 0.92")
@@ -114,8 +92,8 @@ class EngineConfig:
             raise ValueError(f"enable_prefix_caching={self.enable_prefix_caching!r} must be True or False")
         kv_cache_dtype(self.kv_cache_dtype, torch.float32)  # a bad name fails before the model loads
         budget = self.kv_cache_memory_bytes
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-            raise ValueError(f"kv_cache_memory_bytes={budget!r} must be a whole number of bytes >= 1, or None")
+        if budget is not None:
+            check_int("kv_cache_memory_bytes", budget, kind="a whole number of bytes", hint="or None")
         if budget is not None and self.num_gpu_blocks is not None:
             raise ValueError(
                 f"kv_cache_memory_bytes={budget!r} and num_gpu_blocks={self.num_gpu_blocks!r} both size the KV "

@@ -6,9 +6,9 @@ like this:
 1. `LLM.add_request` / `generate` encode the prompt and queue a `Sequence` (engine/core/sequence.py) that
    carries everything about the request: token ids, sampling parameters, its RNG, the prompt text.
 2. `LLM.step` asks `Scheduler.schedule` for a batch: a `SchedulerOutput` listing `ScheduledSequence`s.
-3. `ModelRunner.run` packs their new tokens into one `ForwardMeta` (engine/worker/forward_meta.py), whose
+3. `ModelRunner.run` packs their new tokens into one `ForwardMeta` (engine/model/forward_meta.py), whose
    attention plan kernels.ops validates once for the step (every kind of step is one paged attention call),
-   runs the model's forward once (engine/model/llama.py) and samples (engine/sampling.py) for every
+   runs the model's forward once (engine/model/llama.py) and samples (engine/worker/sampler.py) for every
    sequence that reached its last token.
 4. `Scheduler.update` appends the tokens, applies stop rules and frees finished requests' blocks.
 Continuous batching as in Orca (Yu et al., OSDI 2022) over PagedAttention memory (Kwon et al., SOSP 2023);
@@ -38,9 +38,11 @@ from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.model.loader import load_model
 from engine.model.tokenizer import ByteBPETokenizer
 from engine.outputs import RequestOutput, StepTrace
-from engine.sampling import SamplingParams, make_generator
+from engine.sampling_params import SamplingParams
 from engine.worker.kv_cache import PagedKVCache
 from engine.worker.runner import ModelRunner
+from engine.worker.sampler import make_generator
+from kernels.validate import is_whole
 
 Prompt = str | list[int]
 
@@ -160,8 +162,8 @@ class LLM:
                 not isinstance(self.tokenizer, ByteBPETokenizer) and self.config.architecture != "Qwen2ForCausalLM"
             )
             ids = self.tokenizer.encode(prompt, add_bos=add_bos)
-        elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            ids = list(prompt)
+        elif isinstance(prompt, (list, tuple)) and all(map(is_whole, prompt)):
+            ids = [int(t) for t in prompt]
             vocab = self.config.vocab_size
             bad = [t for t in ids if not 0 <= t < vocab]
             if bad:
@@ -224,7 +226,7 @@ class LLM:
         """One id or an iterable of ids as a list of ints; anything else is a ValueError."""
         ids = [request_id] if isinstance(request_id, int) or not isinstance(request_id, Iterable) else request_id
         ids = list(ids) if not isinstance(ids, (str, bytes)) else [ids]
-        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
+        bad = [i for i in ids if not is_whole(i)]
         if bad:
             raise ValueError(
                 f"request_id {bad[0]!r} is not a request id; pass the int add_request() returned (or a list of them)"
@@ -268,7 +270,7 @@ class LLM:
             raise ValueError(f"prompts must be a list of str or of token-id lists, got {type(prompts).__name__}")
         if not prompts:
             raise ValueError("prompts is empty; pass at least one prompt")
-        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompts):
+        if all(map(is_whole, prompts)):
             raise ValueError("prompts looks like one list of token ids; wrap it in a list: generate([[1, 2, 3]])")
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params = [sampling_params or SamplingParams()] * len(prompts)

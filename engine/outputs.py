@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def is_decode(query_len: int, context_len: int) -> bool:
     """A row decodes when it computes one token on top of cached context (a label for traces: every row of a
-    step attends alike, engine/worker/forward_meta.py)."""
+    step attends alike, engine/model/forward_meta.py)."""
     return query_len == 1 and context_len > 0
 
 

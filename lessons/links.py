@@ -22,10 +22,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from engine.memory.catalog import GPUS, MODELS
-from engine.sim.traces import DATASETS
 from lessons.diagnosis import scenario_ids
 from lessons.labs import bandwidth, fragmentation, gqa, packing, paged, playground, pressure
 from lessons.labs.diagnosis import MAX_VARIANT
+from lessons.sim.traces import DATASETS
 
 Earlier = Mapping[str, Any]  # the values of the parameters before this one
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")

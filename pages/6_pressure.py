@@ -216,7 +216,7 @@ def _calculator() -> None:
     sim = _gpu(gpu)
     show_chart(
         figure(charts_pressure.gpu_sweep, sim.points, f"Simulated: {sim.model_name} on {sim.gpu_name}"),
-        f"The simulator (engine.sim over the engine's BlockManager and preemption rule, roofline step time; not "
+        f"The simulator (lessons.sim over the engine's BlockManager and preemption rule, roofline step time; not "
         f"measured): {sim.capacity_tokens:,} KV tokens, the same trace at each request rate. Preemptions (hatched "
         "bars), p95 queue time (solid) and peak KV usage (dashed).",
         sim.rows(),

@@ -10,8 +10,10 @@ decides line breaks, so no rule here counts lines or files.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,9 @@ ALLOWED_IMPORTS = {
 PROJECT_PACKAGES = set(LIBRARY) | {"bench", "tests", "scripts"}
 # The packages an import cycle can run through (pages/ and tests/ import them, nothing imports those).
 IMPORTABLE = ("engine", "kernels", "lessons", "ui", "progress", "bench")
-ENGINE_SUBSYSTEMS = ("core", "model", "attention", "memory", "sim", "worker")
+ENGINE_SUBSYSTEMS = ("core", "model", "attention", "memory", "worker")
+# Modules that must load without torch, even through what they import (the package face runs first).
+TORCH_FREE = ("engine.core", "engine.sampling_params", "engine.memory")
 
 
 def _tracked(*patterns: str) -> list[Path]:
@@ -63,9 +67,9 @@ def _imports(tree: ast.AST) -> list[tuple[str, list[str]]]:
     return found
 
 
-def _module_name(path: Path) -> str:
+def _module_name(path: Path, root: Path = ROOT) -> str:
     """The dotted name a file is imported as: engine/memory/__init__.py -> engine.memory."""
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -98,13 +102,15 @@ def _run_time_imports(tree: ast.AST, module: str, is_package: bool) -> list[tupl
     return found
 
 
-def _import_graph(packages: tuple[str, ...] = IMPORTABLE) -> dict[str, set[str]]:
-    """module -> the project modules importing it runs.
+def _import_graph(packages: tuple[str, ...] = IMPORTABLE, root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the project modules importing it runs (the repository's tracked files, or every file under
+    another `root`).
 
     `from pkg import name` is an edge to pkg.name when that is a module, else to pkg; `import a.b` an edge to
     a.b. Importing a.b.c also runs the __init__ of a and a.b first, so those are edges too, except for the
     importer's own packages (they are already running when it does)."""
-    paths = {_module_name(p): p for p in _modules(*packages)}
+    files = _modules(*packages) if root == ROOT else [p for pkg in packages for p in (root / pkg).rglob("*.py")]
+    paths = {_module_name(p, root): p for p in files}
     graph: dict[str, set[str]] = {name: set() for name in paths}
     for name, path in paths.items():
         tree = ast.parse(path.read_text())
@@ -209,9 +215,9 @@ def test_the_cycle_rule_reports_each_cycle_as_a_path():
     assert sorted(_cycles(graph)) == [["a", "b", "c", "a"], ["d", "d"]]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
-    graph = _import_graph(("engine",))
+    graph = _import_graph(("engine", "lessons"))
     assert "engine.memory.units" in graph["engine.memory.specs"]  # `from engine.memory import units`: the module
-    assert "engine" in graph["engine.memory.measure"]  # `from engine import LLM`: the package, a name in it
+    assert "engine" in graph["lessons.measure"]  # `from engine import LLM`: the package, a name in it
     footprint = graph["engine.memory.footprint"]  # engine.core.sliding_window runs engine/core/__init__ first ...
     assert {"engine.core", "engine.core.sliding_window"} <= footprint and "engine" not in footprint  # ... not engine's
 
@@ -219,6 +225,123 @@ def test_the_cycle_rule_reports_each_cycle_as_a_path():
 def test_no_import_cycles():
     found = [" -> ".join(cycle) for cycle in _cycles(_import_graph())]
     assert not found, "import cycles (an import inside a function is still an edge):\n" + "\n".join(found)
+
+
+def _unit_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The import graph between `package`'s direct children (sub-packages and modules), each one node:
+    engine.core.scheduler -> engine.sampling_params is the edge engine.core -> engine.sampling_params. The
+    package face itself (`package`'s __init__) is a node of its own."""
+
+    def unit(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module == package or module.startswith(package + "."):
+            units.setdefault(unit(module), set()).update(
+                unit(t) for t in targets if t.startswith(package + ".") and unit(t) != unit(module)
+            )
+    return units
+
+
+def test_no_import_cycles_between_the_engines_subsystems():
+    found = [" -> ".join(cycle) for cycle in _cycles(_unit_graph(_import_graph(("engine",)), "engine"))]
+    assert not found, (
+        "engine's sub-packages import each other in a cycle (move what both sides need where both can import it "
+        "one way):\n" + "\n".join(found)
+    )
+
+
+def _face_importers(graph: dict[str, set[str]], package: str) -> list[str]:
+    """Modules inside `package` that import its package face (`from engine import LLM`)."""
+    return sorted(m for m, targets in graph.items() if m.startswith(package + ".") and package in targets)
+
+
+def test_nothing_inside_the_engine_imports_its_package_face():
+    found = _face_importers(_import_graph(("engine",)), "engine")
+    assert not found, f"import from the defining module, not from `engine` (its face imports them all): {found}"
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_subsystem_rules_see_a_planted_violation(tmp_path):
+    # No module cycle, but a sub-package cycle (a.x -> b.y, b.z -> a.w) and a subsystem importing the face.
+    _write_tree(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.face import F\n",
+            "pkg/face.py": "F = 1\n",
+            "pkg/a/__init__.py": "",
+            "pkg/a/x.py": "from pkg.b import y\n",
+            "pkg/a/w.py": "W = 1\n",
+            "pkg/b/__init__.py": "",
+            "pkg/b/y.py": "Y = 1\n",
+            "pkg/b/z.py": "from pkg.a.w import W\nfrom pkg import F\n",
+        },
+    )
+    graph = _import_graph(("pkg",), root=tmp_path)
+    assert _cycles(graph) == []
+    assert _cycles(_unit_graph(graph, "pkg")) == [["pkg.a", "pkg.b", "pkg.a"]]
+    assert _face_importers(graph, "pkg") == ["pkg.b.z"]
+    (tmp_path / "pkg/b/z.py").write_text("W = 2\n")  # the fix: both rules pass
+    graph = _import_graph(("pkg",), root=tmp_path)
+    assert _cycles(_unit_graph(graph, "pkg")) == [] and _face_importers(graph, "pkg") == []
+
+
+def _loading(modules: list[str], forbidden: str, root: Path = ROOT) -> list[str]:
+    """Those of `modules` whose import (in a fresh interpreter, with `root` first on the path) loads the module
+    `forbidden`, directly or through anything it imports, the packages' __init__ files included."""
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"    if {forbidden!r} in sys.modules:\n"
+        "        print(name)\n"
+        "        break\n"
+    )
+    # One module per interpreter would name every culprit, at a second of start-up each; one interpreter
+    # names the first module that loads it, which is what a failure needs.
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True, env=_env(root)
+    )
+    return out.stdout.split()
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(root)}
+
+
+def test_engine_core_loads_no_torch_even_transitively():
+    modules = sorted(
+        _module_name(p)
+        for p in _modules("engine")
+        if any(_module_name(p) == m or _module_name(p).startswith(m + ".") for m in TORCH_FREE)
+    )
+    assert "engine.core.scheduler" in modules and "engine.memory.footprint" in modules
+    found = _loading(modules, "torch")
+    assert not found, f"importing {found} loads torch (follow its imports; the package face loads lazily)"
+
+
+def test_the_torch_rule_sees_a_planted_transitive_import(tmp_path):
+    # core/a.py imports nothing heavy itself; the package face, which runs first, does.
+    _write_tree(
+        tmp_path,
+        {
+            "heavy.py": "H = 1\n",
+            "pkg/__init__.py": "from pkg.face import F\n",
+            "pkg/face.py": "from heavy import H as F\n",
+            "pkg/core/__init__.py": "",
+            "pkg/core/a.py": "A = 1\n",
+        },
+    )
+    assert _loading(["pkg.core.a"], "heavy", root=tmp_path) == ["pkg.core.a"]
+    _write_tree(tmp_path, {"pkg/__init__.py": ""})  # the fix: a lazy face
+    assert _loading(["pkg.core.a"], "heavy", root=tmp_path) == []
 
 
 def test_engine_core_is_bookkeeping_without_torch():

@@ -22,6 +22,7 @@ from typing import ClassVar
 import torch
 
 from kernels.reference import causal_mask
+from kernels.validate import is_whole
 
 
 def _check_lengths(name: str, seqlens: Sequence[int]) -> list[int]:
@@ -31,7 +32,7 @@ def _check_lengths(name: str, seqlens: Sequence[int]) -> list[int]:
     if not seqlens:
         raise ValueError(f"{name} is empty; give one length per sequence")
     for i, n in enumerate(seqlens):
-        if isinstance(n, bool) or not isinstance(n, int):
+        if not is_whole(n):
             raise ValueError(f"{name}[{i}] = {n!r} is not an int; lengths must be non-negative ints")
         if n < 0:
             raise ValueError(f"{name}[{i}] = {n} is negative; lengths must be >= 0")

@@ -36,6 +36,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 from engine.core.sequence import check_block_size
+from kernels.validate import check_int, is_whole
 
 
 class OutOfBlocksError(RuntimeError):
@@ -74,9 +75,7 @@ class BlockAllocator:
     )
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ValueError(f"num_blocks={num_blocks!r} must be an integer >= 1")
-        self.num_blocks = num_blocks
+        self.num_blocks = check_int("num_blocks", num_blocks)
         self.block_size = check_block_size(block_size)
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self._ref_counts = [0] * num_blocks
@@ -134,7 +133,7 @@ class BlockAllocator:
         return block_id
 
     def _bad_block(self, block_id: object, action: str) -> ValueError:
-        if isinstance(block_id, bool) or not isinstance(block_id, int):  # True would index block 1
+        if not is_whole(block_id):  # True would index block 1
             return ValueError(
                 f"cannot {action} block {block_id!r}: a {type(block_id).__name__} is not a block id; block ids run "
                 f"from 0 to {self.num_blocks - 1} (pass the int that allocate() returned)"
@@ -148,7 +147,7 @@ class BlockAllocator:
 
     def incref(self, block_id: int) -> None:
         """Add an owner to an allocated block, or revive a cached block that nobody references."""
-        if type(block_id) is not int and (isinstance(block_id, bool) or not isinstance(block_id, int)):
+        if type(block_id) is not int and not is_whole(block_id):  # the common int skips the slower check
             raise self._bad_block(block_id, "incref")
         try:
             count = self._ref_counts[block_id]
@@ -164,7 +163,7 @@ class BlockAllocator:
 
     def free(self, block_id: int) -> None:
         """Drop one owner; at ref count 0 the block returns to the pool (a cached one keeps its hash)."""
-        if type(block_id) is not int and (isinstance(block_id, bool) or not isinstance(block_id, int)):
+        if type(block_id) is not int and not is_whole(block_id):  # the common int skips the slower check
             raise self._bad_block(block_id, "free")
         try:
             count = self._ref_counts[block_id]
@@ -194,7 +193,7 @@ class BlockAllocator:
 
     def ref_count(self, block_id: int) -> int:
         """Number of owners of a block (0 when free)."""
-        if isinstance(block_id, bool) or not isinstance(block_id, int) or not 0 <= block_id < self.num_blocks:
+        if not is_whole(block_id) or not 0 <= block_id < self.num_blocks:
             raise self._bad_block(block_id, "read the ref count of")
         return self._ref_counts[block_id]
 
@@ -207,7 +206,7 @@ class BlockAllocator:
         """Register a full, referenced block under `block_hash`; False if another block already holds it."""
         if not self.enable_prefix_caching:
             raise ValueError("cache_block() needs BlockAllocator(..., enable_prefix_caching=True)")
-        if type(block_id) is not int and (isinstance(block_id, bool) or not isinstance(block_id, int)):
+        if type(block_id) is not int and not is_whole(block_id):  # the common int skips the slower check
             raise self._bad_block(block_id, "cache")
         try:
             count = self._ref_counts[block_id]

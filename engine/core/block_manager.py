@@ -17,6 +17,7 @@ ahead. Snapshots and usage numbers are engine/core/block_usage.py.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
 from engine.core.admission import fits
@@ -24,6 +25,7 @@ from engine.core.block_allocator import BlockAllocator, OutOfBlocksError, comput
 from engine.core.block_usage import BlockInfo, BlockUsage, pool_usage, snapshot_blocks
 from engine.core.sequence import Sequence
 from engine.core.sliding_window import FREED, first_needed_block, skipped_blocks
+from kernels.validate import check_int
 
 __all__ = ["BlockManager", "SlotAllocation"]
 
@@ -78,10 +80,8 @@ class BlockManager:
         self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False, sliding_window: int | None = None
     ) -> None:
         """sliding_window: the model's attention window W (None: every query sees every earlier token)."""
-        if sliding_window is not None and (
-            isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 1
-        ):
-            raise ValueError(f"sliding_window={sliding_window!r} must be an integer >= 1 or None")
+        if sliding_window is not None:  # the loaded ModelConfig checked the engine's; a lesson passes its own
+            check_int("sliding_window", sliding_window, hint="or None")
         self.allocator = BlockAllocator(num_blocks, block_size, enable_prefix_caching)
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -107,18 +107,11 @@ class BlockManager:
         """Tokens found in the prefix cache over tokens looked up at admission (0.0 before any lookup)."""
         return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
-    def _check_seq(self, seq: Sequence) -> None:
-        if seq.block_size != self.block_size:
-            raise ValueError(
-                f"sequence {seq.seq_id} has block_size={seq.block_size} but the cache uses {self.block_size}; "
-                f"create the Sequence with block_size={self.block_size}"
-            )
-
     def _is_held(self, seq: Sequence) -> bool:
         """True if `seq` holds blocks here (allocate_slots grows it), False if it holds none (admits it)."""
         held = self.sequences.get(seq.seq_id)
         if held is None:
-            self._check_seq(seq)
+            assert seq.block_size == self.block_size, (seq.block_size, self.block_size)  # both from one config
             if seq.block_table:
                 raise ValueError(
                     f"sequence {seq.seq_id} has block_table {seq.block_table} that this manager did not give it; "
@@ -156,7 +149,6 @@ class BlockManager:
 
     def num_cached_prefix_tokens(self, seq: Sequence) -> int:
         """Tokens admitting `seq` would take from the prefix cache right now (a query: nothing changes)."""
-        self._check_seq(seq)
         return len(self._prefix_hits(seq)[0]) * self.block_size
 
     def _plan_admission(self, seq: Sequence, num_new_tokens: int | None) -> _Admission:
@@ -312,7 +304,7 @@ class BlockManager:
         """Make `child` share every block of `parent` (ref + 1 each); writes copy-on-write later."""
         if parent.seq_id not in self.sequences:
             raise ValueError(f"parent sequence {parent.seq_id} holds no blocks; allocate it before fork()")
-        self._check_seq(child)
+        assert child.block_size == self.block_size, (child.block_size, self.block_size)
         if child.seq_id in self.sequences or child.block_table:
             raise ValueError(f"child sequence {child.seq_id} already holds blocks; fork() into a new sequence")
         n = parent.num_computed_tokens
@@ -360,3 +352,20 @@ class BlockManager:
     def usage(self, bytes_per_slot: int = 0) -> BlockUsage:
         """Pool-wide allocated / used slots and internal fragmentation (bytes if bytes_per_slot given)."""
         return pool_usage(self.allocator, self.sequences.values(), self._num_slots, bytes_per_slot)
+
+
+def slots_of(block_table: Seq[int], start: int, stop: int, block_size: int) -> list[int]:
+    """Cache slots of a sequence's positions start..stop-1: block_table[p // bs] * bs + p % bs each.
+
+    Built a block at a time (one `range` per block the positions touch, not one Python expression per token):
+    a 2,048-token prompt chunk is 128 ranges at 16-token blocks."""
+    if start >= stop:
+        return []
+    if stop - start == 1:  # a decode step's one token
+        return [block_table[start // block_size] * block_size + start % block_size]
+    slots: list[int] = []
+    for b in range(start // block_size, (stop - 1) // block_size + 1):
+        base = block_table[b] * block_size
+        lo, hi = max(start, b * block_size), min(stop, (b + 1) * block_size)
+        slots.extend(range(base + lo - b * block_size, base + hi - b * block_size))
+    return slots

@@ -20,9 +20,9 @@ One step, in order:
 its new-token count and what it already had cached) per sequence in the step. After the model runs,
 `update()` advances the counters, appends sampled tokens, applies stop rules and frees finished requests.
 A request is never lost or duplicated: it is always in exactly one of `waiting`, `running` or finished.
-Requests that could never fit (longer than `max_model_len`) are rejected when added; that `max_model_len`
-itself fits in the cache (with a sliding window, only its window's blocks must) is engine/config.py's
-check. The admission and preemption rule itself is engine/core/admission.py.
+Requests that could never fit (longer than `max_model_len`) never reach it: `LLM` refuses them and `add`
+asserts it. That `max_model_len` itself fits in the cache (with a sliding window, only its window's blocks
+must) is engine/config.py's check. The admission and preemption rule itself is engine/core/admission.py.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from engine.core.admission import admission_headroom, may_admit, preempt_newest, watermark_blocks
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, SequenceStatus
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 
 
 @dataclass(slots=True)
 class SchedulerConfig:
-    """Limits of one step and of one request; validates itself."""
+    """Limits of one step and of one request (EngineConfig checked them; here they are invariants)."""
 
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
@@ -47,12 +47,8 @@ class SchedulerConfig:
     watermark: float = 0.01  # fraction of blocks admission leaves free for running decodes (vLLM v0's default)
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be an integer >= 1")
-        if not 0.0 <= self.watermark < 1.0:
-            raise ValueError(f"watermark={self.watermark} must be a fraction in [0, 1)")
+        assert min(self.max_num_seqs, self.max_num_batched_tokens, self.max_model_len) >= 1, self
+        assert 0.0 <= self.watermark < 1.0, self
 
 
 @dataclass(slots=True)
@@ -117,16 +113,10 @@ class Scheduler:
         return f"Scheduler(waiting={len(self.waiting)}, running={len(self.running)}, {self.block_manager!r})"
 
     def add(self, seq: Sequence) -> None:
-        """Queue a new request; rejects one that could never fit with a ValueError."""
-        if seq.status is not SequenceStatus.WAITING or seq.block_table or seq.num_computed_tokens:
-            raise ValueError(f"sequence {seq.seq_id} is {seq.status.name} with blocks; add only fresh sequences")
-        if seq.num_tokens > self.config.max_model_len:
-            raise ValueError(
-                f"prompt of sequence {seq.seq_id} has {seq.num_tokens} tokens, more than max_model_len="
-                f"{self.config.max_model_len}; shorten the prompt or raise max_model_len"
-            )
-        if not isinstance(seq.sampling_params, SamplingParams):
-            raise ValueError(f"sequence {seq.seq_id} needs a SamplingParams, got {seq.sampling_params!r}")
+        """Queue a new request: a fresh sequence within max_model_len (LLM.add_request / generate checked it)."""
+        assert seq.status is SequenceStatus.WAITING and not seq.block_table and not seq.num_computed_tokens, seq
+        assert seq.num_tokens <= self.config.max_model_len, (seq.num_tokens, self.config.max_model_len)
+        assert isinstance(seq.sampling_params, SamplingParams), seq.sampling_params
         self.waiting.append(seq)
 
     @property
@@ -199,8 +189,7 @@ class Scheduler:
         sampled[i] is the token drawn from out.scheduled[i]'s last logits, or None where the step did not reach
         the end of its tokens (a partial prompt chunk: that logit is meaningless and discarded).
         """
-        if len(sampled) != len(out.scheduled):
-            raise ValueError(f"got {len(sampled)} sampled tokens for {len(out.scheduled)} scheduled sequences")
+        assert len(sampled) == len(out.scheduled), (len(sampled), len(out.scheduled))
         finished: list[Sequence] = []
         for part, token in zip(out.scheduled, sampled, strict=True):
             seq = part.seq
@@ -208,8 +197,7 @@ class Scheduler:
             seq.num_computed_tokens += part.num_new_tokens
             if seq.num_computed_tokens < seq.num_tokens:
                 continue  # mid-prompt chunk: nothing to sample yet
-            if token is None:
-                raise ValueError(f"sequence {seq.seq_id} finished its prompt this step but no token was sampled")
+            assert token is not None, f"sequence {seq.seq_id} finished its prompt this step but got no token"
             seq.append_token(token)
             if seq.first_token_time is None:
                 seq.first_token_time = now

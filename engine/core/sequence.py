@@ -27,6 +27,8 @@ import enum
 from collections.abc import Iterable
 from typing import Any
 
+from kernels.validate import is_whole
+
 _BLOCK_SIZES = tuple(1 << i for i in range(9))  # 1, 2, 4, ..., 256
 
 
@@ -41,11 +43,11 @@ class SequenceStatus(enum.Enum):
 
 def check_block_size(block_size: object) -> int:
     """Return `block_size` if it is a power of two in 1..256, else raise a ValueError saying so."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size not in _BLOCK_SIZES:
+    if not is_whole(block_size) or block_size not in _BLOCK_SIZES:
         raise ValueError(
             f"block_size={block_size!r} is not supported; use a power of two from 1 to 256 (vLLM's default is 16)"
         )
-    return block_size
+    return int(block_size)
 
 
 class Sequence:
@@ -62,8 +64,9 @@ class Sequence:
         generator: Any = None,
     ) -> None:
         token_ids = list(token_ids)
-        if not token_ids:
-            raise ValueError(f"sequence {seq_id} has an empty prompt; give at least one token id")
+        # The engine's boundary (LLM._encode, EngineConfig) checked the prompt and the block size.
+        assert token_ids, f"sequence {seq_id} has an empty prompt"
+        assert block_size in _BLOCK_SIZES, f"block_size={block_size!r}"
         self.seq_id = seq_id
         self.token_ids: list[int] = token_ids  # prompt followed by generated tokens
         self.num_prompt_tokens = len(token_ids)
@@ -71,7 +74,7 @@ class Sequence:
         self.num_cached_tokens = 0  # of those, tokens reused from the prefix cache at admission
         self.block_table: list[int] = []  # logical block i -> physical block id
         self.status = SequenceStatus.WAITING
-        self.block_size = check_block_size(block_size)
+        self.block_size = block_size
         self.sampling_params = sampling_params
         self.finish_reason: str | None = None  # "stop" | "length" once finished
         self.arrival_time = arrival_time

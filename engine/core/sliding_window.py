@@ -14,7 +14,7 @@ the memory model (engine/memory/footprint.py) size the cache with (vLLM V1's
 
 from __future__ import annotations
 
-from numbers import Integral
+from kernels.validate import check_int
 
 __all__ = ["FREED", "first_needed_block", "kv_blocks_per_seq", "skipped_blocks"]
 
@@ -54,9 +54,8 @@ def kv_blocks_per_seq(
     max_num_batched_tokens; None: the whole context), never more than the context, plus one block because
     that span need not start on a block boundary; the rest is freed as the sequence moves on.
     """
-    if isinstance(context_len, bool) or not isinstance(context_len, Integral) or context_len < 1:
-        raise ValueError(f"context_len={context_len!r} must be a whole number of tokens >= 1")
-    full = -(-int(context_len) // block_size)
+    context_len = check_int("context_len", context_len, kind="a whole number of tokens")
+    full = -(-context_len // block_size)
     if sliding_window is None:
         return full
     step = context_len if max_num_batched_tokens is None else max_num_batched_tokens

@@ -5,7 +5,8 @@
 `activation_bytes`, `kv_blocks_from_budget`, `kv_budget_bytes`, `serving_footprint`) come from
 engine/memory/footprint.py, the one place the course and the engine compute them, on top of vLLM V1's
 start-up profiling (engine/memory/startup.py) and the units and dtype sizes of engine/memory/units.py. The
-roofline (engine/memory/roofline.py) and the timings on this machine (engine/memory/measure.py) import by path.
+roofline (engine/memory/roofline.py) imports by path. Nothing here imports torch; the timings on this
+machine are course material and live in lessons/measure.py.
 """
 
 from engine.memory.catalog import (

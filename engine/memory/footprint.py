@@ -13,7 +13,6 @@ tests. Models and GPUs come from engine/memory/catalog.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Integral
 
 from engine.core.sliding_window import kv_blocks_per_seq
 from engine.memory.catalog import resolve_gpu, resolve_model
@@ -25,6 +24,7 @@ from engine.memory.startup import (
     startup_error_text,
 )
 from engine.memory.units import GiB, dtype_bytes, kv_bytes
+from kernels.validate import is_whole
 
 # CUDA context, cuBLAS workspaces and allocator slack that vLLM reports as non-torch memory: vllm#10517 logs
 # non_torch_memory=0.35GiB on one RTX 3090.
@@ -42,13 +42,13 @@ def non_torch_bytes(tensor_parallel: int = 1) -> int:
 
 def _check_tokens(name: str, value: object, minimum: int = 0, hint: str = "") -> int:
     """A token count: a whole number >= minimum (a bool or a float is not a count); returns it."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+    if not is_whole(value) or value < minimum:
         raise ValueError(f"{name}={value!r} must be a whole number of tokens >= {minimum}{hint}")
     return int(value)
 
 
 def _check_tp(model: ModelSpec, tensor_parallel: int) -> None:
-    if not isinstance(tensor_parallel, int) or tensor_parallel < 1:
+    if not is_whole(tensor_parallel) or tensor_parallel < 1:
         raise ValueError(f"tensor_parallel must be a positive integer, got {tensor_parallel!r}")
     if model.num_heads % tensor_parallel:
         raise ValueError(

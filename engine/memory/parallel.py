@@ -10,11 +10,12 @@ cache from the same `max(1, num_kv_heads // tp)`.
 from __future__ import annotations
 
 from engine.memory.specs import ModelSpec
+from kernels.validate import is_whole
 
 
 def check_tensor_parallel(model: ModelSpec, tensor_parallel: object) -> int:
     """The TP size if vLLM accepts it for this model; ValueError naming the rule and the fix otherwise."""
-    if isinstance(tensor_parallel, bool) or not isinstance(tensor_parallel, int) or tensor_parallel < 1:
+    if not is_whole(tensor_parallel) or tensor_parallel < 1:
         raise ValueError(f"tensor parallel size must be a whole number >= 1, got {tensor_parallel!r}")
     if model.num_heads % tensor_parallel:
         raise ValueError(

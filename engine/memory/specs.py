@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.memory import units
+from kernels.validate import is_whole
 
 _POSITIVE_FIELDS = (
     "num_layers",
@@ -32,7 +33,7 @@ _POSITIVE_FIELDS = (
 
 
 def _is_positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return is_whole(value) and value > 0
 
 
 @dataclass(frozen=True, slots=True)

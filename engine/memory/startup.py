@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from engine.memory.specs import GpuSpec, ModelSpec
 from engine.memory.units import GiB
+from kernels.validate import check_int
 
 # vLLM's default share of the device (CacheConfig.gpu_memory_utilization): 0.92 since v0.21.0, when vLLM PR
 # #38284 turned CUDA-graph memory profiling on and raised the default from 0.9 to make room for the estimate.
@@ -66,8 +67,8 @@ def token_budget(
     (``EngineArgs`` in vllm/engine/arg_utils.py), and the profiled activation peak grows with it.
     """
     for name, value in (("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name}={value!r} must be a positive whole number of tokens")
+        if value is not None:
+            check_int(name, value, kind="a whole number of tokens")
     budget = default_max_num_batched_tokens(gpu) if max_num_batched_tokens is None else max_num_batched_tokens
     return budget if enable_chunked_prefill else max(max_model_len, budget)
 
@@ -75,8 +76,7 @@ def token_budget(
 def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
     """The batch sizes vLLM V1 captures a CUDA graph for by default (ascending)."""
     for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive whole number")
+        check_int(name, value, kind="a whole number")
     top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
     grid = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
     return [s for s in grid if s <= top]

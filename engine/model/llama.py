@@ -9,7 +9,7 @@ matmul: q/k/v are one `qkv_proj` and gate/up one `gate_up_proj`, fused when the 
 
 `CausalLM.forward(input_ids [T], meta, kv_caches)` runs the T new tokens of S sequences packed in one batch
 (no padding). Every layer writes its K/V into its paged cache (`kernels.ops.store_kv`), then attends with one
-`kernels.ops.paged_varlen_attention` call over the whole step (engine/worker/forward_meta.py). Both calls take
+`kernels.ops.paged_varlen_attention` call over the whole step (engine/model/forward_meta.py). Both calls take
 the step's attention plan, which kernels.ops built and validated once for the step: the model knows no
 backend. A layer's cache travels with its fp8 scales (`LayerKV`); store_kv sets them at the layer's first
 write. It returns fp32 logits of each sequence's last new token and runs under inference mode, so the
@@ -26,9 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.model.config import ModelConfig
+from engine.model.forward_meta import ForwardMeta, LayerKV
 from engine.model.rope import apply_rope, rope_inv_freq, rope_tables
-from engine.worker.forward_meta import ForwardMeta
-from engine.worker.kv_cache import LayerKV
 from kernels import ops
 from kernels.plan import AttentionPlan
 

@@ -15,24 +15,34 @@ kernel dequantizes. The cache is checked against the device's available memory b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 
-from engine.core.sequence import check_block_size
 from engine.memory.units import kv_bytes
+from engine.model.forward_meta import LayerKV
 from engine.worker.device import available_memory
 from kernels.fp8 import FP8_DTYPE
+from kernels.validate import is_whole
 
 
-class LayerKV(NamedTuple):
-    """One layer's cache: K and V [num_blocks, block_size, Hkv, D] and, for an fp8 cache, their float32 [1]
-    scales (0 until the layer's first write sets them); None for a full-precision cache."""
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """The KV pool one engine runs with, fixed once its model is loaded (`EngineConfig.size_cache`).
 
-    k: torch.Tensor
-    v: torch.Tensor
-    k_scale: torch.Tensor | None = None
-    v_scale: torch.Tensor | None = None
+    dtype: the cache's element type (the model's, or float8 e4m3); num_blocks: blocks of block_size tokens;
+    kv_bytes_per_token: K+V bytes of one token over all layers; max_model_len: the longest sequence the engine
+    accepts, which always fits in the pool; pool_tokens: num_blocks * block_size when the pool, not the model,
+    set max_model_len (so a too-long prompt can say so), else None."""
+
+    block_size: int
+    num_blocks: int
+    dtype: torch.dtype
+    kv_bytes_per_token: int
+    max_model_len: int
+    pool_tokens: int | None
+    sliding_window: int | None
+    enable_prefix_caching: bool
 
 
 def _gib(n: int) -> str:
@@ -68,29 +78,6 @@ def kv_memory_message(
     )
 
 
-def _check_positive(**values: object) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be an integer >= 1")
-
-
-def slots_of(block_table: Sequence[int], start: int, stop: int, block_size: int) -> list[int]:
-    """Cache slots of a sequence's positions start..stop-1: block_table[p // bs] * bs + p % bs each.
-
-    Built a block at a time (one `range` per block the positions touch, not one Python expression per token):
-    a 2,048-token prompt chunk is 128 ranges at 16-token blocks."""
-    if start >= stop:
-        return []
-    if stop - start == 1:  # a decode step's one token
-        return [block_table[start // block_size] * block_size + start % block_size]
-    slots: list[int] = []
-    for b in range(start // block_size, (stop - 1) // block_size + 1):
-        base = block_table[b] * block_size
-        lo, hi = max(start, b * block_size), min(stop, (b + 1) * block_size)
-        slots.extend(range(base + lo - b * block_size, base + hi - b * block_size))
-    return slots
-
-
 class PagedKVCache:
     """K and V for every layer, cut into blocks: `kv[layer, 0 | 1, block, offset, kv_head, dim]`."""
 
@@ -104,10 +91,12 @@ class PagedKVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
-        _check_positive(num_layers=num_layers, num_blocks=num_blocks, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        # Sized from a CacheConfig (EngineConfig.size_cache) and a loaded ModelConfig, both checked already.
+        sizes = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
+        assert all(is_whole(n) and n >= 1 for n in sizes), sizes
         self.num_layers = num_layers
         self.num_blocks = num_blocks
-        self.block_size = check_block_size(block_size)
+        self.block_size = block_size
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         # One allocation for the whole cache; zeros so an unwritten slot never holds garbage. Checked first:
@@ -179,13 +168,10 @@ class PagedKVCache:
         """Copy-on-write: copy block src's K/V rows into block dst, in every layer."""
         if not copies:
             return
-        for src, dst in copies:
-            for name, block_id in (("src", src), ("dst", dst)):
-                if not 0 <= block_id < self.num_blocks:
-                    raise ValueError(f"copy {src} -> {dst}: {name} block must be in 0..{self.num_blocks - 1}")
+        # The pairs come from BlockManager.allocate_slots: blocks of this pool, each destination a fresh block.
+        assert all(0 <= b < self.num_blocks for pair in copies for b in pair), copies
         dsts = [dst for _, dst in copies]
-        if len(set(dsts)) != len(dsts):
-            raise ValueError(f"copy destinations {dsts} repeat a block; each copy needs its own destination")
+        assert len(set(dsts)) == len(dsts), copies
         device = self.kv.device
         src_idx = torch.tensor([src for src, _ in copies], dtype=torch.long, device=device)
         dst_idx = torch.tensor(dsts, dtype=torch.long, device=device)

@@ -2,10 +2,10 @@
 
 The scheduler (engine/core/scheduler.py) decides which sequences run and how many tokens each computes.
 `ModelRunner.run` turns that `SchedulerOutput` into the packed input ids and one `ForwardMeta`
-(engine/worker/forward_meta.py, whose attention plan kernels.ops validates here, once per step), applies the
+(engine/model/forward_meta.py, whose attention plan kernels.ops validates here, once per step), applies the
 step's copy-on-write block copies to the paged KV cache, runs the model once over the whole batch
 (engine/model/llama.py) and samples a next token for every sequence whose step reached the end of its tokens
-(engine/sampling.py). It keeps no per-request state: each sequence carries its own sampling parameters and
+(engine/worker/sampler.py). It keeps no per-request state: each sequence carries its own sampling parameters and
 RNG. The kernel backend is resolved once, by the engine's config, and named in every step's plan. Follows
 nano-vllm's `model_runner.py`. The runner owns the paged KV cache (engine/worker/kv_cache.py), sized by
 engine/config.py.
@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from engine.config import CacheConfig
 from engine.core.scheduler import ScheduledSequence, SchedulerOutput
+from engine.model.forward_meta import ForwardMeta
 from engine.model.llama import CausalLM
-from engine.sampling import sample
-from engine.worker.forward_meta import ForwardMeta
-from engine.worker.kv_cache import PagedKVCache
+from engine.worker.kv_cache import CacheConfig, PagedKVCache
+from engine.worker.sampler import sample
 
 
 class ModelRunner:
@@ -90,9 +89,10 @@ class ModelRunner:
 
     def run(self, out: SchedulerOutput) -> list[int | None]:
         """Run one scheduled step; returns each scheduled sequence's sampled token (None after a partial chunk)."""
-        self.kv_cache.copy_blocks(out.copies)
+        if out.copies:  # copy-on-write pairs: a step that writes into a block another sequence shares
+            self.kv_cache.copy_blocks(out.copies)
         input_ids, meta = self.prepare(out.scheduled)
-        return self.sample(out.scheduled, self.forward(input_ids, meta))
+        return self.sample(out.scheduled, self.model(input_ids, meta, self.kv_cache.layers))
 
     def sample(self, scheduled: list[ScheduledSequence], logits: torch.Tensor) -> list[int | None]:
         """Tokens from logits [S, vocab] for the sequences whose step reached their last token, None elsewhere."""

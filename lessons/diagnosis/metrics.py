@@ -55,9 +55,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from numbers import Integral
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from kernels.validate import is_whole
 
 __all__ = [
     "BINDS_KV_POOL",
@@ -401,11 +402,7 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
     notes: list[str] = []
     limit_arg: int | None = None
     if max_num_seqs is not None:
-        if (
-            isinstance(max_num_seqs, bool)
-            or not isinstance(max_num_seqs, Integral)
-            or not 1 <= max_num_seqs <= MAX_COUNT
-        ):
+        if not is_whole(max_num_seqs) or not 1 <= max_num_seqs <= MAX_COUNT:
             notes.append(f"max_num_seqs={_short(repr(max_num_seqs))} is not a positive whole number; it is ignored.")
         else:
             limit_arg = int(max_num_seqs)

@@ -18,6 +18,7 @@ from engine.memory.catalog import MODELS
 from engine.memory.footprint import embedding_params, kv_bytes_per_token
 from engine.memory.startup import cudagraph_capture_sizes
 from engine.memory.units import GiB
+from kernels.validate import is_whole
 from lessons.diagnosis.readlog import MAX_BYTES_PER_TOKEN, MAX_TOKENS, MIN_BYTES_PER_TOKEN, VllmLog, read_vllm_log
 from lessons.diagnosis.scenarios import CHAT_REPOS, MemoryPart
 
@@ -190,7 +191,7 @@ def kv_pool(log: VllmLog, model: str | None = None) -> KvPool | None:
 
 def room_for(tokens: int, request_len: int) -> int:
     """Requests of request_len tokens that fit in a pool of `tokens` at once (whole blocks each)."""
-    if isinstance(request_len, bool) or not isinstance(request_len, int) or request_len < 1:
+    if not is_whole(request_len) or request_len < 1:
         raise ValueError(f"request length {request_len!r} must be a whole number of tokens >= 1")
     return (max(tokens, 0) // BLOCK) // -(-request_len // BLOCK)
 

@@ -1,7 +1,7 @@
 """Running an incident: apply the fixes, redo vLLM's start-up memory arithmetic, replay the traffic, list what fails.
 
 `run_outcome` applies a fix set to the incident's deployment, computes its memory (`engine.memory`), replays
-the incident's trace through the simulator over the real block allocator (`engine.sim.simulate`) and lists
+the incident's trace through the simulator over the real block allocator (`lessons.sim.simulate`) and lists
 every requirement still unmet; `symptoms` is what the on-call engineer sees of the deployment as it is.
 """
 
@@ -14,10 +14,6 @@ from engine.memory.footprint import ServingFootprint, serving_footprint
 from engine.memory.roofline import StepTimeModel
 from engine.memory.startup import cuda_graph_bytes, default_max_num_batched_tokens
 from engine.memory.units import GiB
-from engine.sim.loop import SimConfig
-from engine.sim.metrics import SimSummary
-from engine.sim.simulate import simulate
-from engine.sim.traces import generate_trace
 from lessons.diagnosis.logs import incident_logs
 from lessons.diagnosis.scenarios import (
     MemoryPart,
@@ -28,6 +24,10 @@ from lessons.diagnosis.scenarios import (
     Traffic,
     apply_fixes,
 )
+from lessons.sim.loop import SimConfig
+from lessons.sim.metrics import SimSummary
+from lessons.sim.simulate import simulate
+from lessons.sim.traces import generate_trace
 
 
 def footprint_for(scenario: Scenario, cfg: ServeConfig) -> ServingFootprint:

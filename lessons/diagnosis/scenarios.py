@@ -19,7 +19,8 @@ from engine.memory.catalog import MODELS
 from engine.memory.footprint import ServingFootprint
 from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.memory.units import GiB
-from engine.sim.metrics import SimResult, SimSummary
+from kernels.validate import is_whole
+from lessons.sim.metrics import SimResult, SimSummary
 
 # The knobs a learner may turn, with the values the page offers (ints in between are accepted too).
 # block_size: vLLM's CacheConfig.block_size takes any positive integer, but each attention backend limits the kernel's
@@ -209,9 +210,9 @@ def apply_fixes(config: ServeConfig, fixes: dict[str, Any]) -> ServeConfig:
             raise ValueError(f"unknown fix {key!r}; fixes are parameter changes among {list(FIX_PARAMS)}")
         options = FIX_PARAMS[key]
         if key in _WHOLE:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            ok = is_whole(value) and value >= 1
         elif key == "kv_cache_memory_bytes":
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            ok = is_whole(value) and value >= 0
         elif key == "gpu_memory_utilization":
             ok = isinstance(value, (int, float)) and 0 < value <= 1
         else:

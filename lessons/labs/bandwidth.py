@@ -21,11 +21,12 @@ from typing import Any
 
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
-from engine.memory.measure import Measurement, TooNoisy, measure_demo_decode, measure_machine
 from engine.memory.roofline import Roofline, roofline
 from engine.memory.specs import GpuSpec
 from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.memory.units import GiB
+from kernels.validate import is_whole
+from lessons.measure import Measurement, TooNoisy, measure_demo_decode, measure_machine
 
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int4")
 MAX_BATCH = 256  # the batch slider's range
@@ -262,9 +263,9 @@ def lesson(model: str, gpu: str, batch_size: int, context_len: int, weight_dtype
     if weight_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"weight dtype {weight_dtype!r} is not offered; use one of {', '.join(WEIGHT_DTYPES)}")
     limit = spec.max_context
-    if not isinstance(context_len, int) or not 1 <= context_len <= limit:
+    if not is_whole(context_len) or not 1 <= context_len <= limit:
         raise ValueError(f"context length {context_len} is outside 1 … {limit:,}, the maximum context of {model}")
-    if not isinstance(batch_size, int) or not 1 <= batch_size <= 4096:
+    if not is_whole(batch_size) or not 1 <= batch_size <= 4096:
         raise ValueError(f"batch size {batch_size} must be a whole number between 1 and 4096")
     return BandwidthLesson(
         decode=roofline(model, gpu, "decode", batch_size, context_len, weight_dtype),
@@ -425,7 +426,7 @@ class MachineBandwidth:
 
 
 def measure_here() -> MachineBandwidth:
-    """Time this machine's GEMV and GEMM (about a second; engine.memory.measure.measure_machine)."""
+    """Time this machine's GEMV and GEMM (about a second; lessons.measure.measure_machine)."""
     gemv, gemm = measure_machine()
     return MachineBandwidth(gemv, gemm)
 

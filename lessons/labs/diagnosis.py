@@ -15,6 +15,7 @@ from typing import Any
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.startup import default_max_num_batched_tokens
 from engine.memory.units import GiB
+from kernels.validate import is_whole
 from lessons.diagnosis.grading import grade
 from lessons.diagnosis.incidents import get_scenario
 from lessons.diagnosis.scenarios import FIX_PARAMS, Grade, Outcome, Scenario, ServeConfig, Symptoms
@@ -38,7 +39,7 @@ FIX_LABELS: dict[str, str] = {
 
 def scenario_for(scenario_id: str, variant: int) -> Scenario:
     """The incident (variant 0) or one of its seeded variants; ValueError for an unknown id or variant."""
-    if isinstance(variant, bool) or not isinstance(variant, int) or not 0 <= variant <= MAX_VARIANT:
+    if not is_whole(variant) or not 0 <= variant <= MAX_VARIANT:
         raise ValueError(f"variant {variant!r} must be a whole number from 0 (the original) to {MAX_VARIANT}")
     return get_scenario(scenario_id, None if variant == 0 else variant)
 

@@ -8,7 +8,7 @@ KV memory holding token states in its re-implementations: Orca (Max) 20.4%, Orca
 such a reservation holds into *stored* tokens, *reserved* slots for tokens not generated yet, *internal*
 fragmentation (slots the request will never reach) and *external* fragmentation (gaps between reservations
 too small for the next one); its Fig. 3 example reserves 2,048 slots for a request that uses 10, leaving
-"2,038 slots" unused. This module runs `engine.sim.simulate.simulate_model` (the engine's block manager and the
+"2,038 slots" unused. This module runs `lessons.sim.simulate.simulate_model` (the engine's block manager and the
 roofline step time) with the learner's model, GPU, max length and traffic once per policy, on the same trace
 and the same KV bytes, and turns the results into the page's series, callouts and comparison table: one
 `FragmentationReport` with its typical request (`ExampleRequest`), its busiest step (`PeakStep`), the trace
@@ -24,10 +24,11 @@ from typing import Any
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
 from engine.memory.units import GiB, KiB, MiB
-from engine.sim.metrics import SimSummary
-from engine.sim.simulate import simulate_model
-from engine.sim.traces import DATASETS, generate_trace, trace_stats
+from kernels.validate import is_whole
 from lessons.labs.choices import MODEL_KEYS
+from lessons.sim.metrics import SimSummary
+from lessons.sim.simulate import simulate_model
+from lessons.sim.traces import DATASETS, generate_trace, trace_stats
 
 MAX_MODEL_LENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 MODEL_CHOICES: tuple[str, ...] = tuple(k for k in MODEL_KEYS if k != "demo")  # served models (the demo is a toy)
@@ -43,7 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "rate": 8.0,
     "requests": 200,
 }  # the page's (lessons/links.py)
-# Static reservation policies of engine.sim.policies, by the vLLM paper's names (Fig. 2), and what each reserves.
+# Static reservation policies of lessons.sim.policies, by the vLLM paper's names (Fig. 2), and what each reserves.
 STATIC_POLICIES: dict[str, tuple[str, str]] = {
     "Max": ("max_model_len", "max_model_len"),
     "Pow2": ("pow2", "next power of two of the final length"),
@@ -130,7 +131,7 @@ class PeakStep:
 
 @dataclass(frozen=True)
 class TraceSummary:
-    """The replayed trace in numbers (engine.sim.traces.trace_stats)."""
+    """The replayed trace in numbers (lessons.sim.traces.trace_stats)."""
 
     num_requests: int
     prompt_mean: float  # tokens, rounded to 0.01
@@ -309,12 +310,12 @@ def check_settings(model: str, gpu: str, max_model_len: int, dataset: str, num_r
         raise ValueError(f"unknown GPU {gpu!r}; pick one of {', '.join(GPUS)}")
     if dataset not in DATASETS:
         raise ValueError(f"unknown traffic {dataset!r}; pick one of {', '.join(DATASETS)}")
-    if not isinstance(max_model_len, int) or max_model_len < MIN_MAX_LEN[dataset]:
+    if not is_whole(max_model_len) or max_model_len < MIN_MAX_LEN[dataset]:
         raise ValueError(
             f"max_model_len={max_model_len} is too short for {dataset} traffic; use at least "
             f"{MIN_MAX_LEN[dataset]} tokens so its requests fit"
         )
-    if not isinstance(num_requests, int) or not 1 <= num_requests <= MAX_REQUESTS:
+    if not is_whole(num_requests) or not 1 <= num_requests <= MAX_REQUESTS:
         raise ValueError(f"number of requests {num_requests} must be a whole number in 1 … {MAX_REQUESTS}")
     if not (isinstance(rate, (int, float)) and 0 < rate <= MAX_RATE and math.isfinite(rate)):
         raise ValueError(f"request rate {rate} must be a number in (0, {MAX_RATE:g}] requests per second")

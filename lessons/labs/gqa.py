@@ -21,9 +21,10 @@ import torch.nn.functional as F
 
 from engine.attention.fmha import memory_efficient_attention
 from engine.memory.catalog import MODELS
-from engine.memory.measure import default_device, time_interleaved
 from engine.memory.specs import ModelSpec
 from engine.memory.units import GiB, KiB, MiB, dtype_bytes
+from kernels.validate import is_whole
+from lessons.measure import default_device, time_interleaved
 
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp32")
 DEFAULT_MODEL = "llama-3-8b"  # the page's defaults (lessons/links.py reads them from here)
@@ -44,7 +45,7 @@ LAYOUT_TENSORS: tuple[str, ...] = (
 
 def group_options(num_heads: int) -> list[int]:
     """Valid KV-group counts for `num_heads` query heads: its divisors, ascending (1 = MQA, num_heads = MHA)."""
-    if not isinstance(num_heads, int) or num_heads < 1:
+    if not is_whole(num_heads) or num_heads < 1:
         raise ValueError(f"num_heads={num_heads!r} must be a positive integer")
     return [g for g in range(1, num_heads + 1) if num_heads % g == 0]
 
@@ -191,7 +192,7 @@ def footprint(model: str, groups: int, kv_dtype: str = "bf16", context_len: int 
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"KV dtype {kv_dtype!r} is not offered; use one of {', '.join(KV_DTYPES)}")
     for name, value in (("context length", context_len), ("users", users)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_whole(value) or value < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
     spec = _spec(model, groups)
     b = dtype_bytes(kv_dtype)

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.attn_bias import BlockDiagonalMask
-from engine.memory.measure import default_device, time_interleaved
 from kernels.ops import varlen_attention
+from lessons.measure import default_device, time_interleaved
 
 MAX_REQUESTS = 32
 MAX_LENGTH = 1024

@@ -5,7 +5,7 @@ table maps logical block i to a physical block anywhere in the pool, so only the
 can be partly empty. Smaller blocks waste less but make longer tables and read the cache in smaller
 contiguous pieces (§7.2). The sweep carries both sides: `kernel_costs` (lessons/labs/paged_kernel.py) times
 the project's own paged attention in decode per block size on this machine and fits a per-token plus
-per-block cost to it, and `sweep` replays one trace through `engine.sim.simulate` (the engine's block
+per-block cost to it, and `sweep` replays one trace through `lessons.sim.simulate` (the engine's block
 manager) per block size with each step's KV reads charged at that cost (`BlockSizeSweep`, one `BlockSizeRow`
 per block size; `KernelFit` holds the timings and the fit). Everything else drawn here comes from
 `engine.core.block_manager.BlockManager` / `engine.core.block_allocator.BlockAllocator`, the allocator the
@@ -22,9 +22,6 @@ from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence, check_block_size
 from engine.core.sliding_window import kv_blocks_per_seq
 from engine.memory.catalog import MODELS
-from engine.memory.measure import default_device
-from engine.sim.simulate import simulate_model
-from engine.sim.traces import generate_trace
 from lessons.labs.paged_kernel import (
     BLOCK_SIZES,
     KERNEL_CONTEXT,
@@ -35,6 +32,9 @@ from lessons.labs.paged_kernel import (
     vllm_accepts,
 )
 from lessons.labs.pool import PoolBlock, pool_blocks
+from lessons.measure import default_device
+from lessons.sim.simulate import simulate_model
+from lessons.sim.traces import generate_trace
 
 MAX_CONTEXTS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 DEFAULT_BLOCK_SIZE, DEFAULT_MAX_CONTEXT = 16, 2048  # the page's defaults (lessons/links.py reads them)

@@ -17,8 +17,8 @@ import torch
 
 from engine.core.sequence import check_block_size
 from engine.memory.catalog import MODELS
-from engine.memory.measure import default_device, time_interleaved
 from kernels import ops
+from lessons.measure import default_device, time_interleaved
 
 BLOCK_SIZES: tuple[int, ...] = tuple(1 << i for i in range(9))  # 1, 2, 4, ..., 256 (engine.core.sequence's range)
 # vLLM v0.29's CacheConfig takes any positive block size (vllm/config/cache.py: `block_size: int`, gt=0); each

@@ -52,11 +52,12 @@ from typing import Any
 from engine import LLM, RequestOutput, SamplingParams
 from engine.config import EngineConfig
 from engine.llm import PromptTooLongError
-from engine.memory.measure import default_device
 from engine.model import access
 from engine.model.loader import DEMO_DIR, ModelTooLargeError, format_bytes, load_model
 from engine.outputs import StepTrace
+from kernels.validate import is_whole
 from lessons.labs.pool import PoolBlock, pool_blocks
+from lessons.measure import default_device
 
 MAX_PROMPTS = 8
 MAX_PROMPT_CHARS = 400
@@ -270,7 +271,7 @@ def new_engine(loaded: tuple[Any, Any, Any], model: str, settings: EngineSetting
 
 
 def _check_blocks(settings: EngineSettings) -> None:
-    if isinstance(settings.num_blocks, bool) or not 1 <= settings.num_blocks <= MAX_BLOCKS:
+    if not is_whole(settings.num_blocks) or not 1 <= settings.num_blocks <= MAX_BLOCKS:
         raise ValueError(f"num blocks {settings.num_blocks} must be a whole number in 1 … {MAX_BLOCKS}")
 
 

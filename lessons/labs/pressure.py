@@ -10,7 +10,7 @@ release's vllm/v1/metrics/loggers.py). Arrivals are counted in steps, not second
 preempted and recomputed is the same on every machine; TTFT and TPOT are given both in steps (the same
 everywhere) and in milliseconds (this CPU's timing of the same run).
 
-The GPU-scale part replays a ShareGPT-like trace through `engine.sim` (the engine's own BlockManager and
+The GPU-scale part replays a ShareGPT-like trace through `lessons.sim` (the engine's own BlockManager and
 admission rule, a roofline step time): simulated, and labelled so on the page. It has no chunked prefill,
 so the token budget is only explored live.
 
@@ -37,9 +37,9 @@ from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
 from engine.model.loader import load_model
 from engine.outputs import StepTrace
-from engine.sim.simulate import simulate_model
-from engine.sim.traces import generate_trace
 from lessons.diagnosis.metrics import BINDS_KV_POOL, BINDS_MAX_NUM_SEQS, BINDS_NEITHER, BINDS_UNKNOWN
+from lessons.sim.simulate import simulate_model
+from lessons.sim.traces import generate_trace
 
 BLOCK_SIZE = 16  # tokens per KV block, vLLM's default
 OUTPUT_TOKENS = 24  # tokens every request generates (no stop token: the same work on every run)

@@ -4,7 +4,7 @@ import json
 import sys
 
 from bench import fragmentation
-from engine.sim.traces import DATASETS, generate_trace, trace_stats
+from lessons.sim.traces import DATASETS, generate_trace, trace_stats
 
 
 def test_main_reports_every_policy_and_the_trace(monkeypatch, capsys):

@@ -13,7 +13,7 @@ import torch
 
 from engine.llm import LLM
 from engine.model.loader import load_model
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from engine.worker.kv_cache import PagedKVCache
 from lessons.labs import kv_precision as lab
 from tests.conftest import requires_triton

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,7 +19,8 @@ from engine.config import CPU_KV_BUDGET_BYTES
 from engine.llm import PromptTooLongError
 from engine.memory import MODELS, kv_blocks_from_budget, kv_bytes_per_token
 from engine.model.loader import DEMO_DIR
-from engine.sampling import SamplingParams, filter_logits, make_generator, sample
+from engine.sampling_params import SamplingParams
+from engine.worker.sampler import filter_logits, make_generator, sample
 from tests.conftest import DEVICE, requires_cuda, requires_triton
 from tests.tiny_model import make_tiny_model
 
@@ -249,6 +251,7 @@ def test_bad_prompts_and_params(tiny):
         ([[1, 10**6]], "outside the vocabulary"),
         ([1, 2, 3], "wrap it in a list"),
         ([3.5], "must be a str or a list of int"),
+        ([[True, 2]], "must be a str or a list of int"),  # a bool is never a token id
     ]
     for prompts, match in cases:
         with pytest.raises(ValueError, match=match):
@@ -259,6 +262,8 @@ def test_bad_prompts_and_params(tiny):
         llm.add_request([1], {"max_tokens": 3})
     assert not llm.has_unfinished_requests()  # nothing half-queued by a rejected call
     assert llm.generate("the", greedy(2))[0].prompt == "the"  # a bare string is one prompt
+    numpy_ids = list(np.array([1, 2], dtype=np.int64))  # numpy integers are token ids too (kernels.validate.is_whole)
+    assert llm.generate([numpy_ids], greedy(2))[0].prompt_token_ids == [1, 2]
 
 
 def test_text_prompt_without_tokenizer(tiny, tmp_path):

@@ -16,7 +16,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from engine.llm import LLM  # noqa: E402
-from engine.sampling import SamplingParams  # noqa: E402
+from engine.sampling_params import SamplingParams  # noqa: E402
 
 MAX_TOKENS = 10
 VOCAB = 256

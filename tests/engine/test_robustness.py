@@ -22,8 +22,9 @@ from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, Stop
 
 import engine.worker.kv_cache as kv_cache_module
 from engine import LLM, SamplingParams
+from engine.core.block_manager import slots_of
 from engine.worker.device import available_memory
-from engine.worker.kv_cache import PagedKVCache, slots_of
+from engine.worker.kv_cache import PagedKVCache
 from tests.tiny_model import make_tiny_model
 
 TEXT = "the cache holds keys and values; the scheduler fills blocks with the tokens of every request. " * 4

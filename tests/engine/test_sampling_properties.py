@@ -19,7 +19,8 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from engine.sampling import MAX_SEED, SamplingParams, inverse_temperature, make_generator, sample, tempered
+from engine.sampling_params import MAX_SEED, SamplingParams
+from engine.worker.sampler import inverse_temperature, make_generator, sample, tempered
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from engine.core.sliding_window import FREED, kv_blocks_per_seq  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from engine.sampling import SamplingParams  # noqa: E402
+from engine.sampling_params import SamplingParams  # noqa: E402
 
 VOCAB = 256
 MAX_TOKENS = 40

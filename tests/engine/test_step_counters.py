@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine import LLM
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from tests.conftest import DEVICE
 from tests.tiny_model import make_tiny_model
 

@@ -14,8 +14,7 @@ import random
 import pytest
 import torch
 
-from engine.worker.forward_meta import ForwardMeta
-from engine.worker.kv_cache import LayerKV
+from engine.model.forward_meta import ForwardMeta, LayerKV
 from kernels.ops import HostStep, plan_attention
 from tests.kernels.test_plan import FP8_CACHE, PLAN_ERRORS, plan_args
 

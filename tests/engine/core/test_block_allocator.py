@@ -402,7 +402,7 @@ def test_block_manager_errors():
     compute(s)
     with pytest.raises(ValueError, match=r"must be in 1\.\.0"):
         bm.append_slots(s)  # no new token appended yet
-    with pytest.raises(ValueError, match="block_size=4"):
+    with pytest.raises(AssertionError, match=r"\(8, 4\)"):  # an invariant: one config sizes both
         bm.allocate_sequence(Sequence(1, toks(3), block_size=8))
     with pytest.raises(ValueError, match="parent sequence 7 holds no blocks"):
         bm.fork(Sequence(7, toks(2), block_size=4), Sequence(8, toks(2), block_size=4))

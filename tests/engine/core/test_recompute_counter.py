@@ -7,7 +7,7 @@ from __future__ import annotations
 from engine.core.block_manager import BlockManager
 from engine.core.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from engine.core.sequence import Sequence
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 
 
 def make(num_blocks: int, block_size: int = 4, budget: int = 64, prefix: bool = False) -> Scheduler:

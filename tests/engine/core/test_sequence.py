@@ -34,7 +34,8 @@ def test_sequence_state():
     assert s.is_finished and "FINISHED" in repr(s)
     with pytest.raises(ValueError, match="out of range"):
         s.block_token_ids(2)
-    with pytest.raises(ValueError, match="empty prompt"):
+    # Invariants behind the engine's boundary (LLM._encode and EngineConfig refuse these with a ValueError).
+    with pytest.raises(AssertionError, match="empty prompt"):
         Sequence(0, [])
-    with pytest.raises(ValueError, match="power of two"):
+    with pytest.raises(AssertionError, match="block_size=5"):
         Sequence(0, [1], block_size=5)

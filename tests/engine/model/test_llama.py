@@ -13,12 +13,11 @@ import pytest
 import torch
 
 from engine.model.config import ModelConfig
+from engine.model.forward_meta import ForwardMeta, LayerKV
 from engine.model.llama import CausalLM, RMSNorm
 from engine.model.loader import checkpoint_layout, hf_state_dict, load_model
 from engine.model.rope import apply_rope, rope_inv_freq, rope_tables
 from engine.outputs import is_decode
-from engine.worker.forward_meta import ForwardMeta
-from engine.worker.kv_cache import LayerKV
 from scripts.train_demo import train_logits
 from tests.conftest import requires_triton
 from tests.engine.model.reference_llama import reference_logits, rms_norm, rotate_half

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from engine.memory import measure
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
+from lessons import measure
 from lessons.labs import bandwidth as lab
 
 GiB = 2**30

@@ -6,9 +6,9 @@ import math
 import pytest
 
 from engine.memory.footprint import serving_footprint
-from engine.sim.simulate import simulate_model
-from engine.sim.traces import generate_trace
 from lessons.labs import fragmentation as lab
+from lessons.sim.simulate import simulate_model
+from lessons.sim.traces import generate_trace
 
 SETTINGS = dict(model="llama-2-13b", gpu="a100-40gb", dataset="sharegpt", num_requests=60, rate=8.0)
 

@@ -6,11 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.memory.catalog import MODELS
-from engine.sim.traces import generate_trace
 from lessons.labs import paged as lab
 from lessons.labs import paged_kernel
 from lessons.labs.paged_kernel import BLOCK_SIZES
 from lessons.labs.pool import BlockState
+from lessons.sim.traces import generate_trace
 
 
 @pytest.fixture(scope="module")

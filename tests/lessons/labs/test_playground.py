@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from engine.llm import LLM
 from engine.model.llama import CausalLM
-from engine.sampling import SamplingParams
+from engine.sampling_params import SamplingParams
 from lessons.labs import playground as lab
 from lessons.labs.pool import BlockState
 from tests import tiny_model

@@ -12,6 +12,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 
+from kernels.validate import check_int
+
 __all__ = ["FirstFitArena"]
 
 
@@ -21,9 +23,7 @@ class FirstFitArena:
     __slots__ = ("capacity", "reserved", "version", "_regions", "_external")
 
     def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity={capacity!r} must be an integer >= 1 (token slots in the arena)")
-        self.capacity = capacity
+        self.capacity = check_int("capacity", capacity, hint="token slots in the arena")
         self.reserved = 0  # slots inside reservations
         self.version = 0  # bumped on every change, so cached answers know when they went stale
         self._regions: list[tuple[int, int]] = []  # (start, size), sorted by start

@@ -4,16 +4,16 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import engine.sim.policies as policies_mod
+import lessons.sim.policies as policies_mod
 from engine.core.block_manager import BlockManager
 from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import Sequence
-from engine.sampling import SamplingParams
-from engine.sim.arena import FirstFitArena
-from engine.sim.loop import SimConfig
-from engine.sim.policies import MaxReservation, OracleReservation, PagedBlocks, Pow2Reservation
-from engine.sim.simulate import make_policy, simulate
-from engine.sim.traces import replay_trace
+from engine.sampling_params import SamplingParams
+from lessons.sim.arena import FirstFitArena
+from lessons.sim.loop import SimConfig
+from lessons.sim.policies import MaxReservation, OracleReservation, PagedBlocks, Pow2Reservation
+from lessons.sim.simulate import make_policy, simulate
+from lessons.sim.traces import replay_trace
 
 MAX_LEN = 64  # the simulator's max_model_len in the scheduler comparison (prompt <= 20, output <= 30)
 

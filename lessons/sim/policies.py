@@ -9,7 +9,7 @@ it knows the output length in advance). The *paged* server is the engine's own
 more from its allocator when a token crosses into a new block. Admission keeps the scheduler's watermark of
 free blocks (`engine.core.admission`, the rule `engine.core.scheduler.Scheduler` applies).
 
-A policy answers what the simulation loop (`engine.sim.loop`) asks of it, request by request:
+A policy answers what the simulation loop (`lessons.sim.loop`) asks of it, request by request:
     admit(req, num_running) -> verdict              take memory for the request's `ctx` tokens now
     refusal(req, num_running) -> str                why admit() just said NO_ROOM or NEVER (for the event)
     first_growth(req) -> int                        the first step after its admission that needs grow()
@@ -28,9 +28,9 @@ from engine.core.admission import admission_headroom, watermark_blocks
 from engine.core.block_allocator import OutOfBlocksError
 from engine.core.block_manager import BlockManager
 from engine.core.sequence import Sequence
-from engine.sim.arena import FirstFitArena
-from engine.sim.metrics import RequestOutcome
-from engine.sim.traces import Request
+from lessons.sim.arena import FirstFitArena
+from lessons.sim.metrics import RequestOutcome
+from lessons.sim.traces import Request
 
 __all__ = [
     "ADMITTED",

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.core.admission import may_admit, preempt_newest
-from engine.sim.metrics import RequestOutcome, SimEvent, SimResult, summarize
-from engine.sim.policies import ADMITTED, NEVER, NO_ROOM, RESERVATIONS, MemoryPolicy, SimRequest
-from engine.sim.traces import Request
+from lessons.sim.metrics import RequestOutcome, SimEvent, SimResult, summarize
+from lessons.sim.policies import ADMITTED, NEVER, NO_ROOM, RESERVATIONS, MemoryPolicy, SimRequest
+from lessons.sim.traces import Request
 
 __all__ = ["POLICIES", "ServingLoop", "SimConfig"]
 

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 import engine.core.block_manager as block_manager_mod
 from engine.core.admission import watermark_blocks
 from engine.core.block_allocator import BlockAllocator
-from engine.sim.loop import SimConfig
-from engine.sim.metrics import COLUMNS, summarize
-from engine.sim.simulate import simulate, simulate_model
-from engine.sim.traces import DATASETS, generate_trace, replay_trace, trace_stats
+from lessons.sim.loop import SimConfig
+from lessons.sim.metrics import COLUMNS, summarize
+from lessons.sim.simulate import simulate, simulate_model
+from lessons.sim.traces import DATASETS, generate_trace, replay_trace, trace_stats
 
 MEMORY_PARTS = ("stored", "reserved", "internal", "external", "free")
 

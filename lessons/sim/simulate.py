@@ -6,8 +6,8 @@ of two of its final length (Orca) or exactly its final length (the oracle) — f
 server takes fixed-size blocks from `engine.core.block_manager.BlockManager`, the block manager the engine
 itself schedules with, only when a sequence crosses into a new block, and admits and preempts by the
 scheduler's own rule (`engine.core.admission`). With `admission="unchecked"` a server admits blindly up to
-`max_num_seqs`, so an allocation that does not fit is an OOM. The policies live in `engine.sim.policies`,
-the one loop that drives them and the `SimConfig` it runs under in `engine.sim.loop`; the step time comes
+`max_num_seqs`, so an allocation that does not fit is an OOM. The policies live in `lessons.sim.policies`,
+the one loop that drives them and the `SimConfig` it runs under in `lessons.sim.loop`; the step time comes
 from the roofline.
 
 Memory terms per step (vLLM's): *stored* slots hold a live token; *reserved* slots are held for tokens the
@@ -15,10 +15,10 @@ request will still generate; *internal* slots will never be used (past the reque
 tail of its last block); *external* slots are free gaps the head of the queue cannot use; *free* is the rest.
 The five always add up to the capacity. A page's 200-request trace runs in 20-30 ms per policy on one CPU core.
 
-Public API (the config is engine.sim.loop.SimConfig):
-    simulate(trace, config) -> SimResult             (engine.sim.metrics: columns, events, requests, summary)
+Public API (the config is lessons.sim.loop.SimConfig):
+    simulate(trace, config) -> SimResult             (lessons.sim.metrics: columns, events, requests, summary)
     simulate_model(trace, model, gpu, policy="paged", ...) -> SimResult   capacity and step time from the model
-    make_policy(config)                             the engine.sim.policies object a config runs
+    make_policy(config)                             the lessons.sim.policies object a config runs
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from engine.memory.footprint import ServingFootprint, serving_footprint
 from engine.memory.roofline import StepTimeModel
 from engine.memory.specs import GpuSpec, ModelSpec
 from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
-from engine.sim.loop import ServingLoop, SimConfig
-from engine.sim.metrics import SimResult
-from engine.sim.policies import RESERVATIONS, MemoryPolicy, PagedBlocks
-from engine.sim.traces import Request
+from lessons.sim.loop import ServingLoop, SimConfig
+from lessons.sim.metrics import SimResult
+from lessons.sim.policies import RESERVATIONS, MemoryPolicy, PagedBlocks
+from lessons.sim.traces import Request
 
 __all__ = ["make_policy", "simulate", "simulate_model"]
 

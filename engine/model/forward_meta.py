@@ -23,12 +23,23 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from engine.worker.kv_cache import LayerKV, slots_of
+from engine.core.block_manager import slots_of
 from kernels.ops import HostStep, plan_attention
 from kernels.plan import AttentionPlan
+
+
+class LayerKV(NamedTuple):
+    """One layer's cache: K and V [num_blocks, block_size, Hkv, D] and, for an fp8 cache, their float32 [1]
+    scales (0 until the layer's first write sets them); None for a full-precision cache."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    k_scale: torch.Tensor | None = None
+    v_scale: torch.Tensor | None = None
 
 
 @dataclass(frozen=True, slots=True)

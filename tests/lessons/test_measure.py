@@ -1,11 +1,11 @@
-"""engine/memory/measure.py: the bytes/FLOPs accounting of the live measurements and the timing helpers."""
+"""lessons/measure.py: the bytes/FLOPs accounting of the live measurements and the timing helpers."""
 
 import pytest
 import torch
 
-from engine.memory import measure
-from engine.memory.measure import Measurement, measure_weight_streaming, time_interleaved
 from engine.memory.units import MiB
+from lessons import measure
+from lessons.measure import Measurement, measure_weight_streaming, time_interleaved
 
 
 class FakeClock:
