@@ -65,6 +65,7 @@ def test_every_serial_test_exists(nodeid):
 
 
 def test_the_scheduler_splits_by_these_units(pytestconfig):
+    pytest.importorskip("xdist")
     # built without its xdist set-up (which needs -n): only its split of node ids into units is checked
     sched = workers.SharedFixtureScheduling.__new__(workers.SharedFixtureScheduling)
     sched.config, sched.serial_groups, sched.split_files = pytestconfig, SERIAL_GROUPS, frozenset(SPLIT_FILES)

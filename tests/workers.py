@@ -21,7 +21,11 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pytest
-from xdist.scheduler import LoadScopeScheduling
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # plain pytest without xdist (./test.sh installs it): one process, no scheduler needed
+    LoadScopeScheduling = object
 
 # a fixture shared by the tests of a file or class: `@pytest.fixture(scope="module")`, also `scope='class'`
 SHARED_SCOPE = re.compile(r"""scope\s*=\s*["'](module|class)["']""")
