@@ -1,5 +1,6 @@
 """Browser test set-up: one `streamlit run app.py` per session on a free loopback port, one headless
-system Chromium, a fresh browser context per test, screenshots into test-artifacts/screenshots/.
+system Chromium, a fresh browser context per test, screenshots into test-artifacts/screenshots/. Under xdist
+each worker is a session: its own app (log test-artifacts/streamlit-gwN.log, data folder) and Chromium.
 
 Run only these with ``pytest -m browser``; scripts/refresh_screenshots.sh runs them and refreshes the
 README gallery in docs/screenshots/ from the screenshots.
@@ -66,7 +67,8 @@ def app_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def app_url(app_data_dir: Path) -> str:
     """Base URL of the running app."""
-    with running_app(app_data_dir, ARTIFACTS / "streamlit.log", extra_env={"KVLAB_TEACHER_KEY": TEACHER_KEY}) as url:
+    log = ARTIFACTS / f"streamlit-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log"  # one app per xdist worker
+    with running_app(app_data_dir, log, extra_env={"KVLAB_TEACHER_KEY": TEACHER_KEY}) as url:
         yield url
 
 
