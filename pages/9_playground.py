@@ -47,10 +47,19 @@ def _generate(
         return lab.generate(llm, prompts, params, on_progress=live.caption)
 
 
+@st.cache_resource(show_spinner=False)
+def _pool() -> lab.EnginePool:
+    """This server's one pool of playground engines, shared by every learner, its idle sweeper running; a
+    resource like the progress store, never a learner's state (the session holds only its ticket)."""
+    pool = lab.EnginePool.from_env()
+    pool.start_sweeper()
+    return pool
+
+
 def _lease(model: str, settings: lab.EngineSettings, policy: lab.ModelPolicy) -> Any:
     """The learner's LLM, leased from the server's pool and rebuilt only when the model or engine knobs change
     (so the prefix cache persists); the session holds only a ticket, so a closed tab frees the engine."""
-    pool = lab.shared_pool()
+    pool = _pool()
     ticket = st.session_state.get(TICKET_KEY)
     if ticket is None:
         ticket = st.session_state[TICKET_KEY] = pool.ticket()

@@ -71,7 +71,10 @@ from progress.records import (
 )
 
 SQLITE_FILENAME = "progress.sqlite3"
-SQLITE_BUSY_TIMEOUT_S = 2.0  # a locked file fails fast with a clear message instead of hanging the page
+# How long a write waits for SQLite's one writer lock. Each save holds it for milliseconds, but on a busy server
+# a class's saves queue behind one another for seconds: 2 s dropped saves of 8 sessions at a load of 17. A file
+# locked by another program still fails with a clear message, after this long.
+SQLITE_BUSY_TIMEOUT_S = 15.0
 SAVE_ATTEMPTS = 40  # compare-and-swap rounds before a save gives up (each a few ms under contention)
 SCHEMA_VERSION = 3  # 1: kvlab_progress; 2: + kvlab_learner_auth, kvlab_auth_throttle; 3: + tries, members
 LEARNER_SCOPE, TEACHER_SCOPE = "learner", "teacher"  # throttle rows
@@ -599,7 +602,10 @@ def explain_failure(exc: SQLAlchemyError, where: str, what: str = "Progress") ->
     detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
     low = detail.lower()
     if "locked" in low or "busy" in low:
-        hint = "another program holds the database lock; close it or set KVLAB_DATA_DIR to another folder"
+        hint = (
+            f"the database stayed locked for {SQLITE_BUSY_TIMEOUT_S:g} s: another program holds its lock; close it or "
+            "set KVLAB_DATA_DIR to another folder"
+        )
     elif "not a database" in low or "malformed" in low or "corrupt" in low:
         hint = "the file is damaged; move it aside (a new one is created) or set KVLAB_DATA_DIR"
     elif "unable to open" in low or "readonly" in low or "permission" in low:

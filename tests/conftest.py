@@ -101,3 +101,24 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def playground_pool(monkeypatch):
+    """``playground_pool(pool=None)`` makes the playground page's server-wide engine pool (a cached resource of
+    pages/9_playground.py) ``pool`` (default: one sized from the environment, as a server makes it) and returns
+    it; the page's resources are cleared before and after, so no other test sees this pool."""
+    import streamlit as st
+
+    from lessons.labs import playground as lab
+
+    made = lab.EnginePool.from_env
+
+    def install(pool: object = None) -> object:
+        chosen = made() if pool is None else pool
+        monkeypatch.setattr(lab.EnginePool, "from_env", classmethod(lambda cls, env=None: chosen))
+        st.cache_resource.clear()
+        return chosen
+
+    yield install
+    st.cache_resource.clear()

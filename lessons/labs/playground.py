@@ -513,21 +513,6 @@ class EnginePool:
             self._sweeper.join()
 
 
-_shared: EnginePool | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_pool() -> EnginePool:
-    """This process's pool, every learner's engine in it: sized from the environment on first use, with its
-    sweeper thread running. ValueError when KVLAB_PLAYGROUND_KV_BYTES is not a whole number of bytes."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = EnginePool.from_env()
-            _shared.start_sweeper()
-        return _shared
-
-
 def sampling_params(max_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None) -> SamplingParams:
     """SamplingParams from the widgets (top_k 0 keeps every token); ValueError names the bad knob."""
     if not 1 <= max_tokens <= MAX_NEW_TOKENS:
@@ -826,7 +811,6 @@ __all__ = [
     "pending_requests",
     "resolve_model",
     "sampling_params",
-    "shared_pool",
     "step_rows",
     "step_view",
     "timeline",

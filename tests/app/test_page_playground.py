@@ -200,7 +200,8 @@ def rerun_data() -> RerunData:
     [lambda: RerunException(rerun_data()), StopException, lambda: RuntimeError("the progress line broke")],
     ids=["generate-pressed-again", "tab-closed", "callback-raises"],
 )
-def test_an_interrupted_run_leaves_no_phantom_requests(app_test, monkeypatch, tiny, interrupt):
+def test_an_interrupted_run_leaves_no_phantom_requests(app_test, monkeypatch, tiny, interrupt, playground_pool):
+    pool = playground_pool()
     monkeypatch.setenv(lab.MODEL_DIRS_ENV, str(Path(tiny).parent))
     app = app_test("playground", timeout=120)
     app.run()
@@ -228,7 +229,7 @@ def test_an_interrupted_run_leaves_no_phantom_requests(app_test, monkeypatch, ti
     assert steps["waiting"].max() <= 4 and steps["running"].max() <= 4  # no phantom request queued
     assert set(" ".join(steps["joined"]).split()) <= {"r0", "r1", "r2", "r3", "—"}
     assert steps["KV blocks used"].iloc[-1] == 0
-    llm = lab.shared_pool().engine(app.session_state["pg_ticket"])
+    llm = pool.engine(app.session_state["pg_ticket"])
     assert lab.pending_requests(llm) == [] and llm.block_manager.num_free_blocks == llm.num_gpu_blocks
 
 
@@ -254,9 +255,9 @@ def folder_app(app_test, monkeypatch, tiny) -> AppTest:
     return app
 
 
-def test_a_full_playground_says_it_is_busy_and_keeps_the_learners_run(app_test, monkeypatch, tiny):
+def test_a_full_playground_says_it_is_busy_and_keeps_the_learners_run(app_test, monkeypatch, tiny, playground_pool):
     pool = lab.EnginePool(1 << 20, wait_s=0.0)  # this server's playground: 1 MiB of KV cache in all
-    monkeypatch.setattr(lab, "_shared", pool)
+    playground_pool(pool)
     app = folder_app(app_test, monkeypatch, tiny)
     generate(app)
     assert not app.error and pool.engines == 1
@@ -272,9 +273,9 @@ def test_a_full_playground_says_it_is_busy_and_keeps_the_learners_run(app_test, 
     assert "more than this server's playground holds for all learners together (1.00 MiB" in error_text(app)
 
 
-def test_a_closed_session_gives_its_engine_back(app_test, monkeypatch, tiny):
+def test_a_closed_session_gives_its_engine_back(app_test, monkeypatch, tiny, playground_pool):
     pool = lab.EnginePool(1 << 30, wait_s=0.0)
-    monkeypatch.setattr(lab, "_shared", pool)
+    playground_pool(pool)
     app = folder_app(app_test, monkeypatch, tiny)
     generate(app)
     assert not app.error and pool.engines == 1
@@ -283,12 +284,14 @@ def test_a_closed_session_gives_its_engine_back(app_test, monkeypatch, tiny):
     assert pool.engines == 0 and pool.used_bytes == 0
 
 
-def test_a_freed_engine_is_gone_at_once_not_at_the_next_garbage_collection(app_test, monkeypatch, tiny):
+def test_a_freed_engine_is_gone_at_once_not_at_the_next_garbage_collection(
+    app_test, monkeypatch, tiny, playground_pool
+):
     # The page's script namespace lives on in a reference cycle (its functions point back at it) until the
     # cyclic collector runs, which Streamlit no longer forces after each run (postScriptGC = false): an
     # engine named there would outlive its session. The pool must hold the only reference.
     pool = lab.EnginePool(1 << 30, wait_s=0.0)
-    monkeypatch.setattr(lab, "_shared", pool)
+    playground_pool(pool)
     app = folder_app(app_test, monkeypatch, tiny)
     gc.collect()
     gc.disable()

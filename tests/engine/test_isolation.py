@@ -56,6 +56,7 @@ DESCRIPTIONS = {
     "typing.ParamSpec": "a parameter-list variable for annotations",
     "ui.memo.Cache": "results shared by every learner (pure functions of their settings), read-only: ui.memo",
     "ui.memo._Registry": "the process's ui.memo caches by name: shared results, no learner's state",
+    "logging.Logger": "the app's log (configured by the server, written with %-formatting), no learner's state",
 }
 
 
@@ -238,7 +239,8 @@ def _playground(folder: Path, block_size: int, num_blocks: int) -> AppTest:
     return at
 
 
-def test_two_sessions_keep_their_own_engine_and_allocator(tiny_folder, monkeypatch) -> None:
+def test_two_sessions_keep_their_own_engine_and_allocator(tiny_folder, monkeypatch, playground_pool) -> None:
+    pool = playground_pool()  # the server's one pool of playground engines: each session leases its own
     monkeypatch.setenv("KVLAB_MODEL_DIRS", str(tiny_folder.parent))  # the server allows the tiny model's folder
     # Two learners run the playground with different paged-KV settings, interleaved.
     a = _playground(tiny_folder, block_size=4, num_blocks=40)
@@ -248,7 +250,7 @@ def test_two_sessions_keep_their_own_engine_and_allocator(tiny_folder, monkeypat
     a.run()
     for at in (a, b):
         assert not at.exception and not at.error, [e.value for e in at.error]
-    (_, llm_a), (_, llm_b) = a.session_state["pg_engine"], b.session_state["pg_engine"]
+    llm_a, llm_b = (pool.engine(at.session_state["pg_ticket"]) for at in (a, b))
     assert llm_a is not llm_b
     assert llm_a.block_manager is not llm_b.block_manager and llm_a.kv_cache is not llm_b.kv_cache
     assert (llm_a.block_size, llm_b.block_size) == (4, 16)

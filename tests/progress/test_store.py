@@ -174,13 +174,14 @@ def test_corrupt_file_falls_back_with_message(tmp_path):
     s.save("c", "Ana", SAMPLE)  # accepted and dropped, never raises
 
 
-def test_locked_file_gives_clear_error(tmp_path):
+def test_locked_file_gives_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr("progress.store.SQLITE_BUSY_TIMEOUT_S", 0.5)  # the lock below is never released in time
     store = ProgressStore(f"sqlite:///{tmp_path / 'p.sqlite3'}")
     store.save("c", "Ana", SAMPLE)
     con = sqlite3.connect(tmp_path / "p.sqlite3", timeout=0)
     con.execute("BEGIN EXCLUSIVE")  # another program holds the write lock
     try:
-        with pytest.raises(ProgressStoreError, match="lock"):
+        with pytest.raises(ProgressStoreError, match="stayed locked for 0.5 s: another program holds its lock"):
             store.save("c", "Ana", {"visited": ["paged"]})
     finally:
         con.rollback()

@@ -191,7 +191,8 @@ def test_ui_keeps_working_on_a_corrupt_database(data_dir):
     assert at.session_state["progress"]["quiz"]["probe.q"]["correct"] is True  # kept for the session
 
 
-def test_ui_falls_back_when_the_database_locks_mid_lesson(data_dir):
+def test_ui_falls_back_when_the_database_locks_mid_lesson(data_dir, monkeypatch):
+    monkeypatch.setattr("progress.store.SQLITE_BUSY_TIMEOUT_S", 0.5)  # the lock below is never released in time
     at = _sign_in(_new_session(), "Ana", "c1")
     assert at.session_state["progress_learner"] == ("c1", "Ana")
     con = sqlite3.connect(data_dir / "progress.sqlite3", timeout=0)
