@@ -9,11 +9,11 @@ from lessons.diagnosis import read_vllm_metrics
 from lessons.diagnosis.metrics import MAX_SCRAPE_BYTES, metrics_rows
 from lessons.labs import choices
 from lessons.labs import pressure as lab
-from lessons.run_limit import RunAllowance, RunLimitReached
+from lessons.run_limit import RunAllowance
 from ui import charts_pressure
 from ui.chart_view import metric_row, show_chart
 from ui.downloads import show_table
-from ui.errors import show_error
+from ui.errors import show_error, within_run_limit
 from ui.figure_cache import figure, frozen_figure
 from ui.inert import prose_md
 from ui.linked_view import linked_view
@@ -60,41 +60,21 @@ def _dashboard_fig(rate: float, prompt_len: int, num_blocks: int, max_num_seqs: 
 page_header(PAGE)
 
 
-def _allowed(make: Any) -> Any:
-    """make(), or None with the reason shown when this session's new engine runs are used up for now."""
-    try:
-        return make()
-    except RunLimitReached as exc:
-        st.warning(str(exc), icon=":material/hourglass_top:")
-        return None
-
-
 def _budget_section(budgets: lab.BudgetSweep, prompt_len: int, max_num_seqs: int) -> None:
     """The token budget's chart and its sentence, from the burst run at each budget."""
-    small, large = budgets.smallest, budgets.largest
     show_chart(
         figure(
             charts_pressure.budget_trade,
             budgets.points(),
             "The token budget's trade, on a burst of prompts (real engine)",
         ),
-        f"The burst (4 requests decoding, then 8 arriving at once) in a {lab.GROWN_POOL}-block pool with "
-        f"{prompt_len}-token prompts and max_num_seqs {max_num_seqs}, once per budget: TTFT p50 (solid), the "
-        "gap a decoding request saw between two tokens at the biggest step that carried decodes (dash-dot: that "
-        "step's duration, the median of such steps) and TPOT p50 (dotted), in this CPU's milliseconds.",
+        budgets.caption(),
         budgets.rows(),
         f"pressure-budget-{prompt_len}-{max_num_seqs}",
         "pr_budget",
         summary=budgets.summary(),
     )
-    st.markdown(
-        f"With a budget of **{small.traffic.budget}** tokens no step carrying a decode computed more than "
-        f"{small.max_step_tokens} tokens (such a step took {small.stall_ms:.0f} ms), and the median first token came "
-        f"after {small.ttft_steps(50):g} steps ({small.ttft_ms(50):.0f} ms). With **{large.traffic.budget}** "
-        f"the burst's prompts went in together: a {large.max_step_tokens}-token step that its decodes waited "
-        f"{large.stall_ms:.0f} ms for, and first tokens after {large.ttft_steps(50):g} steps "
-        f"({large.ttft_ms(50):.0f} ms)."
-    )
+    st.markdown(budgets.outcome())
 
 
 def _calculator() -> None:
@@ -135,7 +115,7 @@ def _calculator() -> None:
         show_error(exc, "move the slider it names; the sections below that need the engine wait until then.")
     else:
         with st.spinner("Pushing the traffic through the engine (demo model, CPU) …"):
-            run = _allowed(lambda: _of(traffic))
+            run = within_run_limit(lambda: _of(traffic))
 
     if run is not None:
         st.subheader("The dashboard")
@@ -174,7 +154,7 @@ def _calculator() -> None:
         st.subheader("Traffic grows")
         prose(PAGE, "Traffic grows")
         with st.spinner("Running the same settings at each traffic level …"):
-            sweep = _allowed(lambda: lab.RateSweep(tuple(_of(t) for t in lab.rate_settings(traffic))))
+            sweep = within_run_limit(lambda: lab.RateSweep(tuple(_of(t) for t in lab.rate_settings(traffic))))
     if run is not None and sweep is not None:
         rows = sweep.rows()
         show_chart(
@@ -198,7 +178,7 @@ def _calculator() -> None:
     prose(PAGE, "The token budget")
     settings = lab.budget_settings(traffic)
     with st.spinner("Running the burst at each token budget …"):
-        budgets = _allowed(lambda: lab.BudgetSweep(tuple(_of(t, burst=True) for t in settings)))
+        budgets = within_run_limit(lambda: lab.BudgetSweep(tuple(_of(t, burst=True) for t in settings)))
     if budgets is not None:
         _budget_section(budgets, prompt_len, max_num_seqs)
 

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
+from lessons.run_limit import RunLimitReached
 from ui.inert import prose_md
 
 T = TypeVar("T")
@@ -30,3 +31,13 @@ def run_or_stop(fn: Callable[..., T], *args: Any, hint: str | None = None, **kwa
         show_error(exc, hint)
         st.stop()
         raise  # unreachable: st.stop() raises; keeps type checkers honest
+
+
+def within_run_limit(make: Callable[[], T]) -> T | None:
+    """make(), or None with the reason shown when this session's new engine runs are used up for now
+    (lessons/run_limit.py): the page keeps its settings and what it showed, and says how long to wait."""
+    try:
+        return make()
+    except RunLimitReached as exc:
+        st.warning(prose_md(exc), icon=":material/hourglass_top:")
+        return None

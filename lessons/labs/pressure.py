@@ -596,6 +596,29 @@ class BudgetSweep:
     def largest(self) -> PressureRun:
         return self.runs[-1]
 
+    def caption(self) -> str:
+        """What the budget chart draws, for the text under it."""
+        t = self.smallest.traffic
+        return (
+            f"The burst (4 requests decoding, then 8 arriving at once) in a {GROWN_POOL}-block pool with "
+            f"{t.prompt_len}-token prompts and max_num_seqs {t.max_num_seqs}, once per budget: TTFT p50 (solid), the "
+            "gap a decoding request saw between two tokens at the biggest step that carried decodes (dash-dot: "
+            "that step's duration, the median of such steps) and TPOT p50 (dotted), in this CPU's milliseconds."
+        )
+
+    def outcome(self) -> str:
+        """What the smallest and the largest budget did to the burst, in a sentence of the course's Markdown
+        (numbers only: no learner text)."""
+        small, large = self.smallest, self.largest
+        return (
+            f"With a budget of **{small.traffic.budget}** tokens no step carrying a decode computed more than "
+            f"{small.max_step_tokens} tokens (such a step took {small.stall_ms:.0f} ms), and the median first token "
+            f"came after {small.ttft_steps(50):g} steps ({small.ttft_ms(50):.0f} ms). With "
+            f"**{large.traffic.budget}** the burst's prompts went in together: a {large.max_step_tokens}-token step "
+            f"that its decodes waited {large.stall_ms:.0f} ms for, and first tokens after "
+            f"{large.ttft_steps(50):g} steps ({large.ttft_ms(50):.0f} ms)."
+        )
+
 
 def budget_settings(traffic: Traffic) -> tuple[Traffic, ...]:
     """The token-budget runs: `traffic` at each of SWEEP_BUDGETS that its max_num_seqs allows (vLLM needs

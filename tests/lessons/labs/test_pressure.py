@@ -116,6 +116,14 @@ def test_token_budget_caps_every_step_and_delays_first_tokens(loaded):
     small, large = sweep.smallest, sweep.largest
     assert small.ttft_steps(50) > large.ttft_steps(50)
     assert large.max_step_tokens > small.traffic.budget  # the burst's prompts went into one step together
+    # The page's sentence and caption are the runs' own numbers, smallest budget first.
+    outcome = sweep.outcome()
+    assert outcome.startswith(f"With a budget of **{small.traffic.budget}** tokens")
+    assert f"**{large.traffic.budget}**" in outcome and f"a {large.max_step_tokens}-token step" in outcome
+    assert f"after {small.ttft_steps(50):g} steps" in outcome and f"after {large.ttft_steps(50):g} steps" in outcome
+    caption = sweep.caption()
+    assert f"a {lab.GROWN_POOL}-block pool with {small.traffic.prompt_len}-token prompts" in caption
+    assert f"max_num_seqs {small.traffic.max_num_seqs}," in caption
 
 
 def test_budget_settings_respect_max_num_seqs():
