@@ -202,12 +202,7 @@ def rerun_data() -> RerunData:
 )
 def test_an_interrupted_run_leaves_no_phantom_requests(app_test, monkeypatch, tiny, interrupt, playground_pool):
     pool = playground_pool()
-    monkeypatch.setenv(lab.MODEL_DIRS_ENV, str(Path(tiny).parent))
-    app = app_test("playground", timeout=120)
-    app.run()
-    app.radio(key="pg_source").set_value("folder").run()
-    app.text_input(key="pg_path").set_value(tiny)
-    app.text_area(key="pg_prompts").set_value(PROMPTS)
+    app = folder_app(app_test, monkeypatch, tiny)
     app.slider(key="pg_blocks").set_value(9)  # tight: requests wait and get preempted
     app.select_slider(key="pg_block").set_value(4)
     real_line, calls = lab.live_line, itertools.count(1)
