@@ -148,16 +148,9 @@ class ModelPolicy:
 def model_policy(env: Mapping[str, str] | None = None) -> ModelPolicy:
     """The server's ModelPolicy from KVLAB_MODEL_DIRS and KVLAB_MAX_MODEL_BYTES (see the module docstring)."""
     env = os.environ if env is None else env
-    raw_limit = env.get(MAX_BYTES_ENV, "").strip()
-    if not raw_limit:
-        max_bytes = DEFAULT_MAX_MODEL_BYTES
-    else:  # ASCII digits only: int() also reads "2_000" and other scripts' digits
-        max_bytes = int(raw_limit) if raw_limit.isascii() and raw_limit.isdigit() else 0
-    if max_bytes < 1:
-        raise ValueError(
-            f"{MAX_BYTES_ENV}={raw_limit!r} must be a whole number of bytes >= 1, e.g. {DEFAULT_MAX_MODEL_BYTES} "
-            "(2 GiB); the operator fixes it in the server's environment"
-        )
+    max_bytes = _whole(
+        env, MAX_BYTES_ENV, DEFAULT_MAX_MODEL_BYTES, f"bytes >= 1, e.g. {DEFAULT_MAX_MODEL_BYTES} (2 GiB)"
+    )
     if MODEL_DIRS_ENV not in env:
         return ModelPolicy(((PROJECT_DIR / "models").resolve(),), ("models/",), max_bytes)
     roots: dict[Path, str] = {}  # resolved root -> the name the operator wrote for it
@@ -310,7 +303,8 @@ class _Held:
 
 
 def _whole(env: Mapping[str, str], name: str, default: int, what: str) -> int:
-    """A whole number >= 1 from the environment (ASCII digits only), `default` when unset or empty."""
+    """A whole number >= 1 from the environment, `default` when unset or empty. ASCII digits only: int() also
+    reads "2_000" and other scripts' digits."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
