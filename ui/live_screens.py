@@ -19,9 +19,6 @@ logic is in lessons/live.py (the class's answers read against the lesson's predi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import streamlit as st
 
 from lessons import links, predictions
@@ -32,7 +29,7 @@ from ui import live
 from ui.chart_view import show_chart
 from ui.charts_live import class_histogram, histogram_summary, slip_chart, slip_summary
 from ui.course import page
-from ui.figure_cache import frozen_figure
+from ui.figure_cache import figure
 from ui.inert import inert_md, prose_md
 from ui.linked_view import adopt_view, current_view
 from ui.memo import named_cache
@@ -42,16 +39,10 @@ _UNKNOWN = (
     "This round is on {lesson}, which is not a lesson with a prediction question on this server (a replica of "
     "another version?). Start a new round on one of this course's lessons."
 )
-_FIGURES = named_cache("ui.live_screens.figures", max_entries=64)  # keyed by the ClassRound itself (hashable)
 NO_DATABASE = (
     "Live rounds need the class's database: this server keeps progress for each session only. Whoever runs it "
     "fixes the progress database (README, Deployment: KVLAB_DATA_DIR or KVLAB_DATABASE_URL)."
 )
-
-
-def _figure(builder: Callable[[ClassRound], Any], cr: ClassRound) -> Any:
-    """``builder(cr)`` built once per round state (a ClassRound is hashable: it is its own key) and shared read-only."""
-    return _FIGURES.get_or_make((builder.__qualname__, cr), lambda: frozen_figure(builder(cr)))
 
 
 def _title(page_id: str) -> str:
@@ -186,7 +177,7 @@ def _projector(code: str) -> None:
         else:
             bins = [{"from": b.low, "to": b.high, "answers": b.count} for b in cr.bins]
             show_chart(
-                _figure(class_histogram, cr),
+                figure(class_histogram, cr),
                 "Each bar counts the class's answers in its range (no names).",
                 bins,
                 f"live-{current.lesson}-round-{current.round}",
@@ -198,7 +189,7 @@ def _projector(code: str) -> None:
             return
         groups = [{"group": g.label, "answers": g.count, "share": round(g.share, 4)} for g in cr.groups]
         show_chart(
-            _figure(slip_chart, cr),
+            figure(slip_chart, cr),
             "Each wrong answer is grouped by the slip its value matches (the lesson's feedback names the same).",
             groups,
             f"live-{current.lesson}-round-{current.round}-slips",
