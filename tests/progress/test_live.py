@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 
 import pytest
 import sqlalchemy as sa
@@ -430,6 +429,7 @@ def test_answers_racing_a_reveal_are_counted_or_refused_never_lost(stores, learn
     start = threading.Barrier(learners + 1)
     accepted: dict[str, float] = {}
     refused_first: list[str] = []
+    ran_out: list[str] = []  # learners who answered all their attempts without ever being refused
     counted = threading.Semaphore(0)
     errors: list[BaseException] = []
 
@@ -445,6 +445,7 @@ def test_answers_racing_a_reveal_are_counted_or_refused_never_lost(stores, learn
                     return
                 accepted[name] = value
                 counted.release()
+            ran_out.append(name)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -454,14 +455,15 @@ def test_answers_racing_a_reveal_are_counted_or_refused_never_lost(stores, learn
     start.wait()
     for _ in range(learners):  # a reveal in the middle of the answering
         counted.acquire(timeout=5)
-    began = time.perf_counter()
     revealed = teacher.reveal("Room 7", 1)
-    waited = time.perf_counter() - began
     at_reveal = teacher.answers("Room 7", 1)
     for t in threads:
         t.join(10)
     assert not errors, errors
-    assert waited < 2.0  # the reveal queues behind the answers in flight, not behind every later one
+    # The reveal queues behind the answers in flight, not behind every later one: had it waited for the
+    # learners to stop, every learner would have used up all its attempts. Counted, not timed, so a busy
+    # machine cannot fail it.
+    assert len(ran_out) < learners, "the reveal waited until every learner had answered 200 times"
     assert revealed.answers == len(at_reveal) == len(accepted) > 0
     assert teacher.answers("Room 7", 1) == at_reveal  # nothing added after the reveal
     assert sorted(at_reveal) == sorted(accepted.values())  # each accepted answer, at its last accepted value
