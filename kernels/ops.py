@@ -249,7 +249,8 @@ def paged_varlen_attention_planned(
     q: torch.Tensor, cache: KVCache, plan: AttentionPlan, *, scale: float | None = None
 ) -> torch.Tensor:
     """paged_varlen_attention of one layer through its step's plan: q [plan.num_tokens, plan.num_heads, D] in
-    plan.q_dtype over `cache` (this layer's KVCache, of the layout the plan was built for) -> [T, Hq, D].
+    plan.q_dtype over `cache` (this layer's KVCache, of the layout the plan was built for) -> [T, Hq, Dv]
+    (Dv = the V cache's head dim: D, or a narrower V view of the K rows as MLA's latent cache has).
     Checks only q, the cache's layout and the scale (no device read)."""
     k_cache, v_cache, k_scale, v_scale = check_call(plan, cache, store=False)
     q = check_rows("q", q, plan.num_heads, plan, "the plan's step packs {} tokens (cu_seqlens_q[-1])")
@@ -302,15 +303,15 @@ def store_kv_planned(k: torch.Tensor, v: torch.Tensor, cache: KVCache, plan: Att
     k_cache, v_cache, k_scale, v_scale = check_call(plan, cache, store=True)
     k = check_tensor("k", k, 3, "[num_tokens, num_kv_heads, head_dim]")
     v = check_tensor("v", v, 3, "[num_tokens, num_kv_heads, head_dim]")
-    if k.shape != v.shape:
+    if k.shape[:2] != v.shape[:2] or v.shape[2] != plan.head_dim_v:
         raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; they must match")
     if k.shape[1:] != (plan.num_kv_heads, plan.head_dim):
         raise ValueError(
             f"k rows are [{k.shape[1]}, {k.shape[2]}] (heads, head_dim) but the cache holds "
             f"[{plan.num_kv_heads}, {plan.head_dim}]; they must match"
         )
-    for name, x in (("k", k), ("v", v)):
-        check_rows(name, x, plan.num_kv_heads, plan, "slot_mapping has {} slots")
+    check_rows("k", k, plan.num_kv_heads, plan, "slot_mapping has {} slots")
+    check_rows("v", v, plan.num_kv_heads, plan, "slot_mapping has {} slots", plan.head_dim_v)
     fp8 = k_cache.dtype == FP8_DTYPE
     if k.dtype != v.dtype or k.dtype not in (
         (torch.float32, torch.float16, torch.bfloat16) if fp8 else (k_cache.dtype,)
