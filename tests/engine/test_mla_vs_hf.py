@@ -123,9 +123,13 @@ def test_chunks_prefix_hits_and_preemption_match_transformers(checkpoint):
     so steps mix fresh prompts, chunks over cached latents and decodes (the absorbed path)."""
     folder, ps, refs = checkpoint
     llm = LLM(
-        str(folder), device="cpu", block_size=4, num_gpu_blocks=24, max_num_batched_tokens=16,
+        str(folder),
+        device="cpu",
+        block_size=4,
+        num_gpu_blocks=24,
+        max_num_batched_tokens=16,
         enable_prefix_caching=True,
-    )  # fmt: skip
+    )
     traces = []
     outs = llm.generate(ps, greedy(), on_step=traces.append)
     assert [o.token_ids for o in outs] == refs
