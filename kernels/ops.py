@@ -226,7 +226,9 @@ def paged_varlen_attention(
     p = seq_lens[i] - len_q .. seq_lens[i] - 1, and their K/V must already be in the cache (store_kv first).
     Token t lives in k_cache[block_tables[i, t // block_size], t % block_size]. Query p sees key t iff t <= p
     (bottom-right causal; causal=False: every t < seq_lens[i]) and, with sliding_window=W (needs causal),
-    t >= p - W + 1 (transformers' Mistral). -> [total_q, Hq, D] in q's dtype.
+    t >= p - W + 1 (transformers' Mistral). -> [total_q, Hq, Dv] in q's dtype, Dv = v_cache's head dim: D, or
+    narrower when v_cache is a view of the first Dv columns of k_cache's rows (MLA's latent cache, whose K row
+    is latent + rope key and whose V is the latent).
 
     Block-table contract: only entries first .. ceil(seq_lens[i] / block_size) - 1 are read, where first =
     max(0, seq_lens[i] - len_q - W + 1) // block_size with a window (0 without); entries before `first`
