@@ -12,7 +12,8 @@ The engine runs the attention of both families as transformers does (models/deep
 the softmax scale is qk_head_dim ** -0.5, times mscale(factor, mscale_all_dim) ** 2 under yarn rope scaling.
 DeepSeek-V2 rotates interleaved pairs (its complex-number rope); V3 says so with `rope_interleave`. Layers from
 `first_k_dense_replace` on are mixture-of-experts layers; the engine has no MoE, so a config that has any is
-refused here by naming them, never run with a dense MLP in their place.
+refused here by naming them, never run with a dense MLP in their place; so is a latent row wider than the
+kernels' head-dim limit (kernels/checks.py: MAX_HEAD_DIM), which today's DeepSeek checkpoints (512 + 64) are.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from kernels.checks import MAX_HEAD_DIM
 
 # config.json "architectures" entry -> its transformers default for first_k_dense_replace.
 DEEPSEEK_ARCHITECTURES = {"DeepseekV2ForCausalLM": 0, "DeepseekV3ForCausalLM": 3}
@@ -57,6 +60,12 @@ class MLAConfig:
             raise ValueError(f"qk_rope_head_dim={self.qk_rope_head_dim} must be even (rotary embeddings rotate pairs)")
         if self.q_lora_rank is not None and self.q_lora_rank < 1:
             raise ValueError(f"q_lora_rank={self.q_lora_rank} must be >= 1 or null")
+        if self.latent_dim > MAX_HEAD_DIM:  # the absorbed decode reads the whole row as one key head
+            raise ValueError(
+                f"kv_lora_rank + qk_rope_head_dim = {self.kv_lora_rank} + {self.qk_rope_head_dim} = {self.latent_dim} "
+                f"is wider than the {MAX_HEAD_DIM} values per cache row this engine's attention kernels hold; "
+                f"checkpoints of this size are not supported (DeepSeek's own use 512 + 64)"
+            )
         if self.softmax_scale == 0.0:
             object.__setattr__(self, "softmax_scale", self.qk_head_dim**-0.5)
 

@@ -192,3 +192,15 @@ def test_moe_layers_are_refused_by_name(tmp_path, arch, dense, named):
     save(tiny_config(arch, dense=dense, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1), tmp_path)
     with pytest.raises(ValueError, match=re.escape(f"{named} are mixture-of-experts layers")):
         LLM(str(tmp_path), device="cpu", num_gpu_blocks=8)
+
+
+def test_a_latent_wider_than_the_kernels_is_refused_at_load(tmp_path):
+    """DeepSeek's real 512 + 64 row passes no kernel head-dim check: refused from config.json, before any weight."""
+    cfg = tiny_config().to_dict() | {
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "architectures": ["DeepseekV3ForCausalLM"],
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=re.escape("512 + 64 = 576 is wider than the 256 values per cache row")):
+        LLM(str(tmp_path), device="cpu", num_gpu_blocks=8)
