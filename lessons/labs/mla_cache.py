@@ -110,10 +110,10 @@ def tiny_mla_config(vocab_size: int = 128) -> ModelConfig:
     )
 
 
-def tiny_mla_model(seed: int = 0) -> DeepseekCausalLM:
+def tiny_mla_model(seed: int = 0, vocab_size: int = 128) -> DeepseekCausalLM:
     """Random weights (seeded) for `tiny_mla_config`, in eval mode, fp32 on CPU."""
     torch.manual_seed(seed)
-    model = DeepseekCausalLM(tiny_mla_config())
+    model = DeepseekCausalLM(tiny_mla_config(vocab_size))
     with torch.no_grad():
         for p in model.parameters():
             torch.nn.init.normal_(p, std=0.1)
