@@ -118,7 +118,7 @@ class EngineConfig:
         such a model the pool needs only one window's blocks."""
         dtype = kv_cache_dtype(self.kv_cache_dtype, model_dtype)
         spec = model_spec(model)  # the memory model's view of this model: KV bytes, activations
-        per_token = kv_bytes_per_token(spec, dtype.itemsize)
+        per_token = cache_bytes_per_token(model, spec, dtype)
         limit = model.max_model_len
         if self.max_model_len is not None and self.max_model_len > limit:
             raise ValueError(f"max_model_len={self.max_model_len} must be in 1..{limit} (max_position_embeddings)")
@@ -132,7 +132,7 @@ class EngineConfig:
                     f"at least one block ({per_token * self.block_size} bytes)"
                 )
         else:
-            num_blocks = auto_num_blocks(spec, dtype.itemsize, self, self.max_model_len or limit)
+            num_blocks = auto_num_blocks(spec, dtype.itemsize, self, self.max_model_len or limit, per_token)
         window = model.sliding_window
         wanted = self.max_model_len or limit
         need = kv_blocks_per_seq(wanted, self.block_size, window, self.max_num_batched_tokens)
@@ -161,14 +161,29 @@ class EngineConfig:
         )
 
 
-def auto_num_blocks(spec: ModelSpec, element_size: int, config: EngineConfig, max_model_len: int) -> int:
+def cache_bytes_per_token(model: ModelConfig, spec: ModelSpec, dtype: torch.dtype) -> int:
+    """Bytes one token holds in the engine's cache: K and V per KV head (the memory model's formula), or for an MLA
+    model one latent + rope-key row per layer (engine/worker/latent_cache.py), which has no fp8 form."""
+    if model.mla is None:
+        return kv_bytes_per_token(spec, dtype.itemsize)
+    if dtype == FP8_DTYPE:
+        raise ValueError(
+            f"kv_cache_dtype='fp8' is not supported for {model.architecture}'s latent cache; use kv_cache_dtype='auto'"
+        )
+    return model.mla.cache_bytes_per_token(model.num_hidden_layers, dtype.itemsize)
+
+
+def auto_num_blocks(
+    spec: ModelSpec, element_size: int, config: EngineConfig, max_model_len: int, per_token: int | None = None
+) -> int:
     """KV blocks for a cache of `element_size`-byte elements: the device's budget, capped by the batch limits.
 
     On CUDA, `gpu_memory_utilization` of the device's memory minus what is already in use (weights, other
     processes), one step's activation peak and CUDA_OVERHEAD_BYTES; on CPU, CPU_KV_BUDGET_BYTES. Either is
     capped at what `max_num_seqs` sequences of `max_model_len` tokens can use (for a sliding-window model, of
-    the blocks one sequence can hold at most)."""
-    per_token = kv_bytes_per_token(spec, element_size)
+    the blocks one sequence can hold at most). per_token: the cache's bytes per token when they are not the
+    memory model's K/V formula (an MLA latent cache)."""
+    per_token = kv_bytes_per_token(spec, element_size) if per_token is None else per_token
     device, block_size = config.device, config.block_size
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)

@@ -135,14 +135,17 @@ def check_max_seqlen(name: str, value: object, starts: list[int]) -> int:
 
 
 def check_cache(k_cache: object, v_cache: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """Paged caches are 4-D [num_blocks, block_size, num_kv_heads, head_dim] of equal shape, with at least one
-    slot per block, one KV head and one element per head (a 0 there would divide by zero or read nothing)."""
+    """Paged caches are 4-D [num_blocks, block_size, num_kv_heads, head_dim] of equal shape but for the value
+    head dim (MLA's values are the first kv_lora_rank columns of its latent+rope key rows, so v_cache may be a
+    narrower view of k_cache), with at least one slot per block, one KV head and one element per head (a 0 there
+    would divide by zero or read nothing)."""
     layout = "[num_blocks, block_size, num_kv_heads, head_dim]"
     k_cache = check_tensor("k_cache", k_cache, 4, layout)
     v_cache = check_tensor("v_cache", v_cache, 4, layout)
-    if k_cache.shape != v_cache.shape:
+    if k_cache.shape[:3] != v_cache.shape[:3]:
         raise ValueError(
-            f"k_cache has shape {tuple(k_cache.shape)} but v_cache {tuple(v_cache.shape)}; they must match"
+            f"k_cache has shape {tuple(k_cache.shape)} but v_cache {tuple(v_cache.shape)}; they must match "
+            "(all but the last dim, the value head dim)"
         )
     for dim, name in ((1, "block_size"), (2, "num_kv_heads"), (3, "head_dim")):
         if k_cache.shape[dim] < 1:
@@ -150,6 +153,8 @@ def check_cache(k_cache: object, v_cache: object) -> tuple[torch.Tensor, torch.T
                 f"k_cache has {name}={k_cache.shape[dim]} (shape {tuple(k_cache.shape)}); a paged cache "
                 f"{layout} needs {name} >= 1"
             )
+    if v_cache.shape[3] < 1:
+        raise ValueError(f"v_cache has head_dim=0 (shape {tuple(v_cache.shape)}); values need head_dim >= 1")
     return k_cache, v_cache
 
 

@@ -226,7 +226,9 @@ def paged_varlen_attention(
     p = seq_lens[i] - len_q .. seq_lens[i] - 1, and their K/V must already be in the cache (store_kv first).
     Token t lives in k_cache[block_tables[i, t // block_size], t % block_size]. Query p sees key t iff t <= p
     (bottom-right causal; causal=False: every t < seq_lens[i]) and, with sliding_window=W (needs causal),
-    t >= p - W + 1 (transformers' Mistral). -> [total_q, Hq, D] in q's dtype.
+    t >= p - W + 1 (transformers' Mistral). -> [total_q, Hq, Dv] in q's dtype, Dv = v_cache's head dim: D, or
+    narrower when v_cache is a view of the first Dv columns of k_cache's rows (MLA's latent cache, whose K row
+    is latent + rope key and whose V is the latent).
 
     Block-table contract: only entries first .. ceil(seq_lens[i] / block_size) - 1 are read, where first =
     max(0, seq_lens[i] - len_q - W + 1) // block_size with a window (0 without); entries before `first`
@@ -249,7 +251,8 @@ def paged_varlen_attention_planned(
     q: torch.Tensor, cache: KVCache, plan: AttentionPlan, *, scale: float | None = None
 ) -> torch.Tensor:
     """paged_varlen_attention of one layer through its step's plan: q [plan.num_tokens, plan.num_heads, D] in
-    plan.q_dtype over `cache` (this layer's KVCache, of the layout the plan was built for) -> [T, Hq, D].
+    plan.q_dtype over `cache` (this layer's KVCache, of the layout the plan was built for) -> [T, Hq, Dv]
+    (Dv = the V cache's head dim: D, or a narrower V view of the K rows as MLA's latent cache has).
     Checks only q, the cache's layout and the scale (no device read)."""
     k_cache, v_cache, k_scale, v_scale = check_call(plan, cache, store=False)
     q = check_rows("q", q, plan.num_heads, plan, "the plan's step packs {} tokens (cu_seqlens_q[-1])")
@@ -302,15 +305,15 @@ def store_kv_planned(k: torch.Tensor, v: torch.Tensor, cache: KVCache, plan: Att
     k_cache, v_cache, k_scale, v_scale = check_call(plan, cache, store=True)
     k = check_tensor("k", k, 3, "[num_tokens, num_kv_heads, head_dim]")
     v = check_tensor("v", v, 3, "[num_tokens, num_kv_heads, head_dim]")
-    if k.shape != v.shape:
+    if k.shape[:2] != v.shape[:2] or v.shape[2] != plan.head_dim_v:
         raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; they must match")
     if k.shape[1:] != (plan.num_kv_heads, plan.head_dim):
         raise ValueError(
             f"k rows are [{k.shape[1]}, {k.shape[2]}] (heads, head_dim) but the cache holds "
             f"[{plan.num_kv_heads}, {plan.head_dim}]; they must match"
         )
-    for name, x in (("k", k), ("v", v)):
-        check_rows(name, x, plan.num_kv_heads, plan, "slot_mapping has {} slots")
+    check_rows("k", k, plan.num_kv_heads, plan, "slot_mapping has {} slots")
+    check_rows("v", v, plan.num_kv_heads, plan, "slot_mapping has {} slots", plan.head_dim_v)
     fp8 = k_cache.dtype == FP8_DTYPE
     if k.dtype != v.dtype or k.dtype not in (
         (torch.float32, torch.float16, torch.bfloat16) if fp8 else (k_cache.dtype,)

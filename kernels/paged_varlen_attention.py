@@ -9,6 +9,9 @@ One program owns (query tile, sequence, KV head) and computes every query head o
 al., 2023): BLOCK_Q tokens x GROUP_P2 heads are the rows of one tile, so each K/V tile is loaded once per
 group. Key tiles of BLOCK_N tokens stream through an online softmax (FlashAttention-2, Dao, 2023); each key
 row looks its block up, so tiles are free of block_size (blocks of 1 token work). Decode is len_q = 1.
+The value head dim may differ from the key's (HEAD_DIM_V): MLA's absorbed decode (DeepSeek-V2, arXiv 2405.04434)
+is MQA whose key row is the latent + rope key and whose value is the latent alone, a narrower view of the same
+cache rows, so one cache read serves both.
 
 Masks: bottom-right causal (query at position p sees keys t <= p) and, with sliding_window = W, t >= p - W + 1
 (transformers' Mistral). A tile reads keys [lo, hi): lo = its first query's window start, hi = its last
@@ -35,7 +38,7 @@ from kernels.varlen_attention import softmax_update, tile_config
 @triton.jit
 def _paged_key_tile(
     q,  # [ROWS, HEAD_DIM_P2] query rows of this program (compute dtype)
-    acc,  # [ROWS, HEAD_DIM_P2] fp32 running numerator
+    acc,  # [ROWS, HEAD_DIM_V_P2] fp32 running numerator
     l_i,  # [ROWS] fp32 running denominator
     m_i,  # [ROWS] fp32 running max (base 2)
     k_head_ptr,  # k_cache at this program's KV head
@@ -47,6 +50,7 @@ def _paged_key_tile(
     window,
     offs_n,
     offs_d,
+    offs_dv,
     stride_kb,
     stride_ks,
     stride_vb,
@@ -54,6 +58,8 @@ def _paged_key_tile(
     qk_scale,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_P2: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr,
+    HEAD_DIM_V_P2: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -70,15 +76,13 @@ def _paged_key_tile(
         block = tl.load(table_row + key // BLOCK_SIZE).to(tl.int64)
     offset = key % BLOCK_SIZE
     k_ptrs = k_head_ptr + (block * stride_kb + offset * stride_ks)[:, None] + offs_d[None, :]  # [BLOCK_N, D_P2]
-    v_ptrs = v_head_ptr + (block * stride_vb + offset * stride_vs)[:, None] + offs_d[None, :]
+    v_ptrs = v_head_ptr + (block * stride_vb + offset * stride_vs)[:, None] + offs_dv[None, :]  # [BLOCK_N, DV_P2]
     if MASKED:
-        kv_mask = key_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
-        k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
-    elif HEAD_DIM_P2 != HEAD_DIM:  # only padded head-dim columns are masked
-        d_mask = (offs_d < HEAD_DIM)[None, :]
-        k = tl.load(k_ptrs, mask=d_mask, other=0.0)
-        v = tl.load(v_ptrs, mask=d_mask, other=0.0)
+        k = tl.load(k_ptrs, mask=key_ok[:, None] & (offs_d < HEAD_DIM)[None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=key_ok[:, None] & (offs_dv < HEAD_DIM_V)[None, :], other=0.0)
+    elif HEAD_DIM_P2 != HEAD_DIM or HEAD_DIM_V_P2 != HEAD_DIM_V:  # only padded head-dim columns are masked
+        k = tl.load(k_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=(offs_dv < HEAD_DIM_V)[None, :], other=0.0)
     else:
         k = tl.load(k_ptrs)
         v = tl.load(v_ptrs)
@@ -101,8 +105,8 @@ def _paged_key_tile(
 def paged_varlen_attention_kernel(
     q_ptr,  # [total_q, num_heads, head_dim]
     k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
-    v_cache_ptr,
-    o_ptr,  # [total_q, num_heads, head_dim]
+    v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim_v] (may be a view of k_cache's rows)
+    o_ptr,  # [total_q, num_heads, head_dim_v]
     cu_seqlens_q_ptr,  # int32 [batch + 1]
     seq_lens_ptr,  # int32 [batch]
     block_tables_ptr,  # int32 [batch, max_blocks_per_seq]
@@ -125,6 +129,8 @@ def paged_varlen_attention_kernel(
     window,  # sliding window in tokens (unused without HAS_WINDOW)
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_P2: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr,
+    HEAD_DIM_V_P2: tl.constexpr,
     QUERIES_PER_KV: tl.constexpr,
     GROUP_P2: tl.constexpr,
     BLOCK_Q: tl.constexpr,
@@ -185,7 +191,8 @@ def paged_varlen_attention_kernel(
 
     m_i = tl.full([BLOCK_Q * GROUP_P2], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_Q * GROUP_P2], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_Q * GROUP_P2, HEAD_DIM_P2], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_Q * GROUP_P2, HEAD_DIM_V_P2], dtype=tl.float32)
+    offs_dv = tl.arange(0, HEAD_DIM_V_P2)
     offs_n = tl.arange(0, BLOCK_N)
     k_head_ptr = k_cache_ptr + kv_head * stride_kh
     v_head_ptr = v_cache_ptr + kv_head * stride_vh
@@ -193,31 +200,32 @@ def paged_varlen_attention_kernel(
     for start in range(lo, mid_lo, BLOCK_N):
         acc, l_i, m_i = _paged_key_tile(
             q, acc, l_i, m_i, k_head_ptr, v_head_ptr, table_row, start, hi, pos, window, offs_n, offs_d,
-            stride_kb, stride_ks, stride_vb, stride_vs, qk_scale, HEAD_DIM=HEAD_DIM, HEAD_DIM_P2=HEAD_DIM_P2,
-            BLOCK_SIZE=BLOCK_SIZE, MASKED=True, CAUSAL=CAUSAL, HAS_WINDOW=HAS_WINDOW, CONVERT=CONVERT,
+            offs_dv, stride_kb, stride_ks, stride_vb, stride_vs, qk_scale, HEAD_DIM=HEAD_DIM, HEAD_DIM_P2=HEAD_DIM_P2,
+            HEAD_DIM_V=HEAD_DIM_V, HEAD_DIM_V_P2=HEAD_DIM_V_P2, BLOCK_SIZE=BLOCK_SIZE, MASKED=True, CAUSAL=CAUSAL, HAS_WINDOW=HAS_WINDOW, CONVERT=CONVERT,
             DOT_PRECISION=DOT_PRECISION,
         )  # fmt: skip
     for start in range(mid_lo, mid_hi, BLOCK_N):
         acc, l_i, m_i = _paged_key_tile(
             q, acc, l_i, m_i, k_head_ptr, v_head_ptr, table_row, start, hi, pos, window, offs_n, offs_d,
-            stride_kb, stride_ks, stride_vb, stride_vs, qk_scale, HEAD_DIM=HEAD_DIM, HEAD_DIM_P2=HEAD_DIM_P2,
-            BLOCK_SIZE=BLOCK_SIZE, MASKED=False, CAUSAL=CAUSAL, HAS_WINDOW=HAS_WINDOW, CONVERT=CONVERT,
+            offs_dv, stride_kb, stride_ks, stride_vb, stride_vs, qk_scale, HEAD_DIM=HEAD_DIM, HEAD_DIM_P2=HEAD_DIM_P2,
+            HEAD_DIM_V=HEAD_DIM_V, HEAD_DIM_V_P2=HEAD_DIM_V_P2, BLOCK_SIZE=BLOCK_SIZE, MASKED=False, CAUSAL=CAUSAL, HAS_WINDOW=HAS_WINDOW, CONVERT=CONVERT,
             DOT_PRECISION=DOT_PRECISION,
         )  # fmt: skip
     for start in range(mid_hi, hi, BLOCK_N):
         acc, l_i, m_i = _paged_key_tile(
             q, acc, l_i, m_i, k_head_ptr, v_head_ptr, table_row, start, hi, pos, window, offs_n, offs_d,
-            stride_kb, stride_ks, stride_vb, stride_vs, qk_scale, HEAD_DIM=HEAD_DIM, HEAD_DIM_P2=HEAD_DIM_P2,
-            BLOCK_SIZE=BLOCK_SIZE, MASKED=True, CAUSAL=CAUSAL, HAS_WINDOW=HAS_WINDOW, CONVERT=CONVERT,
+            offs_dv, stride_kb, stride_ks, stride_vb, stride_vs, qk_scale, HEAD_DIM=HEAD_DIM, HEAD_DIM_P2=HEAD_DIM_P2,
+            HEAD_DIM_V=HEAD_DIM_V, HEAD_DIM_V_P2=HEAD_DIM_V_P2, BLOCK_SIZE=BLOCK_SIZE, MASKED=True, CAUSAL=CAUSAL, HAS_WINDOW=HAS_WINDOW, CONVERT=CONVERT,
             DOT_PRECISION=DOT_PRECISION,
         )  # fmt: skip
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # rows that saw no key stay exactly zero
     if KV_SCALED:
         out = out * v_scale
-    o_offs = ((rows // GROUP_P2) * stride_ot + head * stride_oh)[:, None] + offs_d[None, :]
+    o_offs = ((rows // GROUP_P2) * stride_ot + head * stride_oh)[:, None] + offs_dv[None, :]
     o_tile_ptr = o_ptr + (q_start + tile_start).to(tl.int64) * stride_ot
-    tl.store(o_tile_ptr + o_offs, out.to(o_ptr.dtype.element_ty), mask=io_mask)
+    o_mask = row_ok[:, None] & (offs_dv < HEAD_DIM_V)[None, :]
+    tl.store(o_tile_ptr + o_offs, out.to(o_ptr.dtype.element_ty), mask=o_mask)
 
 
 def launch_config(dtype: torch.dtype, head_dim_p2: int, group_p2: int, max_seqlen_q: int) -> tuple[int, ...]:
@@ -243,20 +251,22 @@ def paged_varlen_attention_triton(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Launch the kernel; inputs as validated by kernels.ops.plan_attention -> [total_q, Hq, D]."""
+    """Launch the kernel; inputs as validated by kernels.ops.plan_attention -> [total_q, Hq, Dv]."""
     total_q, num_heads, head_dim = q.shape
+    head_dim_v = v_cache.shape[-1]
     _, block_size, num_kv_heads, _ = k_cache.shape
     check_last_stride(q=q, k_cache=k_cache, v_cache=v_cache)
     block_tables = block_tables if block_tables.stride(-1) == 1 else block_tables.contiguous()
     cu_seqlens_q, seq_lens = cu_seqlens_q.contiguous(), seq_lens.contiguous()  # read with unit stride
     scale = default_scale(scale, head_dim)
-    out = torch.empty(total_q, num_heads, head_dim, dtype=q.dtype, device=q.device)
+    out = torch.empty(total_q, num_heads, head_dim_v, dtype=q.dtype, device=q.device)
     batch = cu_seqlens_q.numel() - 1
     if total_q == 0 or batch == 0:
         return out
     queries_per_kv = num_heads // num_kv_heads
     group_p2 = triton.next_power_of_2(queries_per_kv)
     head_dim_p2 = max(triton.next_power_of_2(head_dim), 16)
+    head_dim_v_p2 = max(triton.next_power_of_2(head_dim_v), 16)
     block_q, block_n, num_warps, num_stages = launch_config(q.dtype, head_dim_p2, group_p2, max_seqlen_q)
     # 2026-11: Triton 3.7's interpreter returns garbage from tl.dot on bf16 operands, so under
     # TRITON_INTERPRET=1 the kernel upcasts q/k/v/p to fp32 first. Compiled GPU code keeps bf16/fp16.
@@ -275,6 +285,8 @@ def paged_varlen_attention_triton(
         sliding_window or 0,
         HEAD_DIM=head_dim,
         HEAD_DIM_P2=head_dim_p2,
+        HEAD_DIM_V=head_dim_v,
+        HEAD_DIM_V_P2=head_dim_v_p2,
         QUERIES_PER_KV=queries_per_kv,
         GROUP_P2=group_p2,
         BLOCK_Q=block_q,

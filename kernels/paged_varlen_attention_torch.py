@@ -13,7 +13,9 @@ block outside the window), then SDPA runs on the gathered rows:
 - other decode rows are gathered into one padded [S, Lmax] batch under a key-padding mask, one SDPA;
 - sequences with several queries are grouped by (len_q, keys): each group is one gather and one SDPA under
   one [len_q, keys] band mask (is_causal when it is exactly the square causal mask), never [total, total].
-GQA uses SDPA's enable_gqa (or the decode path's query-row grouping): K/V heads are never repeated.
+GQA uses SDPA's enable_gqa (or the decode path's query-row grouping): K/V heads are never repeated. The V
+cache may have a narrower head dim Dv than K (MLA's latent cache: V is a view of the first kv_lora_rank
+columns of the K rows); the output is [total_q, Hq, Dv].
 An fp8 cache is dequantized after the gather (x.float() * scale) and attended in fp32. What depends only on
 the step (the grouping, the decode rows' gather index) is a VarlenIndex, built once per step by
 `paged_varlen_index` inside kernels.ops.plan_attention and shared by every layer through the plan.
@@ -191,9 +193,10 @@ def paged_varlen_attention_torch(
     v_scale: torch.Tensor | None,
     index: VarlenIndex,
 ) -> torch.Tensor:
-    """q [total_q, Hq, D] -> [total_q, Hq, D]; inputs as validated by kernels.ops.plan_attention, whose plan
+    """q [total_q, Hq, D] -> [total_q, Hq, Dv]; inputs as validated by kernels.ops.plan_attention, whose plan
     holds `index` (this step's `paged_varlen_index`, built for this cache's dtype and window)."""
-    out = torch.empty_like(q)  # every row belongs to a sequence with len_q >= 1 and is written below
+    # [total_q, Hq, Dv]: every row belongs to a sequence with len_q >= 1 and is written below
+    out = q.new_empty(*q.shape[:2], v_cache.shape[-1])
     if index.decode:
         res = _attend_decode(q, k_cache, v_cache, block_tables, index, scale, k_scale, v_scale)
         if index.decode_rows is None:
@@ -240,4 +243,4 @@ def _attend_group(out, q, k_cache, v_cache, block_tables, starts_q, members, len
     rows = rows.view(-1)
     qg = q.index_select(0, rows).view(len(members), len_q, *q.shape[1:]).to(dtype)
     res = _sdpa(qg, k, v, mask, square_causal, scale)
-    out.index_copy_(0, rows, res.reshape(-1, *q.shape[1:]).to(q.dtype))
+    out.index_copy_(0, rows, res.reshape(-1, *out.shape[1:]).to(q.dtype))

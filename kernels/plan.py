@@ -153,6 +153,11 @@ class AttentionPlan:
         """D, the cache's head dim (q's too)."""
         return self.k_layout.shape[3]
 
+    @property
+    def head_dim_v(self) -> int:
+        """Dv, the value cache's head dim (the output's): D, or MLA's kv_lora_rank for a latent cache."""
+        return self.v_layout.shape[3]
+
 
 def _as_cache(cache: object) -> KVCache:
     """cache as a KVCache (any 4-tuple k, v, k_scale, v_scale, such as the engine's LayerKV)."""
@@ -364,15 +369,19 @@ def check_call(plan: object, cache: object, *, store: bool) -> KVCache:
     return cache
 
 
-def check_rows(name: str, x: object, heads: int, plan: AttentionPlan, what: str) -> torch.Tensor:
+def check_rows(
+    name: str, x: object, heads: int, plan: AttentionPlan, what: str, head_dim: int | None = None
+) -> torch.Tensor:
     """x is a [plan.num_tokens, heads, D] tensor on the plan's device (unit stride along D for Triton);
-    `what` ("slot_mapping has {} slots") names the plan's token count in the error."""
+    `what` ("slot_mapping has {} slots") names the plan's token count in the error; head_dim: D (default the
+    K cache's; a value row passes the V cache's)."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor [num_tokens, heads, head_dim], got {type(x).__name__}")
     if x.dim() != 3:
         raise ValueError(f"{name} has shape {tuple(x.shape)} but must be 3-D [num_tokens, heads, head_dim]")
-    if x.shape[2] != plan.head_dim:
-        raise ValueError(f"{name} has head_dim {x.shape[2]} but k_cache has {plan.head_dim}; they must match")
+    want, cache = (plan.head_dim, "k_cache") if head_dim is None else (head_dim, "v_cache")
+    if x.shape[2] != want:
+        raise ValueError(f"{name} has head_dim {x.shape[2]} but {cache} has {want}; they must match")
     if x.shape[0] != plan.num_tokens:
         raise ValueError(f"{what.format(plan.num_tokens)} but {name} has {x.shape[0]} tokens; give one each")
     if x.shape[1] != heads:

@@ -6,8 +6,9 @@ hands the model one slot per new token (`slot_mapping`); this kernel copies the 
 there, one program per token. A negative slot means "no slot" (a padding token) and is skipped. The torch
 twin is kernels/store_kv_torch.py.
 
-k/v [num_tokens, Hkv, D]; k_cache/v_cache [num_blocks, block_size, Hkv, D]; slot_mapping int32/int64
-[num_tokens]. kernels/ops.py validates inputs (slots in range and distinct) before the launcher runs.
+k/v [num_tokens, Hkv, D] (v: Dv, which may differ); k_cache/v_cache [num_blocks, block_size, Hkv, D / Dv];
+slot_mapping int32/int64 [num_tokens]. kernels/ops.py validates inputs (slots in range and distinct) before the
+launcher runs.
 An fp8 cache (`torch.float8_e4m3fn`) gets `clamp(x / scale, +-448)` with the per-tensor scales `k_scale` /
 `v_scale` (1-element float32 tensors read on the device), as the torch twin does.
 """
@@ -27,9 +28,9 @@ if HAS_TRITON:
     @triton.jit
     def _store_kv_kernel(
         k_ptr,  # [num_tokens, num_kv_heads, head_dim]
-        v_ptr,  # [num_tokens, num_kv_heads, head_dim]
+        v_ptr,  # [num_tokens, num_kv_heads, head_dim_v]
         k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
-        v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim_v]
         slot_mapping_ptr,  # [num_tokens] int32 or int64
         k_scale_ptr,  # [1] float32 (read only when QUANT)
         v_scale_ptr,  # [1] float32 (read only when QUANT)
@@ -45,8 +46,10 @@ if HAS_TRITON:
         stride_vch,
         NUM_KV_HEADS: tl.constexpr,
         HEAD_DIM: tl.constexpr,
+        HEAD_DIM_V: tl.constexpr,
         BLOCK_H: tl.constexpr,
         BLOCK_D: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
         BLOCK_SIZE: tl.constexpr,
         QUANT: tl.constexpr,
         FP8_MAX: tl.constexpr,
@@ -60,17 +63,19 @@ if HAS_TRITON:
         offset = tl.maximum(slot, 0) % BLOCK_SIZE
         offs_h = tl.arange(0, BLOCK_H)
         offs_d = tl.arange(0, BLOCK_D)
+        offs_dv = tl.arange(0, BLOCK_DV)
         mask = live & (offs_h < NUM_KV_HEADS)[:, None] & (offs_d < HEAD_DIM)[None, :]  # [BLOCK_H, BLOCK_D]
+        mask_v = live & (offs_h < NUM_KV_HEADS)[:, None] & (offs_dv < HEAD_DIM_V)[None, :]  # [BLOCK_H, BLOCK_DV]
 
         k = tl.load(k_ptr + token * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mask)
-        v = tl.load(v_ptr + token * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
+        v = tl.load(v_ptr + token * stride_vt + offs_h[:, None] * stride_vh + offs_dv[None, :], mask=mask_v)
         k_dst = k_cache_ptr + block * stride_kcb + offset * stride_kcs + offs_h[:, None] * stride_kch + offs_d[None, :]
-        v_dst = v_cache_ptr + block * stride_vcb + offset * stride_vcs + offs_h[:, None] * stride_vch + offs_d[None, :]
+        v_dst = v_cache_ptr + block * stride_vcb + offset * stride_vcs + offs_h[:, None] * stride_vch + offs_dv[None, :]
         if QUANT:  # fp8 cache: divide by the tensor's scale and saturate to the e4m3 range
             k = tl.clamp(k.to(tl.float32) / tl.load(k_scale_ptr), -FP8_MAX, FP8_MAX)
             v = tl.clamp(v.to(tl.float32) / tl.load(v_scale_ptr), -FP8_MAX, FP8_MAX)
         tl.store(k_dst, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
-        tl.store(v_dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+        tl.store(v_dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask_v)
 
 
 def store_kv_triton(
@@ -113,8 +118,10 @@ def store_kv_triton(
         v_cache.stride(2),
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
+        HEAD_DIM_V=v.shape[2],
         BLOCK_H=triton.next_power_of_2(num_kv_heads),
         BLOCK_D=triton.next_power_of_2(head_dim),
+        BLOCK_DV=triton.next_power_of_2(v.shape[2]),
         BLOCK_SIZE=k_cache.shape[1],
         QUANT=quant,
         FP8_MAX=FP8_MAX,

@@ -13,6 +13,7 @@ from ui.figure_cache import figure
 from ui.kv_precision import kv_precision_section
 from ui.linked_view import linked_view
 from ui.memo import memo
+from ui.mla_cache import mla_cache_section
 from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
 from ui.router import lesson_section
@@ -173,10 +174,15 @@ def _tensor_parallel() -> None:
     tensor_parallel_section(PAGE)
 
 
+def _mla_cache() -> None:
+    mla_cache_section(PAGE)
+
+
 # Three fragments: the sections below the calculator take none of its settings, so a move in one re-runs it alone.
 lesson_section(_calculator)
 lesson_section(_kv_precision)
 lesson_section(_tensor_parallel)
+lesson_section(_mla_cache)
 
 sources(PAGE)
 lesson_check(PAGE)

@@ -13,13 +13,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from engine.model.mla_config import MLAConfig
+
 # config.json "architectures" entry -> family name used below.
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "DeepseekV2ForCausalLM": "deepseek_v2",  # multi-head latent attention: engine/model/mla_config.py
+    "DeepseekV3ForCausalLM": "deepseek_v3",
 }
 ROPE_TYPES = ("default", "linear", "llama3")
+MLA_ROPE_TYPES = ("default", "yarn")  # DeepSeek's configs use yarn (engine/model/mla_rope.py)
 
 
 def real_number(field: str, value: Any) -> float:
@@ -85,6 +90,9 @@ class ModelConfig:
     architecture: str = "LlamaForCausalLM"
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    # DeepSeek-V2/V3: the latent attention's numbers; then head_dim is qk_rope_head_dim (the rotary width) and
+    # num_key_value_heads is 1 (the latent cache's one row per token and layer)
+    mla: MLAConfig | None = None
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -110,9 +118,14 @@ class ModelConfig:
             raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate pairs)")
         if self.rope_scaling is not None:
             rope_type = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
-            if rope_type not in ROPE_TYPES:
-                raise ValueError(f"rope_type {rope_type!r} is not supported; supported: {', '.join(ROPE_TYPES)}")
-            needed = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor")}
+            supported = ROPE_TYPES if self.mla is None else MLA_ROPE_TYPES
+            if rope_type not in supported:
+                raise ValueError(f"rope_type {rope_type!r} is not supported; supported: {', '.join(supported)}")
+            needed = {
+                "linear": ("factor",),
+                "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+                "yarn": ("factor", "original_max_position_embeddings"),
+            }
             for key in needed.get(rope_type, ()):
                 if key not in self.rope_scaling:
                     raise ValueError(f"rope scaling {rope_type!r} needs {key!r} in the config")
@@ -146,6 +159,8 @@ class ModelConfig:
             raise ValueError(f"hidden_act={cfg['hidden_act']!r} is not supported; only 'silu' (SwiGLU)")
         if cfg.get("mlp_bias", False):
             raise ValueError("mlp_bias=true is not supported; Llama-family checkpoints have bias-free MLPs")
+        if family.startswith("deepseek"):
+            return cls.from_hf_mla(cfg, arch)
         if cfg.get("partial_rotary_factor", 1.0) != 1.0:
             raise ValueError(f"partial_rotary_factor={cfg['partial_rotary_factor']} is not supported; only 1.0")
         try:
@@ -184,6 +199,35 @@ class ModelConfig:
             eos_token_ids=eos_ids,
         )
 
+    @classmethod
+    def from_hf_mla(cls, cfg: dict[str, Any], arch: str) -> ModelConfig:
+        """A DeepSeek-V2/V3 config.json: the decoder's numbers plus its MLAConfig (MoE layers refused there)."""
+        try:
+            required = {k: int(cfg[k]) for k in ("vocab_size", "hidden_size", "intermediate_size")}
+            required["num_hidden_layers"] = int(cfg["num_hidden_layers"])
+            required["num_attention_heads"] = int(cfg["num_attention_heads"])
+        except KeyError as exc:
+            raise ValueError(f"config.json is missing required key {exc.args[0]!r}") from exc
+        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        rope_theta = real_number("rope_theta", rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
+        mla = MLAConfig.from_hf(cfg, arch, rope)
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        eos = cfg.get("eos_token_id")
+        return cls(
+            **required,
+            num_key_value_heads=1,
+            head_dim=mla.qk_rope_head_dim,
+            rms_norm_eps=real_number("rms_norm_eps", cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=rope_theta,
+            rope_scaling=None if rope_type == "default" else rope,
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            architecture=arch,
+            bos_token_id=cfg.get("bos_token_id"),
+            eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),)),
+            mla=mla,
+        )
+
     def to_hf(self) -> dict[str, Any]:
         """A config.json dict in the transformers 4 layout (readable by transformers 4 and 5)."""
         cfg: dict[str, Any] = {
@@ -208,4 +252,7 @@ class ModelConfig:
         }
         if self.sliding_window is not None:
             cfg["sliding_window"] = self.sliding_window
+        if self.mla is not None:  # every layer dense; the config's KV heads are the query heads, as DeepSeek's say
+            cfg |= self.mla.to_hf() | {"first_k_dense_replace": self.num_hidden_layers}
+            cfg |= {"num_key_value_heads": self.num_attention_heads, "head_dim": self.mla.qk_rope_head_dim}
         return cfg

@@ -30,6 +30,7 @@ from safetensors import safe_open
 
 from engine.model import access
 from engine.model.config import ModelConfig
+from engine.model.deepseek import DeepseekCausalLM
 from engine.model.llama import CausalLM
 from engine.model.rope import rope_inv_freq
 from engine.model.tokenizer import FILENAME as KVLAB_TOKENIZER
@@ -279,9 +280,22 @@ def _load_tokenizer(path: Path, config: ModelConfig, roots: tuple[Path, ...] | N
     return None
 
 
+def mla_attention_elements(config: ModelConfig) -> int:
+    """Elements of one DeepseekCausalLM attention layer (engine/model/deepseek.py), from the config alone."""
+    mla, h, heads = config.mla, config.hidden_size, config.num_attention_heads
+    q_rows = heads * mla.qk_head_dim
+    q = h * q_rows if mla.q_lora_rank is None else h * mla.q_lora_rank + mla.q_lora_rank * (1 + q_rows)
+    kv = h * mla.latent_dim + mla.kv_lora_rank * (1 + heads * (mla.qk_nope_head_dim + mla.v_head_dim))
+    return q + kv + heads * mla.v_head_dim * h  # + o_proj
+
+
 def model_elements(config: ModelConfig) -> int:
     """Elements in CausalLM(config)'s parameters and buffers (all cast to the load dtype), from the config alone."""
     h, d = config.hidden_size, config.head_dim
+    if config.mla is not None:
+        layer = mla_attention_elements(config) + 3 * h * config.intermediate_size + 2 * h
+        embeddings = config.vocab_size * h * (1 if config.tie_word_embeddings else 2)
+        return config.num_hidden_layers * layer + embeddings + h + d // 2
     q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
     attention = h * (q + 2 * kv) + q * h + (q + 2 * kv) * config.qkv_bias + h * config.o_bias
     layer = attention + 3 * h * config.intermediate_size + 2 * h  # + gate, up, down and two RMSNorm weights
@@ -295,7 +309,7 @@ def load_model(
     dtype: torch.dtype | None = None,
     allowed_roots: Iterable[str | os.PathLike[str]] | None = None,
     max_bytes: int | None = None,
-) -> tuple[CausalLM, ModelConfig, ByteBPETokenizer | HFTokenizer | None]:
+) -> tuple[CausalLM | DeepseekCausalLM, ModelConfig, ByteBPETokenizer | HFTokenizer | None]:
     """Load a local HF folder (or 'demo') -> (model in eval mode, config, tokenizer or None).
 
     dtype None keeps float32 on CPU (bf16 matmuls are slow there) and bfloat16 on CUDA. The model holds
@@ -325,14 +339,17 @@ def load_model(
             f"{MAX_SERVED_LAYERS} layers this server builds (the deepest released checkpoints have about 130); "
             "point at a real checkpoint's folder"
         )
-    with torch.device("meta"):
-        net = CausalLM(config).to(dtype)  # shapes only: no byte is allocated until to_empty
+    with torch.device("meta"):  # DeepSeek-V2/V3 folders get the latent-attention model (engine/model/deepseek.py)
+        net = (CausalLM if config.mla is None else DeepseekCausalLM)(config).to(dtype)  # shapes only
     try:
         net = net.to_empty(device=device)
         if config.tie_word_embeddings:  # materialising may untie the shared parameter; tie it again
             net.lm_head.weight = net.model.embed_tokens.weight
         # to_empty leaves the rotary buffer uninitialised; rebuild it in fp32 so low dtypes keep exact positions.
-        net.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling).to(device)
+        if config.mla is not None:  # the rope key's frequencies (YaRN when the config scales them)
+            net.inv_freq = net.rope_inv_freq().to(device)
+        else:
+            net.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling).to(device)
         load_weights(net, list(files))
         tokenizer = _load_tokenizer(path, config, roots)
     except BaseException as exc:

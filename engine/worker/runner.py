@@ -19,6 +19,7 @@ from engine.core.scheduler import ScheduledSequence, SchedulerOutput
 from engine.model.forward_meta import ForwardMeta
 from engine.model.llama import CausalLM
 from engine.worker.kv_cache import CacheConfig, PagedKVCache
+from engine.worker.latent_cache import LatentKVCache
 from engine.worker.sampler import sample
 
 
@@ -34,6 +35,17 @@ class ModelRunner:
         self.backend = backend
         self.block_size = cache.block_size
         self.dtype = model.lm_head.weight.dtype
+        if cfg.mla is not None:  # DeepSeek-V2/V3: one latent + rope-key row per token and layer
+            self.kv_cache: PagedKVCache | LatentKVCache = LatentKVCache(
+                cfg.num_hidden_layers,
+                cache.num_blocks,
+                cache.block_size,
+                cfg.mla.kv_lora_rank,
+                cfg.mla.qk_rope_head_dim,
+                dtype=cache.dtype,
+                device=device,
+            )
+            return
         self.kv_cache = PagedKVCache(
             cfg.num_hidden_layers,
             cache.num_blocks,

@@ -92,3 +92,8 @@ def test_a_sliding_window_model_shows_its_capped_kv(app_test):
     assert any("sliding-window attention (window 4,096 tokens)" in i.value for i in at.info)
     at.selectbox(key="gqa_model").set_value("llama-3-8b").run()
     assert not any("sliding-window" in i.value for i in at.info)
+
+
+def test_the_mla_section_is_on_the_page(at):
+    """ui/mla_cache.py's section is laid out by the page (its own AppTest: tests/app/test_mla_cache_section.py)."""
+    assert at.button(key="gqa_mla_run").label == "Run the latent cache on the engine"

@@ -332,14 +332,16 @@ import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from kernels.paged_varlen_attention import paged_varlen_attention_kernel as kernel, launch_config
-dtype, cache, head_dim, group, window = {config!r}
+dtype, cache, head_dim, group, window, *value = {config!r}
+head_dim_v = value[0] if value else head_dim  # MLA: values narrower than keys
 block_q, block_n, num_warps, num_stages = launch_config(getattr(torch, dtype), head_dim, group, 512)
 names = {{"bfloat16": "*bf16", "float16": "*fp16", "fp8": "*fp8e4nv"}}
 sig = dict.fromkeys(["q_ptr", "o_ptr"], names[dtype]) | dict.fromkeys(["k_cache_ptr", "v_cache_ptr"], names[cache])
 sig |= dict.fromkeys(["cu_seqlens_q_ptr", "seq_lens_ptr", "block_tables_ptr"], "*i32")
 sig |= dict.fromkeys(["k_scale_ptr", "v_scale_ptr"], "*fp32") | {{"qk_scale": "fp32", "window": "i32"}}
 sig |= dict.fromkeys([n for n in kernel.arg_names if n.startswith("stride")], "i32")
-consts = dict(HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim, QUERIES_PER_KV=group, GROUP_P2=group, BLOCK_Q=block_q,
+consts = dict(HEAD_DIM=head_dim, HEAD_DIM_P2=head_dim, HEAD_DIM_V=head_dim_v, HEAD_DIM_V_P2=head_dim_v,
+              QUERIES_PER_KV=group, GROUP_P2=group, BLOCK_Q=block_q,
               BLOCK_N=block_n, BLOCK_SIZE=16, CAUSAL=True, HAS_WINDOW=window, KV_SCALED=cache == "fp8", UPCAST=False,
               CONVERT=cache == "fp8", DOT_PRECISION="tf32")
 sig |= dict.fromkeys(consts, "constexpr")
@@ -353,7 +355,14 @@ assert "cubin" in compiled.asm
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a CUDA machine the other tests compile the kernel for real")
-@pytest.mark.parametrize("config", [("bfloat16", "bfloat16", 128, 4, False), ("bfloat16", "fp8", 128, 4, True)])
+@pytest.mark.parametrize(
+    "config",
+    [
+        ("bfloat16", "bfloat16", 128, 4, False),
+        ("bfloat16", "fp8", 128, 4, True),
+        ("bfloat16", "bfloat16", 64, 16, False, 32),
+    ],
+)
 def test_kernel_compiles_for_sm90(config):
     """The interpreter cannot catch compile-only errors (fp8 conversions, loop-carried types): compile the hot
     configurations for H100/H200 ahead of time, in a subprocess without TRITON_INTERPRET. Needs no GPU."""
