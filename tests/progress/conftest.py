@@ -2,8 +2,8 @@
 
 ``store_url`` is parametrized over both backends; the PostgreSQL one is a database in the session's
 throwaway cluster (tests/pg.py: ``postgres_url``), emptied (every table) before each test. Passphrase
-hashing runs at a low scrypt cost here (``cheap_scrypt``), so sign-ins take microseconds, not 50 ms; the
-stored parameters say so, and the tests of the real cost set it back.
+hashing runs at a low Argon2id cost here (``cheap_hash``: 8 KiB, one pass), so sign-ins take microseconds, not
+50 ms; the stored parameters say so, and the tests of the real cost set it back.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ BACKENDS = ["sqlite", "postgresql"]
 
 
 @pytest.fixture(autouse=True)
-def cheap_scrypt(monkeypatch):
-    """scrypt at n=2**4 for new hashes (the module constant the docs name as the test knob)."""
-    monkeypatch.setattr(auth, "SCRYPT_N", 2**4)
+def cheap_hash(monkeypatch):
+    """Argon2id at its least memory and time for new hashes (the module constants the docs name as the knob)."""
+    monkeypatch.setattr(auth, "ARGON2_MEMORY_KIB", 8)
+    monkeypatch.setattr(auth, "ARGON2_TIME_COST", 1)
 
 
 @pytest.fixture(params=BACKENDS)
