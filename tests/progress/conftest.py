@@ -1,14 +1,19 @@
 """Progress-store fixtures: every ``store`` test runs on SQLite and on a real PostgreSQL server.
 
 ``store_url`` is parametrized over both backends; the PostgreSQL one is a database in the session's
-throwaway cluster (tests/pg.py: ``postgres_url``), emptied (every table) before each test. Passphrase
+throwaway cluster (tests/pg.py: ``postgres_url``), emptied (every table) before each test. ``new_db_url`` is a
+database without even the schema (a new SQLite file, or a new database in that cluster), for the migration
+and backup tests. Passphrase
 hashing runs at a low Argon2id cost here (``cheap_hash``: 8 KiB, one pass), so sign-ins take microseconds, not
 50 ms; the stored parameters say so, and the tests of the real cost set it back.
 """
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+import sqlalchemy as sa
 
 from progress import auth
 from progress.live import admit_table, answer_table, create_tables, gate_table, session_table
@@ -46,3 +51,23 @@ def store(store_url):
     s = ProgressStore(store_url)
     yield s
     s.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def new_db_url(request, tmp_path) -> str:
+    """A URL of a database with nothing in it, not even the schema: a new SQLite file's path, or a new database
+    in the session's PostgreSQL cluster (dropped after the test)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'new.sqlite3'}"
+        return
+    server = sa.make_url(request.getfixturevalue("postgres_url"))
+    name = f"kvlab_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE {name}"))
+        yield server.set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE {name} WITH (FORCE)"))
+    finally:
+        admin.dispose()
