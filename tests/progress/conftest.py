@@ -54,20 +54,31 @@ def store(store_url):
 
 
 @pytest.fixture(params=BACKENDS)
-def new_db_url(request, tmp_path) -> str:
-    """A URL of a database with nothing in it, not even the schema: a new SQLite file's path, or a new database
-    in the session's PostgreSQL cluster (dropped after the test)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'new.sqlite3'}"
-        return
-    server = sa.make_url(request.getfixturevalue("postgres_url"))
-    name = f"kvlab_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    try:
+def new_db(request, tmp_path):
+    """A function that returns the URL of a new database with nothing in it, not even the schema: a new SQLite
+    file, or a new database in the session's PostgreSQL cluster (dropped after the test)."""
+    made: list[str] = []
+    server = sa.make_url(request.getfixturevalue("postgres_url")) if request.param == "postgresql" else None
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT") if server is not None else None
+
+    def make() -> str:
+        name = f"kvlab_{uuid.uuid4().hex[:12]}"
+        if admin is None:
+            return f"sqlite:///{tmp_path / (name + '.sqlite3')}"
         with admin.connect() as conn:
             conn.execute(sa.text(f"CREATE DATABASE {name}"))
-        yield server.set(database=name).render_as_string(hide_password=False)
+        made.append(name)
+        return server.set(database=name).render_as_string(hide_password=False)
+
+    yield make
+    if admin is not None:
         with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE {name} WITH (FORCE)"))
-    finally:
+            for name in made:
+                conn.execute(sa.text(f"DROP DATABASE {name} WITH (FORCE)"))
         admin.dispose()
+
+
+@pytest.fixture
+def new_db_url(new_db) -> str:
+    """The URL of one new database (``new_db``), on each backend."""
+    return new_db()
