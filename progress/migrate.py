@@ -4,6 +4,7 @@ the database's ``alembic_version`` table (no Streamlit here).
 - :func:`upgrade` brings a database to this version's schema (``head``) and returns the revision now stored:
   a new database gets every table, one made by the last release before migrations (its tables, no
   ``alembic_version``) keeps every row and is stamped, an older revision runs the revisions after it.
+- :func:`prepare` is what a server runs before it starts (``kvlab serve``): :func:`ensure` on a URL.
 - :func:`current` reads the stored revision (None: none stored, a new database or one from before migrations).
 - :func:`ensure` is what a store does when it opens: a new database is created at head; an older schema is
   upgraded only when the operator said so (``KVLAB_DB_AUTO_UPGRADE``, :func:`auto_upgrade`), else refused
@@ -107,9 +108,16 @@ def current(url: str) -> str | None:
 def upgrade(url: str) -> str:
     """Bring the database at ``url`` to :func:`head` (nothing to do when it is there) and return the revision
     now stored; SchemaError when it holds a revision this version does not know, or cannot be reached."""
+    return prepare(url, upgrade_older=True)
+
+
+def prepare(url: str, upgrade_older: bool) -> str:
+    """What a server checks before it starts: :func:`ensure` on the database at ``url`` (a new one created at
+    head; an older schema upgraded only when ``upgrade_older``, e.g. ``auto_upgrade()``); the revision now
+    stored, or SchemaError saying what to do."""
     with _engine(url) as engine:
         try:
-            return ensure(engine, upgrade_older=True, where=describe(url))
+            return ensure(engine, upgrade_older, where=describe(url))
         except SQLAlchemyError as exc:
             raise SchemaError(_failure(exc, describe(url))) from exc
 

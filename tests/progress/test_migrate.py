@@ -194,7 +194,9 @@ def all_tables() -> list[sa.Table]:
     return [*progress_table.metadata.sorted_tables, *session_table.metadata.sorted_tables]
 
 
-def test_a_new_database_is_created_at_head_with_exactly_the_codes_tables(new_db_url):
+def test_a_new_database_is_created_at_head_with_exactly_the_codes_tables(new_db):
+    assert migrate.prepare(new_db(), upgrade_older=False) == migrate.head()  # a server starting on a new one
+    new_db_url = new_db()
     assert migrate.current(new_db_url) is None
     store = ProgressStore(new_db_url)  # a new database needs no permission to be created
     try:
@@ -213,6 +215,8 @@ def test_the_setting_lets_the_app_upgrade_at_start(new_db_url, monkeypatch):
     old_database(new_db_url)
     fill_old_class(new_db_url)
     before = snapshot(new_db_url)
+    with pytest.raises(migrate.SchemaError, match="kvlab 0.1 .*Back it up .*then run `kvlab db upgrade`"):
+        migrate.prepare(new_db_url, upgrade_older=False)  # what `kvlab serve` checks before it starts
     monkeypatch.setenv(migrate.AUTO_UPGRADE_ENV, "maybe")
     with pytest.raises(ProgressStoreError, match="KVLAB_DB_AUTO_UPGRADE='maybe' is not a yes/no value; set it to 1"):
         ProgressStore(new_db_url)
