@@ -10,15 +10,20 @@ message the app shows the learner. No Streamlit here: ``ui/signin.py`` is the UI
 Names and class codes are checked and compared in one normal form (progress/names.py).
 
 Identity (progress/auth.py has the hash and the wait rules): the first sign-in of a name in a class sets its
-passphrase (table ``kvlab_learner_auth``: scrypt hash, salt, parameters, a version bumped by every set and
+passphrase (table ``kvlab_learner_auth``: Argon2id hash, salt, parameters, a version bumped by every set and
 reset; a session's saves and live answers check it, so after a reset whoever signed in with the old
-passphrase is signed out); failures are counted in ``kvlab_auth_tries`` (per subject, a (class, learner)
-name or the teacher key, and per client: a session, an address, and the subject as a whole; the rules are
-progress/auth.py's), so the waits hold across replicas. A new name that looks like a classmate's
-(progress/names.py: ``looks_alike``) is that classmate's name. The identity tables are new in schema 2 and
-the tries table in schema 3 (schema 2's ``kvlab_auth_throttle``, one count per name, is no longer used): a
-database made before them keeps its ``kvlab_progress`` rows untouched; the tables are added when a store
-opens it (``migrate``), and a learner whose record has no passphrase sets one on their next sign-in.
+passphrase is signed out; a scrypt hash of the last release is verified and replaced by an Argon2id one at
+the learner's next successful sign-in); failures are counted in ``kvlab_auth_tries`` (per subject, a
+(class, learner) name or the teacher key, and per client: a session, an address, and the subject as a whole;
+the rules are progress/auth.py's), so the waits hold across replicas. A new name that looks like a
+classmate's (progress/names.py: ``looks_alike``) is that classmate's name. ``kvlab_auth_throttle`` (one count
+per name, before ``kvlab_auth_tries``) is no longer read or written. A learner whose record has no passphrase
+(made before passphrases, or reset) sets one on their next sign-in.
+
+The schema is versioned (progress/migrate.py, Alembic): opening a new database creates its tables at the
+newest revision; a database of an older schema (one made by kvlab 0.1 has no ``alembic_version``) is
+upgraded only when ``KVLAB_DB_AUTO_UPGRADE`` says so (or ``kvlab db upgrade`` ran), else the store is not
+opened and :func:`open_store` returns a NullStore whose message says to run the upgrade.
 
 Saving never loses another session's progress (two tabs, two devices, a reconnect to another replica): a
 save merges into the stored row inside one transaction (``merge_progress`` in progress/records.py: visits
@@ -28,8 +33,9 @@ the row's text, re-read and re-merged on conflict; on PostgreSQL the read also l
 saves queue instead).
 
 Settings (environment variables):
-  KVLAB_DATABASE_URL  SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``.
-  KVLAB_DATA_DIR      folder for the default SQLite file ``progress.sqlite3``.
+  KVLAB_DATABASE_URL     SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``.
+  KVLAB_DATA_DIR         folder for the default SQLite file ``progress.sqlite3``.
+  KVLAB_DB_AUTO_UPGRADE  1: upgrade an older schema when the store opens it (default 0: refuse it).
 """
 
 from __future__ import annotations
