@@ -198,6 +198,8 @@ def test_a_new_database_is_created_at_head_with_exactly_the_codes_tables(new_db)
     assert migrate.prepare(new_db(), upgrade_older=False) == migrate.head()  # a server starting on a new one
     new_db_url = new_db()
     assert migrate.current(new_db_url) is None
+    if new_db_url.startswith("sqlite"):
+        assert not Path(sa.make_url(new_db_url).database).exists()  # asking made no file
     store = ProgressStore(new_db_url)  # a new database needs no permission to be created
     try:
         assert migrate.current(new_db_url) == migrate.head()
