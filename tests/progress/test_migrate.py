@@ -267,7 +267,8 @@ def test_replicas_starting_at_once_upgrade_once(new_db_url):
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(120)  # generous: only a deadlock takes this long
+    assert not any(thread.is_alive() for thread in threads), "the upgrades deadlocked"
     assert errors == [] and results == ["0001"] * 4
     engine = sa.create_engine(new_db_url)
     with engine.connect() as conn:
