@@ -263,7 +263,7 @@ def test_replicas_starting_at_once_upgrade_once(new_db_url):
         except Exception as exc:  # noqa: BLE001 - the test reports any failure
             errors.append(exc)
 
-    threads = [threading.Thread(target=start) for _ in range(4)]
+    threads = [threading.Thread(target=start, daemon=True) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
