@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 import time
@@ -62,11 +63,12 @@ def main(argv: list[str] | None = None) -> None:
         log.info("not preloaded: %s", line)
     from streamlit.web import cli
 
-    from ui import host_guard, widget_guard
+    from ui import host_guard, sso, widget_guard
 
     widget_guard.install()  # a forged widget value must not break a learner's session (ui/widget_guard.py)
     if host_guard.install():  # KVLAB_ALLOWED_HOSTS: no answer under another Host (ui/host_guard.py)
         log.info("answering only to the hosts in %s", host_guard.HOSTS_ENV)
+    args += sso.startup_args(os.environ)  # KVLAB_OIDC_*: Streamlit's [auth] file for st.login (ui/sso.py)
     sys.argv = ["streamlit", "run", str(script), *args]
     cli.main()
 
