@@ -60,7 +60,7 @@ def _state(environ: tuple[tuple[str, str], ...]) -> SsoState:
 def sso_state() -> SsoState:
     """This server's single sign-on settings, or why they cannot be used."""
     state = _state(_oidc_environ(os.environ))
-    if state.settings is not None and not _streamlit_has_auth():
+    if state.settings is not None and not streamlit_has_auth():
         return SsoState(
             None,
             "the server was started without its sign-on settings for Streamlit (start it with run.sh or "
@@ -69,7 +69,7 @@ def sso_state() -> SsoState:
     return state
 
 
-def _streamlit_has_auth() -> bool:
+def streamlit_has_auth() -> bool:
     """Whether Streamlit loaded an ``[auth]`` section (the file ui.serve writes); Streamlit's own check, which
     reads the secrets files quietly (``st.secrets`` would draw an error on the page without one)."""
     return bool(get_secrets_auth_section())
