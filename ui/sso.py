@@ -19,6 +19,7 @@ import streamlit as st
 from streamlit.auth_util import get_secrets_auth_section
 
 from progress.sso import (
+    SsoClaimsError,
     SsoLearner,
     SsoSettings,
     SsoSettingsError,
@@ -95,9 +96,16 @@ def signed_on(settings: SsoSettings) -> SsoLearner | None:
 
 
 def teacher_signed_on() -> bool:
-    """Whether this session is signed in by the provider with the teacher claim (KVLAB_OIDC_TEACHER_CLAIM)."""
-    learner = st.session_state.get(SSO_KEY)
-    return isinstance(learner, SsoLearner) and learner.teacher
+    """Whether the provider signed this session in with the teacher claim (KVLAB_OIDC_TEACHER_CLAIM), read from
+    ``st.user`` itself, whatever ran before (a page opened on its own has no sidebar run before it)."""
+    state = sso_state()
+    if state.settings is None:
+        return False
+    try:
+        learner = signed_on(state.settings)
+    except SsoClaimsError:
+        return False
+    return learner is not None and learner.teacher
 
 
 def login_button() -> None:
