@@ -21,11 +21,27 @@ SCRIPT = Path(__file__).with_name("oidc_provider.mjs")
 CLIENT_ID = "kvlab"  # the client oidc_provider.mjs registers
 
 
+NODE_MIN = 20  # oidc-provider 9 uses the global WebCrypto and ES modules of Node.js 20+
+
+
+def _node_major(node: str) -> int:
+    try:
+        text = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout
+        return int(text.strip().lstrip("v").split(".")[0])
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
 def skip_without_provider() -> str:
-    """The node binary, or skip (fail under CI) when node or oidc-provider is missing."""
+    """The node binary, or skip (fail under CI) when node (20+) or oidc-provider is missing."""
     node = shutil.which("node")
+    missing = None
     if node is None or not (ROOT / "node_modules" / "oidc-provider" / "package.json").is_file():
-        msg = "SSO BROWSER TEST SKIPPED: node or oidc-provider is missing; run scripts/install_browser.sh (npm ci)"
+        missing = "node or oidc-provider is missing; run scripts/install_browser.sh (npm ci)"
+    elif _node_major(node) < NODE_MIN:
+        missing = f"oidc-provider needs Node.js {NODE_MIN} or later; {node} is older"
+    if missing:
+        msg = f"SSO BROWSER TEST SKIPPED: {missing}"
         print(f"\n*** {msg} ***", file=sys.stderr)
         if os.environ.get("CI"):
             pytest.fail(msg)
