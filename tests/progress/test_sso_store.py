@@ -9,6 +9,7 @@ import hashlib
 import pytest
 import sqlalchemy as sa
 
+from progress.live import LiveBoard
 from progress.store import NullStore, auth_table, progress_table
 
 PASS = "correct horse battery"
@@ -64,3 +65,18 @@ def test_a_key_must_be_an_sso_key(store):
         with pytest.raises(ValueError, match="not a single sign-on learner's key"):
             NullStore().load("Room 7", "Ana", learner_key=bad)
     assert NullStore().save("Room 7", "Ana <b>", {"visited": ["gqa"]}, learner_key=sso_key("u"))["visited"] == ["gqa"]
+
+
+def test_live_answers_are_keyed_by_the_subject_too(store):
+    board = LiveBoard(store)
+    board.open_round("Room 7", "kv_size")
+    board.set_closed("Room 7", True)  # closed to new names: the provider's learners are no made-up names
+    a, b = sso_key("u-1"), sso_key("u-2")
+    assert board.answer("Room 7", "Ana", "kv_size", 128.0, learner_key=a) == 1
+    assert board.answer("Room 7", "Ana", "kv_size", 256.0, learner_key=b) == 1  # another Ana: another answer
+    assert board.answer("Room 7", "Ana", "kv_size", 130.0, learner_key=a) == 1  # hers replaced
+    assert sorted(board.answers("Room 7", 1)) == [130.0, 256.0]
+    assert board.my_answer("Room 7", "Ana", 1, learner_key=b) == 256.0
+    assert board.my_answer("Room 7", "Ana", 1) is None  # a typed "Ana" answered nothing
+    with pytest.raises(ValueError, match="not a single sign-on learner's key"):
+        board.answer("Room 7", "Ana", "kv_size", 1.0, learner_key="ana")

@@ -13,6 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from progress import auth
+from progress.live import LiveBoard
 from progress.store import ProgressStore
 from tests.app.conftest import make_app_test, open_signin
 from ui import sso
@@ -56,6 +57,10 @@ def _probe_app() -> None:
     if answer := st.text_input("answer", key="probe_answer"):
         progress["quiz"]["probe.q"] = {"answer": answer, "correct": answer == "8"}
         persist(progress)
+    if value := st.text_input("live answer", key="probe_live"):
+        from ui.live import join_round
+
+        st.session_state["probe_joined"] = join_round("kv_size", float(value)) is not None
 
 
 def login_buttons(at: AppTest) -> list:
@@ -97,6 +102,19 @@ def test_a_signed_on_learner_saves_under_their_subject(server):
     assert again.session_state["progress"]["quiz"]["probe.q"]["answer"] == "8"
     assert any("Signed in by your school as" in s.value for s in again.sidebar.success)
     assert set(stored(server)) == {subject_key("u-1"), subject_key("u-2")}
+
+
+def test_a_signed_on_learner_answers_a_live_round_under_their_subject(server):
+    store = ProgressStore(f"sqlite:///{server / 'progress.sqlite3'}")
+    board = LiveBoard(store)
+    board.open_round("Room 7", "kv_size")
+    for user, value in ((ANA_1, "128"), (ANA_2, "256")):
+        at = session(user)
+        at.text_input(key="probe_live").input(value).run()
+        assert not at.exception and at.session_state["probe_joined"]
+    assert sorted(board.answers("Room 7", 1)) == [128.0, 256.0]  # two Anas, two answers
+    assert board.my_answer("Room 7", "Ana", 1, learner_key=subject_key("u-2")) == 256.0
+    store.close()
 
 
 def test_signing_out_of_the_provider_signs_the_session_out(server):
