@@ -65,6 +65,7 @@ NOTICE_KEY = "progress_notice"  # a message for the sidebar's next run (after st
 VERSION_KEY = "progress_auth_version"  # SignIn.version: a save after a passphrase reset signs this session out
 BOX_KEY = "progress_box_open"  # whether the "Save my progress" expander is open (its contents are made only then)
 SYNC_KEY = "progress_widget_sync"  # {widget key: (value on screen, value to show)} after another session's save
+SSO_REFUSED_KEY = "progress_sso_refused"  # the last refusal of the provider's claims this session logged
 CLIENT_KEY = "progress_client_id"  # a random id of this browser session: its wrong tries are counted on it
 PASSPHRASE_LABEL = "Passphrase (8+ characters; your first sign-in sets it)"
 
@@ -213,6 +214,9 @@ def sync_sso(store: Store) -> str | None:
         learner = sso.signed_on(state.settings)
     except SsoClaimsError as exc:
         learner, problem = None, str(exc)
+        if st.session_state.get(SSO_REFUSED_KEY) != problem:  # logged once a session, not on every run
+            st.session_state[SSO_REFUSED_KEY] = problem
+            sso.log_refused(problem)
     else:
         problem = None
     if learner == held:
@@ -221,6 +225,7 @@ def sync_sso(store: Store) -> str | None:
         _forget_identity()  # another identity's saved progress never flows into this one
     if learner is not None:
         st.session_state[sso.SSO_KEY] = learner
+        sso.log_signed_on(learner)
         who = f"{inert_md(learner.display)} in class {inert_md(learner.class_code)}"
         st.session_state[NOTICE_KEY] = f"Signed in by your school as {who}: your progress is saved to your account."
         try:

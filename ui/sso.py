@@ -108,6 +108,18 @@ def teacher_signed_on() -> bool:
     return learner is not None and learner.teacher
 
 
+def log_signed_on(learner: SsoLearner) -> None:
+    """The one place a sign-in by the provider is recorded (structured logs hook in here): the stored key, the
+    class and the role; never the name shown, a claim's text beyond those, or a token."""
+    role = "teacher" if learner.teacher else "learner"
+    LOG.info("signed on: %s %s in class %r", role, learner.learner_key, learner.class_code)
+
+
+def log_refused(reason: str) -> None:
+    """The one place a refused sign-in by the provider is recorded (claims that name nobody; once a session)."""
+    LOG.warning("single sign-on refused: %s", reason)
+
+
 def login_button() -> None:
     """The button that sends the browser to the provider (Streamlit's /auth/login, then back)."""
     if st.button(BUTTON_LABEL, key="progress_sso_login", type="primary"):

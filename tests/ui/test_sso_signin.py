@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 
 import pytest
@@ -88,8 +89,11 @@ def stored(data) -> dict[str, tuple[str, dict]]:
         con.close()
 
 
-def test_a_signed_on_learner_saves_under_their_subject(server):
+def test_a_signed_on_learner_saves_under_their_subject(server, caplog):
+    caplog.set_level(logging.INFO, logger="kvlab.sso")
     at = session(ANA_1)
+    signed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("signed on:")]
+    assert signed == [f"signed on: learner {subject_key('u-1')} in class 'Room 7'"]  # the key, never the name
     at.text_input(key="probe_answer").input("8").run()
     assert not at.exception and not at.error
     assert "progress_learner" not in at.session_state  # no passphrase identity
@@ -170,8 +174,11 @@ def test_only_sso_with_the_provider_down_offers_no_passphrase(monkeypatch):
     assert "kept for this session only" in warning.value and not at.sidebar.text_input
 
 
-def test_a_token_from_another_issuer_is_refused(server):
+def test_a_token_from_another_issuer_is_refused(server, caplog):
     at = open_signin(session({**ANA_1, "iss": "https://evil.example"}))
+    at.run()
+    refused = [r for r in caplog.records if r.getMessage().startswith("single sign-on refused:")]
+    assert len(refused) == 1 and "evil.example" in refused[0].getMessage()  # once a session, not every run
     (warning,) = at.sidebar.warning
     assert "issuer" in warning.value and sso.SSO_KEY not in at.session_state
     assert "progress.sqlite3" not in {p.name for p in server.iterdir()} or not stored(server)
