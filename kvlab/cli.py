@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kvlab import __version__
+import kvlab
 from kvlab.settings import Settings, SettingsError, load_settings
 
 USAGE_ERROR = 2  # argparse's own status for a bad command line; a bad setting is the same kind of mistake
@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="kvlab",
         description="KV Lab: an interactive course on LLM serving memory, built on a real inference engine.",
     )
-    parser.add_argument("--version", action="version", version=f"kvlab {__version__}")
+    parser.add_argument("--version", action="version", version=f"kvlab {kvlab.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     serve = commands.add_parser(
         "serve",

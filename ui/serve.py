@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvlab import settings as kvlab_settings
 from kvlab.settings import Settings, SettingsError, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,9 +65,7 @@ def packaged_options(script: Path, cwd: Path) -> list[str]:
     .streamlit/config.toml beside the script or in the working folder: an installed package)."""
     if (script.parent / ".streamlit" / "config.toml").is_file() or (cwd / ".streamlit" / "config.toml").is_file():
         return []
-    import kvlab
-
-    packaged = Path(kvlab.__file__).parent / "streamlit" / "config.toml"  # in a wheel; a checkout has .streamlit/
+    packaged = Path(kvlab_settings.__file__).parent / "streamlit" / "config.toml"  # a wheel; a checkout: below
     if not packaged.is_file():
         packaged = ROOT / ".streamlit" / "config.toml"
     try:
