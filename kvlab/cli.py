@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kvlab
-from kvlab.settings import Settings, SettingsError, load_settings
+from kvlab.settings import SettingsError, load_settings
 
 USAGE_ERROR = 2  # argparse's own status for a bad command line; a bad setting is the same kind of mistake
 FAILED = 1
@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Check the settings, warm the lessons' first results, then start the course's server. "
         "Options after `serve` go to Streamlit (e.g. --server.port=8501 --server.address=0.0.0.0).",
     )
-    serve.add_argument("streamlit_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    serve.set_defaults(passes_through=True)  # its unknown options are Streamlit's (main: parse_known_args)
     db = commands.add_parser("db", help="the progress database: upgrade, current, backup, restore")
     actions = db.add_subparsers(dest="action", metavar="ACTION", required=True)
     actions.add_parser("upgrade", help="bring the database's schema to this release's (creates it when empty)")
@@ -48,13 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def database_url(settings: Settings, environ: Mapping[str, str]) -> str:
-    """The database the server would open: the checked KVLAB_DATABASE_URL(_FILE), else the SQLite default."""
-    if settings.database_url is not None:
-        return settings.database_url
-    from progress.store import database_url as default_url
+def database_url(environ: Mapping[str, str]) -> str:
+    """The database the server would open: KVLAB_DATABASE_URL(_FILE), else the SQLite file in KVLAB_DATA_DIR."""
+    from progress.store import database_url as server_url
 
-    return default_url({k: v for k, v in environ.items() if not k.startswith("KVLAB_DATABASE_URL")})
+    return server_url(environ)
 
 
 def _store_function(module: str, name: str) -> Callable[..., Any]:
@@ -79,7 +77,10 @@ def _db(action: str, file: str | None, url: str) -> int:
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run the `kvlab` command line; returns its exit status."""
-    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    parser = _parser()
+    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    if rest and not getattr(args, "passes_through", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     environ = os.environ if environ is None else environ
     try:
         settings = load_settings(environ)
@@ -89,10 +90,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.command == "serve":
         from ui.serve import serve
 
-        return serve(args.streamlit_args, settings)
+        return serve(rest, settings)
     try:
-        return _db(args.action, getattr(args, "file", None), database_url(settings, environ))
-    except (OSError, ValueError, RuntimeError) as exc:  # the store's errors name what failed and the fix
+        return _db(args.action, getattr(args, "file", None), database_url(environ))
+    except Exception as exc:  # the store's errors name what failed and the fix; the operator gets no traceback
         print(f"kvlab db {args.action}: {exc}", file=sys.stderr)
         return FAILED
 
