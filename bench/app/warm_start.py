@@ -5,7 +5,8 @@ for the lessons that compute on first use, with the warm-up (ui/warm.py) off and
 with KVLAB_WARM=0 and once with KVLAB_WARM=1 (in that order, each from a fresh process: a start cannot be
 interleaved), times spawn to a healthy `/_stcore/health`, then a first learner and then a second one open
 each of the slow lessons at their defaults (protocol clients, bench/app/client.py). Reported per side:
-`start_s`, and per page `first_s` / `second_s`. The goal: with the warm-up, first ≈ second.
+`start_s`, the server's resident memory when healthy and after the visits, and per page `first_s` /
+`second_s`. The goal: with the warm-up, first ≈ second.
 """
 
 from __future__ import annotations
@@ -40,15 +41,36 @@ async def _learners(url: str) -> dict[str, Any]:
     return pages
 
 
+def _rss_mib(pid: int) -> float:
+    """The process's resident memory (VmRSS in /proc), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
 def _side(warm: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as data_dir:
+        server: dict[str, Any] = {}
         started = time.perf_counter()
         with running_app(
-            Path(data_dir), Path(data_dir) / "streamlit.log", timeout_s=600, extra_env={"KVLAB_WARM": str(int(warm))}
+            Path(data_dir),
+            Path(data_dir) / "streamlit.log",
+            timeout_s=600,
+            extra_env={"KVLAB_WARM": str(int(warm))},
+            info=server,
         ) as url:
             start_s = time.perf_counter() - started
-            log(f"warm={warm}: healthy after {start_s:.1f} s")
-            return {"warm": warm, "start_s": round(start_s, 1), "pages": asyncio.run(_learners(url))}
+            rss_healthy = _rss_mib(server["pid"])
+            log(f"warm={warm}: healthy after {start_s:.1f} s, {rss_healthy} MiB")
+            pages = asyncio.run(_learners(url))
+            return {
+                "warm": warm,
+                "start_s": round(start_s, 1),
+                "rss_mib_healthy": rss_healthy,
+                "rss_mib_after_visits": _rss_mib(server["pid"]),
+                "pages": pages,
+            }
 
 
 def main() -> None:
