@@ -35,7 +35,11 @@ ALLOWED_HOSTS = "KVLAB_ALLOWED_HOSTS"
 TRUSTED_PROXIES = "KVLAB_TRUSTED_PROXIES"
 FRAME_ANCESTORS = "KVLAB_FRAME_ANCESTORS"
 WARM = "KVLAB_WARM"
-SECRETS = (TEACHER_KEY, DATABASE_URL, COOKIE_SECRET)
+# Single sign-on's settings (KVLAB_OIDC_*) are parsed in progress/sso/settings.py with this module's read_secret
+# and switch: a wrong one turns single sign-on off with a message instead of stopping the server. Its secrets:
+OIDC_CLIENT_SECRET = "KVLAB_OIDC_CLIENT_SECRET"
+OIDC_COOKIE_SECRET = "KVLAB_OIDC_COOKIE_SECRET"
+SECRETS = (TEACHER_KEY, DATABASE_URL, COOKIE_SECRET, OIDC_CLIENT_SECRET, OIDC_COOKIE_SECRET)
 FILE_SUFFIX = "_FILE"
 MAX_SECRET_FILE_BYTES = 64 * 1024  # a key or a URL; a larger file is the wrong file
 LOOPBACK_PROXIES = "127.0.0.1/8, ::1"  # KVLAB_TRUSTED_PROXIES unset: a proxy on this machine

@@ -45,7 +45,7 @@ class SsoState:
 
 
 def _oidc_environ(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    names = ("STREAMLIT_SERVER_COOKIE_SECRET",)
+    names = ("STREAMLIT_SERVER_COOKIE_SECRET", "KVLAB_COOKIE_SECRET", "KVLAB_COOKIE_SECRET_FILE")
     return tuple(sorted((k, v) for k, v in environ.items() if k.startswith("KVLAB_OIDC_") or k in names))
 
 

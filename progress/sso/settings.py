@@ -4,18 +4,21 @@ the setting and the fix for each mistake (no Streamlit, no network).
 Single sign-on is off unless ``KVLAB_OIDC_ISSUER`` is set. Then the provider's client (id and secret), the
 app's public callback address and the class learners join are required; which claims name the learner and
 which make a teacher have defaults (docs/SECURITY.md, Single sign-on, has the table). Secrets come from the
-variable or from a file named by ``NAME_FILE`` (compose and Kubernetes secrets), never both.
+variable or from a file named by ``NAME_FILE`` (compose and Kubernetes secrets), never both: the rule of every
+secret (kvlab/settings.py: ``read_secret``). A wrong setting here does not stop the server as the others do
+(kvlab.settings.load_settings): single sign-on is then off and says why, and the passphrase sign-in stays.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
+from kvlab.settings import COOKIE_SECRET, SettingsError, read_secret, switch
 from progress.names import validate_name
 
 PREFIX = "KVLAB_OIDC_"
@@ -27,8 +30,14 @@ SECRET_MAX = 4096  # characters; a client secret or cookie secret longer than th
 CLAIM_MAX = 64  # characters of a claim name
 
 
-class SsoSettingsError(ValueError):
-    """A single sign-on setting that cannot be used; the message names it and says how to fix it."""
+class SsoSettingsError(SettingsError):
+    """A single sign-on setting that cannot be used; the message names it (``setting``, as kvlab.settings'
+    errors do) and says how to fix it. Unlike the other settings' errors it does not stop the server: single
+    sign-on stays off, the sign-in box says why, and the passphrase sign-in keeps working."""
+
+    def __init__(self, message: str) -> None:
+        named = re.search(r"KVLAB_OIDC_[A-Z_]+", message)
+        super().__init__(named.group(0).removesuffix("_FILE") if named else PREFIX + "ISSUER", message)
 
 
 @dataclass(frozen=True)
@@ -62,26 +71,16 @@ class SsoSettings:
         return shown
 
 
-def read_secret(environ: Mapping[str, str], name: str) -> str | None:
-    """The secret in ``name``, or in the file named by ``name + "_FILE"`` (its trailing newline dropped);
-    None when neither is set. SsoSettingsError when both are, or the file cannot be read."""
-    value, path = environ.get(name), environ.get(name + "_FILE")
-    if value and path:
-        raise SsoSettingsError(f"{name} and {name}_FILE are both set; keep one (the file is the safer place)")
-    if path:
-        try:
-            text = Path(path).read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SsoSettingsError(
-                f"{name}_FILE {path[:200]!r} cannot be read ({type(exc).__name__}: {exc}); "
-                "point it at a readable UTF-8 file holding the secret"
-            ) from exc
-        value = text.rstrip("\r\n")
-    if not value:
-        return None
-    if len(value) > SECRET_MAX or any(unicodedata.category(ch) == "Cc" for ch in value):
+def _secret(environ: Mapping[str, str], name: str) -> str | None:
+    """The secret ``name`` or the file ``name``_FILE names (kvlab.settings.read_secret: the rule every secret
+    follows), on one line; None when neither is set."""
+    try:
+        value = read_secret(environ, name)
+    except SettingsError as exc:
+        raise SsoSettingsError(str(exc)) from exc
+    if value is not None and (len(value) > SECRET_MAX or any(unicodedata.category(ch) == "Cc" for ch in value)):
         raise SsoSettingsError(
-            f"{name} is {len(value)} characters with control characters or over {SECRET_MAX}; "
+            f"{name} (hidden) holds control characters or is over {SECRET_MAX} characters; "
             "it must be the secret alone, on one line"
         )
     return value
@@ -129,12 +128,10 @@ def _claim(environ: Mapping[str, str], name: str, default: str | None) -> str | 
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:
-    text = environ.get(name, "").strip().lower()
-    if text in ("", "0", "false", "no", "off"):
-        return False
-    if text in ("1", "true", "yes", "on"):
-        return True
-    raise SsoSettingsError(f"{name} {text[:40]!r} is not true or false; set it to true, false or leave it unset")
+    try:
+        return switch(environ, name, False)
+    except SettingsError as exc:
+        raise SsoSettingsError(str(exc)) from exc
 
 
 def sso_settings(environ: Mapping[str, str]) -> SsoSettings | None:
@@ -152,7 +149,7 @@ def sso_settings(environ: Mapping[str, str]) -> SsoSettings | None:
     client_id = environ.get(PREFIX + "CLIENT_ID", "").strip()
     if not client_id:
         raise SsoSettingsError("KVLAB_OIDC_CLIENT_ID is not set; use the client id the provider gave this app")
-    client_secret = read_secret(environ, PREFIX + "CLIENT_SECRET")
+    client_secret = _secret(environ, PREFIX + "CLIENT_SECRET")
     if client_secret is None:
         raise SsoSettingsError(
             "KVLAB_OIDC_CLIENT_SECRET_FILE (or KVLAB_OIDC_CLIENT_SECRET) is not set; point it at a file holding "
@@ -164,11 +161,15 @@ def sso_settings(environ: Mapping[str, str]) -> SsoSettings | None:
             f"KVLAB_OIDC_REDIRECT_URI {redirect_uri[:200]!r} must end with {CALLBACK_PATH} (Streamlit's "
             "callback), e.g. https://kvlab.school.example/oauth2callback; register the same address at the provider"
         )
-    cookie_secret = read_secret(environ, PREFIX + "COOKIE_SECRET") or environ.get("STREAMLIT_SERVER_COOKIE_SECRET")
+    cookie_secret = (  # the app's own cookie secret by default: one secret for XSRF and identity cookies
+        _secret(environ, PREFIX + "COOKIE_SECRET")
+        or _secret(environ, COOKIE_SECRET)
+        or environ.get("STREAMLIT_SERVER_COOKIE_SECRET")
+    )
     if not cookie_secret or len(cookie_secret) < 32:
         raise SsoSettingsError(
-            "KVLAB_OIDC_COOKIE_SECRET_FILE (or STREAMLIT_SERVER_COOKIE_SECRET, which compose sets) must hold 32 or "
-            "more random characters (openssl rand -hex 32): it signs the sign-on cookie, the same on every replica"
+            "KVLAB_OIDC_COOKIE_SECRET_FILE (by default KVLAB_COOKIE_SECRET_FILE, which compose sets) must hold 32 "
+            "or more random characters (openssl rand -hex 32): it signs the sign-on cookie, the same on every replica"
         )
     fixed, class_claim = environ.get(PREFIX + "CLASS", "").strip(), _claim(environ, PREFIX + "CLASS_CLAIM", None)
     if fixed and class_claim:

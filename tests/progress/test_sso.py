@@ -14,6 +14,7 @@ import pytest
 import tomllib
 
 from bench.app_server import HOST, free_port
+from kvlab.settings import SettingsError
 from progress.sso import (
     SsoClaimsError,
     SsoSettingsError,
@@ -21,7 +22,6 @@ from progress.sso import (
     is_sso_key,
     learner_from_claims,
     provider_problem,
-    read_secret,
     sso_settings,
     write_auth_file,
 )
@@ -76,7 +76,7 @@ def test_a_complete_configuration(env):
         ({"KVLAB_OIDC_CLIENT_ID": " "}, "KVLAB_OIDC_CLIENT_ID is not set"),
         (
             {"KVLAB_OIDC_CLIENT_SECRET_FILE": "/nonexistent/secret"},
-            "KVLAB_OIDC_CLIENT_SECRET_FILE '/nonexistent/secret' cannot be read",
+            "KVLAB_OIDC_CLIENT_SECRET_FILE='/nonexistent/secret' cannot be read",
         ),
         (
             {"KVLAB_OIDC_CLIENT_SECRET": "both"},
@@ -93,22 +93,26 @@ def test_a_complete_configuration(env):
         ({"KVLAB_OIDC_NAME_CLAIMS": "name, given name"}, "KVLAB_OIDC_NAME_CLAIMS 'given name' is not a claim name"),
         ({"KVLAB_OIDC_SCOPES": "profile email"}, "lacks openid"),
         ({"KVLAB_OIDC_PROMPT": "always"}, "KVLAB_OIDC_PROMPT 'always' is not one of"),
-        ({"KVLAB_OIDC_ONLY": "maybe"}, "KVLAB_OIDC_ONLY 'maybe' is not true or false"),
+        ({"KVLAB_OIDC_ONLY": "maybe"}, "KVLAB_OIDC_ONLY='maybe' must be 1 or 0"),
+        (
+            {"KVLAB_OIDC_CLIENT_SECRET_FILE": "", "KVLAB_OIDC_CLIENT_SECRET": "a\tb"},
+            "CLIENT_SECRET \\(hidden\\) holds control",
+        ),
     ],
 )
 def test_each_mistake_names_its_setting(env, change, named):
-    with pytest.raises(SsoSettingsError, match=named):
+    with pytest.raises(SsoSettingsError, match=named) as err:
         sso_settings({**env, **change})
+    assert isinstance(err.value, SettingsError)  # the server's settings error, naming the setting
+    assert err.value.setting in {k.removesuffix("_FILE") for k in change} | {"KVLAB_OIDC_CLASS"}
 
 
-def test_secrets_from_files_and_the_cookie_secret_from_streamlits(env, tmp_path):
-    assert read_secret({}, "X") is None
-    (tmp_path / "s").write_text("abc\r\n")
-    assert read_secret({"X_FILE": str(tmp_path / "s")}, "X") == "abc"
-    with pytest.raises(SsoSettingsError, match="control characters"):
-        read_secret({"X": "a\tb"}, "X")
+def test_the_cookie_secret_defaults_to_the_apps(env, tmp_path):
     del env["KVLAB_OIDC_COOKIE_SECRET"]
-    replicas = "r" * 64  # compose's KVLAB_COOKIE_SECRET reaches the app as STREAMLIT_SERVER_COOKIE_SECRET
+    (tmp_path / "cookie").write_text("f" * 64 + "\n")
+    compose = {"KVLAB_COOKIE_SECRET_FILE": str(tmp_path / "cookie")}  # compose's secret file, every replica
+    assert sso_settings({**env, **compose}).cookie_secret == "f" * 64
+    replicas = "r" * 64  # or Streamlit's own setting
     assert sso_settings({**env, "STREAMLIT_SERVER_COOKIE_SECRET": replicas}).cookie_secret == replicas
     with pytest.raises(SsoSettingsError, match="KVLAB_OIDC_COOKIE_SECRET_FILE"):
         sso_settings(env)
