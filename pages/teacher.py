@@ -5,6 +5,8 @@ Closed unless the server sets KVLAB_TEACHER_KEY: without a key anyone who knows 
 the class, so the page then only says how to open it. With a key it asks for it (constant-time check;
 repeated wrong keys make the next try wait, counted for the whole server in the database, so a new tab
 does not start over) and remembers for this session that the key was given, until the key changes.
+With single sign-on, a session the school's provider signed in with the teacher claim opens it without a
+key (ui/sso.py); no other sign-on learner does. Learners signed in by the provider have no passphrase to reset.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 
 import streamlit as st
 
+from kvlab.settings import TEACHER_KEY, read_secret
 from progress import (
     PREDICTION_COLUMNS,
     REPORT_COLUMNS,
@@ -25,8 +28,9 @@ from progress import (
     validate_name,
 )
 from progress.report import class_summary, report_file_name
-from ui import signin
+from ui import signin, sso
 from ui.course import LESSON_IDS
+from ui.errors import run_or_stop
 from ui.inert import inert, inert_md, prose_md
 from ui.live_screens import teacher_screen
 from ui.router import through_the_router
@@ -39,12 +43,13 @@ LIVE_MODE, REPORT_MODE = "Live round (projector)", "Class report"  # the two vie
 through_the_router()  # a bookmarked /teacher after a server start still gets the app's sidebar
 st.title("Teacher view")
 
-teacher_key = os.environ.get("KVLAB_TEACHER_KEY", "").strip()
-if not teacher_key:
+teacher_key = run_or_stop(read_secret, os.environ, TEACHER_KEY, hint="whoever runs the server fixes it.") or ""
+by_claim = sso.teacher_signed_on()  # the provider says so (KVLAB_OIDC_TEACHER_CLAIM); nothing typed does
+if not teacher_key and not by_claim:
     st.info(
         "The teacher view is closed: this server has no teacher key. It lists every learner of a class, so it "
-        "opens only with a key: whoever runs the server sets KVLAB_TEACHER_KEY and restarts it "
-        "(see docs/SECURITY.md)."
+        "opens only with a key (whoever runs the server sets KVLAB_TEACHER_KEY and restarts it) or for a teacher "
+        "signed in with the school's account (single sign-on; see docs/SECURITY.md)."
     )
     st.stop()
 
@@ -57,7 +62,7 @@ if not store.persistent:
     st.warning(prose_md(store.message))
 
 fingerprint = hashlib.sha256(teacher_key.encode("utf-8")).hexdigest()  # never the key itself in the session
-if st.session_state.get(UNLOCKED_KEY) != fingerprint:
+if not by_claim and st.session_state.get(UNLOCKED_KEY) != fingerprint:
     with st.form("teacher_unlock", border=False):
         given = st.text_input("Teacher key", type="password", key="teacher_key", max_chars=256)
         opened = st.form_submit_button("Open the teacher view")
@@ -146,7 +151,7 @@ st.caption(
     "their next sign-in with this name sets a new passphrase. Their progress stays; whoever is still signed in "
     "with the old passphrase is signed out at their next save."
 )
-by_key = {r["learner_key"]: r for r in records}
+by_key = {r["learner_key"]: r for r in records if not r["sso"]}  # the provider keeps sign-on learners' secrets
 chosen = st.selectbox(
     "Learner",
     list(by_key),

@@ -52,6 +52,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from progress.names import NAME_MAX_LEN, name_key, validate_name
+from progress.sso.identity import is_sso_key
 from progress.store import ProgressStore, ProgressStoreError, SignedOut, auth_table, explain_failure, member_table
 
 LESSON_ID = re.compile(r"[a-z][a-z_]{0,39}")  # a page id
@@ -307,15 +308,22 @@ class LiveBoard:
         return found
 
     def answer(
-        self, class_code: str, learner: str, lesson: str, value: float, auth_version: int | None = None
+        self,
+        class_code: str,
+        learner: str,
+        lesson: str,
+        value: float,
+        auth_version: int | None = None,
+        learner_key: str | None = None,
     ) -> int | None:
         """Store ``learner``'s checked prediction ``value`` on ``lesson`` (one per learner: a later one
         replaces it) and return the round number, iff the class's round is open on that lesson and not
         revealed; else None and nothing is stored. Atomic against reveal (see the module docstring).
 
         With ``auth_version`` (the session's ``SignIn.version``) an answer after a reset or a new passphrase
-        of the name raises SignedOut and stores nothing: an old tab cannot replace the owner's answer."""
-        code, name = _code(class_code), name_key(validate_name(learner))
+        of the name raises SignedOut and stores nothing: an old tab cannot replace the owner's answer. A single
+        sign-on learner answers under ``learner_key`` (progress/sso/identity.py), not under the name shown."""
+        code, name = _code(class_code), _learner(learner, learner_key)
         page, number = check_lesson(lesson), check_value(value)
         same_sign_in = sa.true()
         if auth_version is not None:  # checked inside each write too (SQLite: a reset may commit in between)
@@ -385,9 +393,9 @@ class LiveBoard:
         except SQLAlchemyError as exc:
             raise ProgressStoreError(explain_failure(exc, self._where, "Live round")) from exc
 
-    def my_answer(self, class_code: str, learner: str, round: int) -> float | None:
-        """``learner``'s answer in ``round``, or None if they gave none there."""
-        code, name, number = _code(class_code), name_key(validate_name(learner)), check_round(round)
+    def my_answer(self, class_code: str, learner: str, round: int, learner_key: str | None = None) -> float | None:
+        """``learner``'s (or the single sign-on learner ``learner_key``'s) answer in ``round``, or None."""
+        code, name, number = _code(class_code), _learner(learner, learner_key), check_round(round)
         mine = (answer_table.c.class_code == code) & (answer_table.c.learner_key == name)
         query = sa.select(answer_table.c.value).where(mine & (answer_table.c.round == number))
         try:
@@ -406,7 +414,7 @@ class LiveBoard:
 
 def create_tables(engine: sa.Engine) -> None:
     """Create the live tables that are missing (never alter one). Replicas starting at once may race to
-    create a table: the loser sees it exists on the next round (as progress.store.migrate)."""
+    create a table: the loser sees it exists on the next round."""
     for attempt in range(3):
         try:
             live_metadata.create_all(engine)
@@ -475,6 +483,15 @@ def check_value(value: object) -> float:
 
 def _code(class_code: str) -> str:
     return name_key(validate_name(class_code, "class code"))
+
+
+def _learner(learner: str, learner_key: str | None) -> str:
+    """The stored key of a typed name, or a single sign-on learner's key (which no typed name can be)."""
+    if learner_key is None:
+        return name_key(validate_name(learner))
+    if not is_sso_key(learner_key) or len(learner_key) > NAME_MAX_LEN:
+        raise ValueError(f"learner_key {str(learner_key)[:60]!r} is not a single sign-on learner's key")
+    return learner_key
 
 
 def _new_here() -> Any:

@@ -32,9 +32,10 @@ is a time with no entry, a tombstone) and writes only if the row is still what i
 the row's text, re-read and re-merged on conflict; on PostgreSQL the read also locks the row, so concurrent
 saves queue instead).
 
-Settings (environment variables):
-  KVLAB_DATABASE_URL     SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``.
-  KVLAB_DATA_DIR         folder for the default SQLite file ``progress.sqlite3``.
+Settings (environment variables, checked at the server's start by kvlab/settings.py):
+  KVLAB_DATABASE_URL  SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``; or
+  KVLAB_DATABASE_URL_FILE, a file holding it (a Docker or Kubernetes secret).
+  KVLAB_DATA_DIR      folder for the default SQLite file ``progress.sqlite3``.
   KVLAB_DB_AUTO_UPGRADE  1: upgrade an older schema when the store opens it (default 0: refuse it).
 """
 
@@ -53,6 +54,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
+from kvlab.settings import DATABASE_URL, read_secret
 from progress.auth import (
     EVERYONE,
     RULES,
@@ -77,6 +79,7 @@ from progress.records import (
     stamp_missing,
     visible_progress,
 )
+from progress.sso.identity import display_name, is_sso_key
 
 SQLITE_FILENAME = "progress.sqlite3"
 SAVE_ATTEMPTS = 40  # compare-and-swap rounds before a save gives up (each a few ms under contention)
@@ -169,9 +172,14 @@ class Store(Protocol):
     persistent: bool
     message: str
 
-    def load(self, class_code: str, learner: str) -> dict[str, Any]: ...
+    def load(self, class_code: str, learner: str, learner_key: str | None = None) -> dict[str, Any]: ...
     def save(
-        self, class_code: str, learner: str, progress: Mapping[str, Any], auth_version: int | None = None
+        self,
+        class_code: str,
+        learner: str,
+        progress: Mapping[str, Any],
+        auth_version: int | None = None,
+        learner_key: str | None = None,
     ) -> dict[str, Any]: ...
     def class_records(self, class_code: str) -> list[dict[str, Any]]: ...
     def sign_in(self, class_code: str, learner: str, passphrase: str, client: Client = NO_CLIENT) -> SignIn: ...
@@ -187,16 +195,21 @@ class NullStore:
     def __init__(self, message: str = "Progress is not saved (no database).") -> None:
         self.message = message
 
-    def load(self, class_code: str, learner: str) -> dict[str, Any]:
+    def load(self, class_code: str, learner: str, learner_key: str | None = None) -> dict[str, Any]:
         """Validate the names and return an empty progress dict."""
-        validate_name(class_code, "class code"), validate_name(learner)
+        _keys(class_code, learner, learner_key)
         return empty_progress()
 
     def save(
-        self, class_code: str, learner: str, progress: Mapping[str, Any], auth_version: int | None = None
+        self,
+        class_code: str,
+        learner: str,
+        progress: Mapping[str, Any],
+        auth_version: int | None = None,
+        learner_key: str | None = None,
     ) -> dict[str, Any]:
         """Validate and drop the progress; return it as it would be stored."""
-        validate_name(class_code, "class code"), validate_name(learner)
+        _keys(class_code, learner, learner_key)
         return normalize_progress(progress)
 
     def class_records(self, class_code: str) -> list[dict[str, Any]]:
@@ -262,9 +275,10 @@ class ProgressStore:
     def _now_us(self) -> int:
         return int(self.clock() * 1_000_000)
 
-    def load(self, class_code: str, learner: str) -> dict[str, Any]:
-        """Saved progress of ``learner`` in ``class_code``, or an empty dict if they are new."""
-        code, name = _keys(class_code, learner)
+    def load(self, class_code: str, learner: str, learner_key: str | None = None) -> dict[str, Any]:
+        """Saved progress of ``learner`` in ``class_code``, or an empty dict if they are new. A single sign-on
+        learner is found by ``learner_key`` (progress/sso/identity.py), never by the name shown."""
+        code, name = _keys(class_code, learner, learner_key)
         query = sa.select(progress_table.c.data).where(_row(progress_table, code, name))
         try:
             with self.engine.connect() as conn:
@@ -274,16 +288,22 @@ class ProgressStore:
         return _parse(text)
 
     def save(
-        self, class_code: str, learner: str, progress: Mapping[str, Any], auth_version: int | None = None
+        self,
+        class_code: str,
+        learner: str,
+        progress: Mapping[str, Any],
+        auth_version: int | None = None,
+        learner_key: str | None = None,
     ) -> dict[str, Any]:
         """Merge ``progress`` into the stored row in one transaction and return the merged progress.
 
         Entries without a write time are stamped now (a caller that does not stamp writes "now"). The write
         is a compare-and-swap on the row text: if another session saved in between, re-read and re-merge.
         With ``auth_version`` (``SignIn.version`` of the session) a save after a reset or a new passphrase
-        raises SignedOut and writes nothing: whoever signed in with the old passphrase cannot write on."""
-        display = validate_name(learner)
-        code, name = _keys(class_code, learner)
+        raises SignedOut and writes nothing: whoever signed in with the old passphrase cannot write on.
+        A single sign-on learner's row is ``learner_key``'s; ``learner`` is then only the name shown."""
+        code, name = _keys(class_code, learner, learner_key)
+        display = (display_name(learner) or name) if learner_key is not None else validate_name(learner)
         incoming = stamp_missing(progress, self._now_us())
         key = _row(progress_table, code, name)
         read = sa.select(progress_table.c.data).where(key).with_for_update()  # PostgreSQL: queue on the row
@@ -319,7 +339,7 @@ class ProgressStore:
 
     def class_records(self, class_code: str) -> list[dict[str, Any]]:
         """All learners of a class, sorted by name: ``{"learner", "learner_key", "progress", "updated_at",
-        "has_passphrase"}`` (progress without its write stamps)."""
+        "has_passphrase", "sso"}`` (progress without its write stamps)."""
         code = name_key(validate_name(class_code, "class code"))
         joined = progress_table.outerjoin(
             auth_table,
@@ -350,6 +370,7 @@ class ProgressStore:
                 "progress": visible_progress(_parse(text)),
                 "updated_at": updated_at,
                 "has_passphrase": bool(has),
+                "sso": is_sso_key(key),  # signed in by the school's provider: no passphrase to reset
             }
             for learner, key, text, updated_at, has in rows
         ]
@@ -500,9 +521,15 @@ class ProgressStore:
         self.engine.dispose()
 
 
-def _keys(class_code: str, learner: str) -> tuple[str, str]:
-    """The stored keys of a class code and a learner name (validated, normalised)."""
-    return name_key(validate_name(class_code, "class code")), name_key(validate_name(learner))
+def _keys(class_code: str, learner: str, learner_key: str | None = None) -> tuple[str, str]:
+    """The stored keys of a class code and a learner name (validated, normalised), or of a single sign-on
+    learner's ``learner_key`` (which no typed name can be)."""
+    code = name_key(validate_name(class_code, "class code"))
+    if learner_key is None:
+        return code, name_key(validate_name(learner))
+    if not isinstance(learner_key, str) or not is_sso_key(learner_key) or len(learner_key) > NAME_MAX_LEN:
+        raise ValueError(f"learner_key {str(learner_key)[:60]!r} is not a single sign-on learner's key")
+    return code, learner_key
 
 
 def _row(table: sa.Table, code: str, name: str) -> Any:
@@ -524,7 +551,8 @@ def _lookalike(conn: sa.Connection, code: str, display: str) -> tuple[str, str] 
     for table in (auth_table, progress_table):
         query = sa.select(table.c.learner_key, table.c.learner).where(table.c.class_code == code)
         for key, shown in conn.execute(query):
-            names.setdefault(key, shown)
+            if not is_sso_key(key):  # an SSO learner's name is display text: a typed name never becomes them
+                names.setdefault(key, shown)
     return next(((names[k], k) for k in sorted(names) if looks_alike(display, names[k])), None)
 
 
@@ -603,10 +631,12 @@ def data_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 def database_url(env: Mapping[str, str] | None = None) -> str:
-    """KVLAB_DATABASE_URL if set, else a SQLite file in :func:`data_dir` (the folder is created)."""
+    """KVLAB_DATABASE_URL (or the file KVLAB_DATABASE_URL_FILE names, kvlab.settings.read_secret) if set, else a
+    SQLite file in :func:`data_dir` (the folder is created)."""
     env = os.environ if env is None else env
-    if env.get("KVLAB_DATABASE_URL"):
-        return env["KVLAB_DATABASE_URL"]
+    url = read_secret(env, DATABASE_URL)
+    if url is not None:
+        return url
     folder = data_dir(env)
     folder.mkdir(parents=True, exist_ok=True)
     return sa.URL.create("sqlite", database=str(folder / SQLITE_FILENAME)).render_as_string()

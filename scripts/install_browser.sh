@@ -3,7 +3,8 @@
 # the tests run):
 # 1. a headless Chromium (Debian/Ubuntu package; never a download by Playwright). Runs apt-get as root;
 #    otherwise prints what to run. Set KVLAB_CHROMIUM to use another binary.
-# 2. axe-core, the accessibility rules tests/browser/test_a11y.py injects into each page: the version pinned
+# 2. axe-core, the accessibility rules tests/browser/test_a11y.py injects into each page, and oidc-provider,
+#    the OpenID Provider tests/browser/test_sso.py signs learners in with (run by node): the versions pinned
 #    in package.json / package-lock.json, installed with `npm ci` into ./node_modules (git-ignored).
 # Exit status is 0 even when it cannot install: the browser tests then skip with the reason (CI fails them).
 set -uo pipefail
@@ -37,18 +38,24 @@ if ! have_chromium; then
   fi
 fi
 
-want=$(sed -n 's/.*"axe-core": *"\([^"]*\)".*/\1/p' package.json | head -1)
-got=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' node_modules/axe-core/package.json 2>/dev/null | head -1)
-if [ -n "$want" ] && [ "$want" != "$got" ]; then
+# Each JavaScript package package.json pins (axe-core for tests/browser/test_a11y.py, oidc-provider, the OpenID
+# Provider of tests/browser/test_sso.py): `npm ci` when any is missing or at another version.
+stale=""
+for pkg in axe-core oidc-provider; do
+  want=$(sed -n "s/.*\"$pkg\": *\"\([^\"]*\)\".*/\1/p" package.json | head -1)
+  got=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "node_modules/$pkg/package.json" 2>/dev/null | head -1)
+  if [ -n "$want" ] && [ "$want" != "$got" ]; then stale="$stale $pkg@$want"; fi
+done
+if [ -n "$stale" ]; then
   if ! command -v npm >/dev/null 2>&1; then
-    echo "install_browser: installing Debian's npm package for axe-core" >&2
+    echo "install_browser: installing Debian's npm package for$stale" >&2
     apt_install npm
   fi
   if command -v npm >/dev/null 2>&1; then
     npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null ||
-      echo "install_browser: WARNING: 'npm ci' could not install axe-core $want; the accessibility test will be skipped" >&2
+      echo "install_browser: WARNING: 'npm ci' could not install$stale; the tests that need them will be skipped" >&2
   else
-    echo "install_browser: WARNING: npm is missing; install Node.js and npm, then 'npm ci', for the accessibility test" >&2
+    echo "install_browser: WARNING: npm is missing; install Node.js and npm, then 'npm ci', for$stale" >&2
   fi
 fi
 exit 0

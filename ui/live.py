@@ -47,20 +47,26 @@ def live_board() -> LiveBoard | None:
 
 
 def signed_in() -> tuple[str, str] | None:
-    """(class code, learner name) of the signed-in learner, else None."""
-    who = st.session_state.get(signin.LEARNER_KEY)
+    """(class code, learner name) of the signed-in learner (by passphrase or by the provider), else None."""
+    who = signin.signed_in_as()
     return (who[0], who[1]) if who else None
+
+
+def sso_key() -> str | None:
+    """The learner key of a learner the provider signed in (their answers are stored under it), else None."""
+    who = signin.signed_in_as()
+    return who[3] if who else None
 
 
 def join_round(page_id: str, value: float) -> LiveRound | None:
     """Add the learner's checked prediction on ``page_id`` to their class's live round, if one is open on this
     lesson and not revealed; the round it joined, else None (no class, no round, another lesson, revealed)."""
-    who, board = signed_in(), live_board()
+    who, board = signin.signed_in_as(), live_board()
     if who is None or board is None:
         return None
-    code, learner = who
+    code, learner, version, key = who
     try:
-        round_no = board.answer(code, learner, page_id, value, st.session_state.get(signin.VERSION_KEY))
+        round_no = board.answer(code, learner, page_id, value, version, learner_key=key)
         if round_no is None:
             return None
         live = board.current(code)
@@ -98,6 +104,6 @@ def my_answer(board: LiveBoard, live: LiveRound, learner: str) -> float | None:
     mine = _answered_here(live)
     if mine:
         return mine[1]
-    value = board.my_answer(live.class_code, learner, live.round)
+    value = board.my_answer(live.class_code, learner, live.round, learner_key=sso_key())
     st.session_state[MINE_KEY] = (round_id(live), value)
     return value

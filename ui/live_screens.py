@@ -281,7 +281,10 @@ def _learner_poll() -> None:
 
 
 def _held(board: LiveBoard, current: LiveRound, learner: str) -> bool:
-    """Whether this learner's answer waits for the teacher (asked only while some answer does)."""
+    """Whether this learner's answer waits for the teacher (asked only while some answer does). A learner the
+    school's provider signed in is no made-up name: never held."""
+    if live.sso_key() is not None:
+        return False
     try:
         return name_key(learner) in {name_key(n) for n in board.waiting_names(current.class_code)}
     except ProgressStoreError:

@@ -7,16 +7,29 @@ for torch (about 3 s on a small CPU), pandas, plotly and the progress store: som
 Streamlit runs every session's script in this process, so importing them here, before the server starts,
 means a first render costs what any new learner's costs (a tenth of a second), and a replica behind the
 balancer is reported healthy only once it can answer at that speed.
+
+Before that, the settings are checked (kvlab/settings.py): a bad one stops the start with its message and exit
+status 2, no traceback. After the imports, every lesson runs once at its defaults (ui/warm.py; KVLAB_WARM=0
+skips it) so the caches its first visit fills are full before the health check answers. Installed as a
+package (`kvlab serve`), the app carries its Streamlit settings with it (kvlab/streamlit/config.toml, the
+checkout's .streamlit/config.toml) and passes them as options, which a later option on the command line
+overrides.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from kvlab import settings as kvlab_settings
+from kvlab.settings import Settings, SettingsError, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"
@@ -47,29 +60,80 @@ def preload() -> list[str]:
     return failed
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Preload, then run Streamlit's own command line as `streamlit run app.py ARGV...` (a first argument
-    ending in .py runs that script instead: the benchmarks' profiled app)."""
-    args = list(sys.argv[1:] if argv is None else argv)
+def packaged_options(script: Path, cwd: Path) -> list[str]:
+    """The course's Streamlit settings as command-line options, when Streamlit would not find them itself (no
+    .streamlit/config.toml beside the script or in the working folder: an installed package)."""
+    if (script.parent / ".streamlit" / "config.toml").is_file() or (cwd / ".streamlit" / "config.toml").is_file():
+        return []
+    packaged = Path(kvlab_settings.__file__).parent / "streamlit" / "config.toml"  # a wheel; a checkout: below
+    if not packaged.is_file():
+        packaged = ROOT / ".streamlit" / "config.toml"
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: Streamlit's own TOML reader
+        import toml as tomllib  # type: ignore[no-redef]
+    return [f"--{key}={value}" for key, value in _flat(tomllib.loads(packaged.read_text(encoding="utf-8")))]
+
+
+def _flat(table: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    out = []
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            out += _flat(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", str(value).lower() if isinstance(value, bool) else str(value)))
+    return out
+
+
+def serve(argv: Sequence[str], settings: Settings, environ: dict[str, str] | None = None) -> int:
+    """Preload, warm the lessons (unless settings.warm is off), then run Streamlit's own command line as
+    `streamlit run app.py ARGV...` (a first argument ending in .py runs that script instead: the benchmarks'
+    profiled app). Returns Streamlit's exit status."""
+    environ = os.environ if environ is None else environ
+    args = list(argv)
     script = Path(args.pop(0)) if args and args[0].endswith(".py") else APP
+    log = logging.getLogger("kvlab")
     started = time.perf_counter()
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     failed = preload()
-    log = logging.getLogger("kvlab")
     log.info("preloaded the app's modules in %.1f s", time.perf_counter() - started)
     for line in failed:
         log.info("not preloaded: %s", line)
+    if settings.warm:
+        from ui.warm import warm
+
+        for done in warm():
+            log.info("warmed %s in %.1f s%s", done.page, done.seconds, f" (failed: {done.error})" if done.error else "")
+    log.info("ready to answer after %.1f s", time.perf_counter() - started)
     from streamlit.web import cli
 
-    from ui import host_guard, widget_guard
+    from ui import host_guard, sso, widget_guard
 
     widget_guard.install()  # a forged widget value must not break a learner's session (ui/widget_guard.py)
-    if host_guard.install():  # KVLAB_ALLOWED_HOSTS: no answer under another Host (ui/host_guard.py)
+    if host_guard.install(environ):  # KVLAB_ALLOWED_HOSTS: no answer under another Host (ui/host_guard.py)
         log.info("answering only to the hosts in %s", host_guard.HOSTS_ENV)
-    sys.argv = ["streamlit", "run", str(script), *args]
-    cli.main()
+    if settings.cookie_secret is not None:  # KVLAB_COOKIE_SECRET(_FILE): every replica signs cookies alike
+        environ["STREAMLIT_SERVER_COOKIE_SECRET"] = settings.cookie_secret
+    args = [*args, *sso.startup_args(environ)]  # KVLAB_OIDC_*: Streamlit's [auth] file for st.login (ui/sso.py)
+    sys.argv = ["streamlit", "run", str(script), *packaged_options(script, Path.cwd()), *args]
+    try:
+        cli.main()
+    except SystemExit as exc:  # Streamlit's command line ends by exiting; its status is ours
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:
+    """`python -m ui.serve [SCRIPT.py] [streamlit options]` (./run.sh): check the settings, then `serve`."""
+    environ = os.environ if environ is None else environ
+    try:
+        settings = load_settings(environ)
+    except SettingsError as exc:
+        print(f"kvlab: {exc}", file=sys.stderr)
+        return 2
+    return serve(sys.argv[1:] if argv is None else argv, settings, environ)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -10,6 +10,10 @@ passphrase, later ones must give it (progress/auth.py: the hash, and the wait af
 Failures are counted for this session and its network address (:func:`client`), so a classmate's wrong tries
 slow the classmate, not the learner whose name they try.
 
+With single sign-on configured (ui/sso.py) the box also offers the school's provider; a learner it signs in is
+kept under ``SSO_KEY`` and saved under their provider's subject (``learner_key``), not under the name shown.
+KVLAB_OIDC_ONLY hides the passphrase form. :func:`signed_in_as` is the one place that says who saves.
+
 Saving is synchronous: a signed-in learner's change is committed to the database inside the script run
 that makes it, before the sidebar draws the tick or score, so what a learner sees saved survives the loss
 of the server (replica) that showed it; signing in again on any replica loads it back. A save stamps what
@@ -30,6 +34,7 @@ from typing import Any
 
 import streamlit as st
 
+from kvlab.settings import SettingsError
 from lessons.predictions import saved_value
 from progress import (
     NullStore,
@@ -49,6 +54,8 @@ from progress import (
 )
 from progress.auth import Client, client_address
 from progress.records import ID_PARTS, STAMPS
+from progress.sso import SsoClaimsError, SsoLearner
+from ui import sso
 from ui.inert import inert_md, prose_md
 
 PROGRESS_KEY = "progress"  # st.session_state key of the progress dict (its shape: ui/progress.py)
@@ -59,6 +66,7 @@ NOTICE_KEY = "progress_notice"  # a message for the sidebar's next run (after st
 VERSION_KEY = "progress_auth_version"  # SignIn.version: a save after a passphrase reset signs this session out
 BOX_KEY = "progress_box_open"  # whether the "Save my progress" expander is open (its contents are made only then)
 SYNC_KEY = "progress_widget_sync"  # {widget key: (value on screen, value to show)} after another session's save
+SSO_REFUSED_KEY = "progress_sso_refused"  # the last refusal of the provider's claims this session logged
 CLIENT_KEY = "progress_client_id"  # a random id of this browser session: its wrong tries are counted on it
 PASSPHRASE_LABEL = "Passphrase (8+ characters; your first sign-in sets it)"
 
@@ -80,6 +88,8 @@ def get_store() -> Store:
         return _shared_store(database_url())
     except OSError as exc:
         return NullStore(f"Cannot create the progress folder ({exc}); set KVLAB_DATA_DIR. Progress is not saved.")
+    except SettingsError as exc:  # KVLAB_DATABASE_URL_FILE checked at start, unreadable since
+        return NullStore(f"{exc} Progress is kept for this session only.")
     except ProgressStoreError as exc:  # this session says why and stays session-only; the next one retries
         _fail(exc)
         return NullStore(st.session_state[FALLBACK_KEY])
@@ -172,24 +182,85 @@ def sign_out_stale() -> None:
     )
 
 
-def _sign_in(store: Store, class_code: str, learner: str, passphrase: str) -> SignIn:
-    """Check the passphrase, load saved progress, merge what this session already did, and save the union."""
-    result = store.sign_in(class_code, learner, passphrase, client())
-    saved = store.load(result.class_code, result.learner)
+def signed_in_as() -> tuple[str, str, int | None, str | None] | None:
+    """Who this session saves as: (class code, name shown, passphrase version, SSO learner key), or None.
+
+    A learner signed in by the provider saves under their key (the version is None: no passphrase); one signed
+    in by passphrase under their typed name (key None)."""
+    learner = st.session_state.get(sso.SSO_KEY)
+    if isinstance(learner, SsoLearner):
+        return learner.class_code, learner.display, None, learner.learner_key
+    if LEARNER_KEY in st.session_state:
+        code, name = st.session_state[LEARNER_KEY]
+        return code, name, st.session_state.get(VERSION_KEY), None
+    return None
+
+
+def _forget_identity() -> None:
+    """Sign this session out (passphrase or provider) and start its progress afresh."""
+    for key in (LEARNER_KEY, VERSION_KEY, SAVED_KEY, SYNC_KEY, sso.SSO_KEY):
+        st.session_state.pop(key, None)
+    st.session_state[PROGRESS_KEY] = empty_progress()
+
+
+def sync_sso(store: Store) -> str | None:
+    """Follow ``st.user`` each run: load the progress of a learner the provider just signed in (leaving any
+    passphrase identity), sign out one who signed out of the provider. Returns why the provider's sign-in
+    cannot be used, if so (shown in the sign-in box)."""
+    state = sso.sso_state()
+    held = st.session_state.get(sso.SSO_KEY)
+    if state.settings is None:
+        if held is not None:
+            _forget_identity()
+        return state.problem
+    try:
+        learner = sso.signed_on(state.settings)
+    except SsoClaimsError as exc:
+        learner, problem = None, str(exc)
+        if st.session_state.get(SSO_REFUSED_KEY) != problem:  # logged once a session, not on every run
+            st.session_state[SSO_REFUSED_KEY] = problem
+            sso.log_refused(problem)
+    else:
+        problem = None
+    if learner == held:
+        return problem
+    if held is not None or LEARNER_KEY in st.session_state:
+        _forget_identity()  # another identity's saved progress never flows into this one
+    if learner is not None:
+        st.session_state[sso.SSO_KEY] = learner
+        sso.log_signed_on(learner)
+        who = f"{inert_md(learner.display)} in class {inert_md(learner.class_code)}"
+        st.session_state[NOTICE_KEY] = f"Signed in by your school as {who}: your progress is saved to your account."
+        try:
+            _load_into_session(store, learner.class_code, learner.display, learner.learner_key)
+        except ProgressStoreError as exc:
+            _fail(exc)
+    return problem
+
+
+def _load_into_session(store: Store, class_code: str, learner: str, learner_key: str | None = None) -> None:
+    """Load the learner's saved progress, merge what this session already did, and save the union."""
+    saved = store.load(class_code, learner, learner_key)
     progress = st.session_state.get(PROGRESS_KEY)
     if not isinstance(progress, dict):
         progress = st.session_state[PROGRESS_KEY] = empty_progress()
     mine = stamp_missing(progress, _now_us())  # what this session did before signing in counts as written now
     merged = merge_progress(saved, mine)
     _adopt(progress, merged)
-    st.session_state[LEARNER_KEY] = (result.class_code, result.learner)
-    st.session_state[VERSION_KEY] = result.version if result.status != "unsaved" else None
     for key, value in _widget_values(merged).items():  # widgets already on screen show the loaded answers too
         if key in st.session_state and value is not None:  # (this runs in the sidebar, before the page draws them)
             st.session_state[key] = value
     st.session_state.pop(SYNC_KEY, None)
     st.session_state.pop(SAVED_KEY, None)
     persist(progress)
+
+
+def _sign_in(store: Store, class_code: str, learner: str, passphrase: str) -> SignIn:
+    """Check the passphrase, load saved progress, merge what this session already did, and save the union."""
+    result = store.sign_in(class_code, learner, passphrase, client())
+    st.session_state[LEARNER_KEY] = (result.class_code, result.learner)
+    st.session_state[VERSION_KEY] = result.version if result.status != "unsaved" else None
+    _load_into_session(store, result.class_code, result.learner)
     return result
 
 
@@ -209,6 +280,7 @@ def sidebar_signin() -> dict[str, Any]:
         st.session_state[PROGRESS_KEY] = empty_progress()
     _apply_widget_sync()
     store = get_store()
+    sso_problem = sync_sso(store)
     if st.session_state.get(NOTICE_KEY):
         st.session_state[BOX_KEY] = True  # open, to show the notice
     box = st.sidebar.expander("Save my progress", key=BOX_KEY, on_change="rerun")
@@ -218,7 +290,14 @@ def sidebar_signin() -> dict[str, Any]:
     with box:
         if notice := st.session_state.pop(NOTICE_KEY, None):
             st.success(notice)
-        if LEARNER_KEY in st.session_state:
+        held = st.session_state.get(sso.SSO_KEY)
+        if isinstance(held, SsoLearner):
+            role = " · teacher" if held.teacher else ""
+            st.caption(
+                f"Signed in by your school as {inert_md(held.display)} · class {inert_md(held.class_code)}{role}"
+            )
+            sso.logout_button()
+        elif LEARNER_KEY in st.session_state:
             code, learner = st.session_state[LEARNER_KEY]
             st.caption(f"Signed in as {inert_md(learner)} · class {inert_md(code)}")
             if st.button("Sign out", key="progress_signout"):
@@ -226,7 +305,7 @@ def sidebar_signin() -> dict[str, Any]:
                     st.session_state.pop(key, None)
                 st.session_state[PROGRESS_KEY] = empty_progress()
                 st.rerun()
-        else:
+        elif _sso_box(sso_problem):
             with st.form("progress_signin", border=False):
                 learner = st.text_input("Your name", key="progress_name", max_chars=40)
                 code = st.text_input("Class code", key="progress_class", max_chars=40)
@@ -251,6 +330,25 @@ def sidebar_signin() -> dict[str, Any]:
     return st.session_state[PROGRESS_KEY]
 
 
+def _sso_box(problem: str | None) -> bool:
+    """The provider's sign-in button, or why it is unavailable; whether the passphrase form is offered too."""
+    state = sso.sso_state()
+    if state.settings is not None and problem is None:
+        problem = sso.provider_problem_now(state.settings)
+        if problem is None:
+            sso.login_button()
+            if state.settings.only:
+                return False
+            st.caption("Or, with a name, class code and passphrase:")
+            return True
+    if problem is not None:
+        only = state.settings is not None and state.settings.only
+        fallback = "; progress is kept for this session only" if only else "; sign in with a passphrase below"
+        st.warning(f"Single sign-on is unavailable: {prose_md(problem)}{fallback}.")
+        return not only
+    return True
+
+
 def persist(progress: dict[str, Any]) -> None:
     """Store ``progress`` in the session and, when signed in, merge it into the database (only if it
     changed); the session's dict then holds the merged result (other sessions' saved answers too)."""
@@ -262,7 +360,8 @@ def persist(progress: dict[str, Any]) -> None:
     if st.session_state.get(PROGRESS_KEY) is not progress:
         # Pages mutate the session's dict in place and hold references to it: keep that object, never a copy.
         st.session_state[PROGRESS_KEY] = progress
-    if LEARNER_KEY not in st.session_state:
+    who = signed_in_as()
+    if who is None:
         return
     base = st.session_state.get(SAVED_KEY)
     if base == json.dumps(clean, sort_keys=True):
@@ -270,7 +369,8 @@ def persist(progress: dict[str, Any]) -> None:
     stamped = stamp_changes(clean, json.loads(base) if base else None, _now_us())
     store = get_store()
     try:
-        merged = store.save(*st.session_state[LEARNER_KEY], stamped, st.session_state.get(VERSION_KEY))
+        code, learner, version, learner_key = who
+        merged = store.save(code, learner, stamped, version, learner_key=learner_key)
     except SignedOut:
         sign_out_stale()
         return

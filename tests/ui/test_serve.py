@@ -32,5 +32,55 @@ def test_main_hands_over_to_streamlit_run(monkeypatch, argv, script, rest):
     monkeypatch.setattr(serve, "preload", lambda: [])
     monkeypatch.setattr(cli, "main", lambda: seen.append(list(sys.argv)))
     monkeypatch.setattr(sys, "argv", ["serve"])
-    serve.main(argv)
+    assert serve.main(argv, {"KVLAB_WARM": "0"}) == 0
     assert seen == [["streamlit", "run", str(script), *rest]]
+
+
+def _no_server(monkeypatch) -> list[list[str]]:
+    from streamlit.web import cli
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(serve, "preload", lambda: [])
+    monkeypatch.setattr(cli, "main", lambda: seen.append(list(sys.argv)))
+    return seen
+
+
+def test_a_bad_setting_stops_the_start_with_its_message(monkeypatch, capsys):
+    seen = _no_server(monkeypatch)
+    monkeypatch.setattr(serve, "preload", lambda: pytest.fail("preloaded despite a bad setting"))
+    assert serve.main([], {"KVLAB_MAX_MODEL_BYTES": "2 GB"}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvlab: KVLAB_MAX_MODEL_BYTES='2 GB' must be a whole number of bytes")
+    assert "Traceback" not in err and seen == []
+
+
+def test_the_lessons_are_warmed_before_streamlit_starts(monkeypatch):
+    from ui import warm
+
+    order: list[str] = []
+    seen = _no_server(monkeypatch)
+    monkeypatch.setattr(warm, "warm", lambda: order.append("warm") or [warm.Warmed("paged", 0.1)])
+    from streamlit.web import cli
+
+    monkeypatch.setattr(cli, "main", lambda: order.append("streamlit"))
+    assert serve.main([], {}) == 0
+    assert order == ["warm", "streamlit"] and seen == []
+    order.clear()
+    serve.main([], {"KVLAB_WARM": "off"})
+    assert order == ["streamlit"]
+
+
+def test_the_cookie_secret_comes_from_its_file(monkeypatch, tmp_path):
+    _no_server(monkeypatch)
+    secret = tmp_path / "cookie"
+    secret.write_text("same-on-every-replica\n")
+    env = {"KVLAB_WARM": "0", "KVLAB_COOKIE_SECRET_FILE": str(secret)}
+    assert serve.main([], env) == 0
+    assert env["STREAMLIT_SERVER_COOKIE_SECRET"] == "same-on-every-replica"
+
+
+def test_an_installed_app_passes_the_course_settings_as_options(tmp_path):
+    assert serve.packaged_options(serve.APP, serve.ROOT) == []  # a checkout: Streamlit reads .streamlit/ itself
+    options = serve.packaged_options(tmp_path / "app.py", tmp_path)
+    assert "--server.headless=true" in options and "--browser.gatherUsageStats=false" in options
+    assert "--client.showErrorDetails=none" in options and "--theme.light.textColor=#111111" in options
