@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 HOSTS_ENV = "KVLAB_ALLOWED_HOSTS"
-EXEMPT_PATHS = ("/_stcore/health",)
+EXEMPT_PATHS = ("/_stcore/health", "/healthz")  # Streamlit's and ui/health.py's (with the database)
 REFUSED = b"This server does not answer to that host name."
 _PORT = re.compile(r":\d{1,5}$")
 
