@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"
@@ -47,6 +49,52 @@ def preload() -> list[str]:
     return failed
 
 
+def install_middleware() -> bool:
+    """Put the health check with its database (ui/health.py) and the session gauge (ui/metrics.py) first in
+    Streamlit's middleware, once; True when installed by this call."""
+    from starlette.middleware import Middleware
+    from streamlit.web.server.starlette import starlette_app
+
+    from ui.health import HealthCheck
+    from ui.metrics import SessionCount
+
+    original = starlette_app.create_streamlit_middleware
+    if getattr(original, "kvlab_ops", False):
+        return False
+
+    def create_streamlit_middleware() -> list[Any]:
+        return [Middleware(HealthCheck), Middleware(SessionCount), *original()]
+
+    create_streamlit_middleware.kvlab_ops = True  # type: ignore[attr-defined]
+    starlette_app.create_streamlit_middleware = create_streamlit_middleware
+    return True
+
+
+def observe(started: float, failed: list[str]) -> None:
+    """The operator's side, set up once per process: JSON logs, the start-up event with the settings (secrets
+    redacted), database errors counted, the metrics endpoint when KVLAB_METRICS_PORT asks for it.
+    SystemExit naming the setting when one of these settings is wrong."""
+    from ui import logs, metrics
+
+    try:
+        logs.configure()
+        settings = metrics.metrics_settings()
+        metrics.install_event_counter()
+        metrics.start_server(settings)
+    except (ValueError, OSError) as exc:  # a bad setting or a taken port: say which, and do not start half-seen
+        raise SystemExit(f"kvlab: cannot start: {exc}") from None
+    endpoint = f"http://{settings.address}:{settings.port}/metrics" if settings.port else None
+    logs.event(
+        "server_start",
+        message="the app server is starting",
+        settings=logs.settings_fields(),
+        preload_s=round(time.perf_counter() - started, 2),
+        not_preloaded=failed,
+        metrics=endpoint,
+        pid=os.getpid(),
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Preload, then run Streamlit's own command line as `streamlit run app.py ARGV...` (a first argument
     ending in .py runs that script instead: the benchmarks' profiled app)."""
@@ -56,15 +104,14 @@ def main(argv: list[str] | None = None) -> None:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     failed = preload()
+    observe(started, failed)
     log = logging.getLogger("kvlab")
-    log.info("preloaded the app's modules in %.1f s", time.perf_counter() - started)
-    for line in failed:
-        log.info("not preloaded: %s", line)
     from streamlit.web import cli
 
     from ui import host_guard, widget_guard
 
     widget_guard.install()  # a forged widget value must not break a learner's session (ui/widget_guard.py)
+    install_middleware()  # /healthz with the database, the sessions gauge (ui/health.py, ui/metrics.py)
     if host_guard.install():  # KVLAB_ALLOWED_HOSTS: no answer under another Host (ui/host_guard.py)
         log.info("answering only to the hosts in %s", host_guard.HOSTS_ENV)
     sys.argv = ["streamlit", "run", str(script), *args]
