@@ -21,8 +21,8 @@ USER kvlab
 VOLUME ["/data"]
 EXPOSE 8501
 
-HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"
+HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/healthz', timeout=8)"
 
 # .streamlit/config.toml sets headless, no usage stats, XSRF protection and small uploads. ui.serve is
 # `streamlit run app.py` with the app's imports done first, so the health check answers once pages are fast.
