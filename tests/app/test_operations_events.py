@@ -54,6 +54,7 @@ def test_teacher_actions_are_logged(app_test, caplog):
     _unlock(app_test, WRONG)
     at = _unlock(app_test, KEY)
     at.text_input(key="teacher_class_code").input(CLASS).run()
+    at.download_button(key="teacher_csv").click().run()
     at.selectbox(key="teacher_reset_learner").select_index(0).run()
     at.button(key="teacher_reset").click().run()
     at.button(key="teacher_reset_confirm").click().run()
@@ -65,6 +66,8 @@ def test_teacher_actions_are_logged(app_test, caplog):
     assert failed[1] == "WARNING" and "wrong teacher key" in failed[2]["reason"]
     listed = [f for name, _, f in found if name == "teacher_class_listed"]
     assert listed and listed[0] == {"class_code": CLASS, "learners": 1, "address": "127.0.0.1"}
+    [exported] = [f for name, _, f in found if name == "teacher_csv_exported"]
+    assert exported == listed[0]
     [reset] = [f for name, _, f in found if name == "teacher_passphrase_reset"]
     assert reset["learner_id"] == learner_id(CLASS, "Ana") and reset["reset"] is True
 
