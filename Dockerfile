@@ -12,18 +12,25 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY requirements.txt .
-# psycopg is only needed when KVLAB_DATABASE_URL points at PostgreSQL (a shared deployment).
+# psycopg is only needed when KVLAB_DATABASE_URL points at PostgreSQL (a shared deployment). The
+# dependencies come first, in their own layer, so a change to the code does not download them again.
 RUN pip install -r requirements.txt "psycopg[binary]>=3.1,<4"
 
 COPY . .
+# The course itself, as the `kvlab` package and command (pyproject.toml); its dependencies are in already.
+RUN pip install --no-deps . && kvlab --version
 RUN useradd --create-home --uid 10001 kvlab && mkdir -p /data && chown kvlab /data
 USER kvlab
 VOLUME ["/data"]
 EXPOSE 8501
 
-HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+# The start checks the settings and runs every lesson once (ui/warm.py) before the health check answers: on two
+# cores that takes up to a few minutes, hence the long start period. /healthz also asks the progress database
+# (ui/health.py: up to 5 s), hence the timeout.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
   CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/healthz', timeout=8)"
 
-# .streamlit/config.toml sets headless, no usage stats, XSRF protection and small uploads. ui.serve is
-# `streamlit run app.py` with the app's imports done first, so the health check answers once pages are fast.
-CMD ["python", "-m", "ui.serve", "--server.port=8501", "--server.address=0.0.0.0"]
+# .streamlit/config.toml sets headless, no usage stats, XSRF protection and small uploads. `kvlab serve` is
+# `streamlit run app.py` with the settings checked and the app's imports and lessons done first, so the health
+# check answers once pages are fast.
+CMD ["kvlab", "serve", "--server.port=8501", "--server.address=0.0.0.0"]

@@ -44,7 +44,9 @@ def _healthy(url: str) -> bool:
 def _spawn_app(port: int, data_dir: Path, log: Any, extra_env: dict[str, str] | None, script: Path) -> subprocess.Popen:
     """``streamlit run SCRIPT`` (through ui.serve) on 127.0.0.1:``port`` from the repository root (its
     .streamlit/config.toml), output into the open file ``log``."""
-    env = {**os.environ, "KVLAB_DATA_DIR": str(data_dir), **(extra_env or {})}
+    # The test and benchmark servers skip the lessons' warm-up (ui/warm.py: 20-40 s per start on two cores);
+    # a benchmark that times it or needs it passes KVLAB_WARM=1 (bench/app/warm_start.py).
+    env = {**os.environ, "KVLAB_DATA_DIR": str(data_dir), "KVLAB_WARM": "0", **(extra_env or {})}
     env.pop("TRITON_INTERPRET", None)  # the app picks its backend like a normal run, not like pytest
     cmd = [
         sys.executable,

@@ -14,6 +14,7 @@ import os
 
 import streamlit as st
 
+from kvlab.settings import TEACHER_KEY, read_secret
 from progress import (
     PREDICTION_COLUMNS,
     REPORT_COLUMNS,
@@ -27,6 +28,7 @@ from progress import (
 from progress.report import class_summary, report_file_name
 from ui import signin
 from ui.course import LESSON_IDS
+from ui.errors import run_or_stop
 from ui.inert import inert, inert_md, prose_md
 from ui.live_screens import teacher_screen
 from ui.logs import learner_id
@@ -40,7 +42,7 @@ LIVE_MODE, REPORT_MODE = "Live round (projector)", "Class report"  # the two vie
 through_the_router()  # a bookmarked /teacher after a server start still gets the app's sidebar
 st.title("Teacher view")
 
-teacher_key = os.environ.get("KVLAB_TEACHER_KEY", "").strip()
+teacher_key = run_or_stop(read_secret, os.environ, TEACHER_KEY, hint="whoever runs the server fixes it.") or ""
 if not teacher_key:
     st.info(
         "The teacher view is closed: this server has no teacher key. It lists every learner of a class, so it "

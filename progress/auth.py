@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from kvlab.settings import proxy_networks
 from progress.names import is_invisible
 
 SCRYPT_N = 2**14  # CPU/memory cost; tests lower it (monkeypatch) to keep sign-ins fast
@@ -86,26 +87,12 @@ class Client:
         return keys
 
 
-LOOPBACK = "127.0.0.1/8, ::1"  # KVLAB_TRUSTED_PROXIES unset: a proxy on this machine (deploy/nginx.conf)
-
-
 @functools.cache
 def trusted_proxies(setting: str | None) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
     """The networks whose ``X-Forwarded-For`` is believed: ``KVLAB_TRUSTED_PROXIES``, addresses or networks
-    separated by commas (unset: loopback; "none": no proxy). ValueError naming a bad entry."""
-    text = LOOPBACK if setting is None else setting
-    if text.strip().lower() in ("", "none"):
-        return ()
-    networks = []
-    for part in (p.strip() for p in text.split(",")):
-        try:
-            networks.append(ipaddress.ip_network(part, strict=False))
-        except ValueError as exc:
-            raise ValueError(
-                f"KVLAB_TRUSTED_PROXIES entry {part[:60]!r} is not an address or network ({exc}); "
-                "list the proxy's addresses, e.g. 127.0.0.1, 10.0.0.0/24, or none"
-            ) from exc
-    return tuple(networks)
+    separated by commas (unset: loopback; "none": no proxy). ValueError naming a bad entry. The server checks
+    the same parse at start (kvlab.settings.proxy_networks)."""
+    return proxy_networks(setting)
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

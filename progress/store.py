@@ -27,8 +27,9 @@ is a time with no entry, a tombstone) and writes only if the row is still what i
 the row's text, re-read and re-merged on conflict; on PostgreSQL the read also locks the row, so concurrent
 saves queue instead).
 
-Settings (environment variables):
-  KVLAB_DATABASE_URL  SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``.
+Settings (environment variables, checked at the server's start by kvlab/settings.py):
+  KVLAB_DATABASE_URL  SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``; or
+  KVLAB_DATABASE_URL_FILE, a file holding it (a Docker or Kubernetes secret).
   KVLAB_DATA_DIR      folder for the default SQLite file ``progress.sqlite3``.
 """
 
@@ -48,6 +49,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
+from kvlab.settings import DATABASE_URL, read_secret
 from progress.auth import (
     EVERYONE,
     RULES,
@@ -634,10 +636,12 @@ def data_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 def database_url(env: Mapping[str, str] | None = None) -> str:
-    """KVLAB_DATABASE_URL if set, else a SQLite file in :func:`data_dir` (the folder is created)."""
+    """KVLAB_DATABASE_URL (or the file KVLAB_DATABASE_URL_FILE names, kvlab.settings.read_secret) if set, else a
+    SQLite file in :func:`data_dir` (the folder is created)."""
     env = os.environ if env is None else env
-    if env.get("KVLAB_DATABASE_URL"):
-        return env["KVLAB_DATABASE_URL"]
+    url = read_secret(env, DATABASE_URL)
+    if url is not None:
+        return url
     folder = data_dir(env)
     folder.mkdir(parents=True, exist_ok=True)
     return sa.URL.create("sqlite", database=str(folder / SQLITE_FILENAME)).render_as_string()

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ("engine", "kernels", "lessons", "ui", "pages", "progress")
-# Which top-level packages each layer may import (imports only point down).
+LIBRARY = ("engine", "kernels", "lessons", "ui", "pages", "progress", "kvlab")
+# Which top-level packages each layer may import (imports only point down). kvlab/ (the `kvlab` command) sits
+# on top; its settings module is the one exception every layer may import (SETTINGS, below).
 ALLOWED_IMPORTS = {
     "kernels": {"kernels"},
     "engine": {"engine", "kernels"},
@@ -28,10 +29,14 @@ ALLOWED_IMPORTS = {
     "progress": {"progress"},
     "ui": {"ui", "lessons", "engine", "kernels", "progress"},
     "pages": {"ui", "lessons", "engine", "kernels", "progress"},
+    "kvlab": {"kvlab", "ui", "lessons", "engine", "kernels", "progress"},
 }
+# Every KVLAB_* setting is parsed in this one module (checked at the server's start); it imports nothing of the
+# project, so any layer may use its parse functions (and the package's version) without an import pointing up.
+SETTINGS = "kvlab.settings"
 PROJECT_PACKAGES = set(LIBRARY) | {"bench", "tests", "scripts"}
 # The packages an import cycle can run through (pages/ and tests/ import them, nothing imports those).
-IMPORTABLE = ("engine", "kernels", "lessons", "ui", "progress", "bench")
+IMPORTABLE = ("engine", "kernels", "lessons", "ui", "progress", "bench", "kvlab")
 ENGINE_SUBSYSTEMS = ("core", "model", "attention", "memory", "worker")
 # Modules that must load without torch, even through what they import (the package face runs first).
 TORCH_FREE = ("engine.core", "engine.sampling_params", "engine.memory")
@@ -362,11 +367,19 @@ def test_pages_folder_holds_only_pages():
 def test_imports_point_down(layer):
     wrong = []
     for path in _modules(layer):
-        for module, _ in _imports(ast.parse(path.read_text())):
+        for module, names in _imports(ast.parse(path.read_text())):
             top = module.split(".")[0]
+            if module == SETTINGS or (module == "kvlab" and set(names) <= {"settings"}):
+                continue
             if top in PROJECT_PACKAGES and top not in ALLOWED_IMPORTS[layer]:
                 wrong.append(f"{_rel(path)} imports {module}")
     assert not wrong, f"{layer}/ may import only {sorted(ALLOWED_IMPORTS[layer])}: {wrong}"
+
+
+def test_the_settings_module_imports_nothing_of_the_project():
+    graph = _import_graph()
+    assert graph[SETTINGS] <= {"kvlab"}, f"{SETTINGS} must stay a leaf every layer may import: {graph[SETTINGS]}"
+    assert graph["kvlab"] == set(), "kvlab/__init__.py runs before kvlab.settings: it must import nothing either"
 
 
 def test_no_private_name_is_imported_across_modules():

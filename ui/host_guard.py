@@ -16,6 +16,8 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from kvlab.settings import host_names
+
 HOSTS_ENV = "KVLAB_ALLOWED_HOSTS"
 EXEMPT_PATHS = ("/_stcore/health", "/healthz")  # Streamlit's and ui/health.py's (with the database)
 REFUSED = b"This server does not answer to that host name."
@@ -27,8 +29,7 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitab
 
 def allowed_hosts(env: Mapping[str, str] | None = None) -> frozenset[str]:
     """The host names KVLAB_ALLOWED_HOSTS lists, lower-cased (empty: no check)."""
-    raw = (os.environ if env is None else env).get(HOSTS_ENV, "")
-    return frozenset(name.lower() for name in re.split(r"[\s,]+", raw) if name)
+    return host_names((os.environ if env is None else env).get(HOSTS_ENV, ""))
 
 
 def host_of(header: str) -> str:

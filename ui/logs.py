@@ -24,11 +24,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from kvlab import settings
 from progress import name_key
 
 LOGGER = "kvlab"
-LEVEL_ENV = "KVLAB_LOG_LEVEL"
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LEVEL_ENV = settings.LOG_LEVEL
 # Settings whose value is a secret (by a word in the name); their value is never logged.
 SECRET_WORDS = ("KEY", "SECRET", "PASSWORD", "TOKEN", "PASSPHRASE")
 URL_SETTINGS = ("KVLAB_DATABASE_URL",)
@@ -61,13 +61,9 @@ class JsonHandler(logging.StreamHandler):
 
 
 def log_level(env: Mapping[str, str] | None = None) -> int:
-    """KVLAB_LOG_LEVEL (DEBUG, INFO, WARNING or ERROR; unset or empty: INFO); ValueError names a bad one."""
-    raw = (os.environ if env is None else env).get(LEVEL_ENV, "").strip().upper()
-    if not raw:
-        return logging.INFO
-    if raw not in LEVELS:
-        raise ValueError(f"{LEVEL_ENV}={raw!r} is not a log level; use one of {', '.join(LEVELS)}")
-    return int(getattr(logging, raw))
+    """KVLAB_LOG_LEVEL as a logging level (kvlab.settings.log_level: DEBUG, INFO, WARNING or ERROR; unset: INFO);
+    SettingsError (a ValueError) names a bad one."""
+    return int(getattr(logging, settings.log_level(os.environ if env is None else env)))
 
 
 def configure(env: Mapping[str, str] | None = None, stream: TextIO | None = None) -> logging.Logger:

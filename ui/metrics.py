@@ -18,7 +18,6 @@ port, and deploy/nginx.conf does not proxy it. What each metric means: docs/OPER
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import time
@@ -29,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 
+from kvlab import settings
 from ui.logs import LOGGER
 
 if TYPE_CHECKING:
     from lessons.labs.playground import EnginePool
 
-PORT_ENV, ADDRESS_ENV = "KVLAB_METRICS_PORT", "KVLAB_METRICS_ADDRESS"
-DEFAULT_ADDRESS = "127.0.0.1"
+PORT_ENV, ADDRESS_ENV = settings.METRICS_PORT, settings.METRICS_ADDRESS
+DEFAULT_ADDRESS = settings.LOOPBACK
 DB_ERROR_EVENT = "db_error"
 # Page runs take from a few ms (a sidebar click) to seconds (an engine run on the playground).
 PAGE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -62,31 +62,17 @@ class MetricsSettings:
 
 def metrics_settings(env: Mapping[str, str] | None = None) -> MetricsSettings:
     """KVLAB_METRICS_PORT (1-65535; unset or empty: no endpoint) and KVLAB_METRICS_ADDRESS (an IP address;
-    unset or empty: 127.0.0.1); ValueError names the setting, the value and the fix."""
+    unset or empty: 127.0.0.1), parsed by kvlab.settings; SettingsError (a ValueError) names a bad one."""
     env = os.environ if env is None else env
-    raw_port, raw_address = env.get(PORT_ENV, "").strip(), env.get(ADDRESS_ENV, "").strip()
-    if not raw_port:
-        return MetricsSettings(None)
-    port = int(raw_port) if raw_port.isascii() and raw_port.isdigit() else 0
-    if not 1 <= port <= 65535:
-        raise ValueError(f"{PORT_ENV}={raw_port!r} must be a TCP port 1-65535, or unset to serve no metrics")
-    address = raw_address or DEFAULT_ADDRESS
-    try:
-        ipaddress.ip_address(address)
-    except ValueError:
-        raise ValueError(
-            f"{ADDRESS_ENV}={raw_address!r} must be an IP address to listen on (e.g. 127.0.0.1, or 0.0.0.0 "
-            "for every interface); unset it for 127.0.0.1"
-        ) from None
-    return MetricsSettings(port, address)
+    return MetricsSettings(settings.metrics_port(env), settings.metrics_address(env))
 
 
-def start_server(settings: MetricsSettings) -> Any:
+def start_server(endpoint: MetricsSettings) -> Any:
     """Serve /metrics in a daemon thread when a port is set (once per process: `ui.serve` calls it before
     Streamlit starts); returns the HTTP server, or None when metrics are off. OSError when the port is taken."""
-    if settings.port is None:
+    if endpoint.port is None:
         return None
-    server, _thread = start_http_server(settings.port, addr=settings.address, registry=REGISTRY)
+    server, _thread = start_http_server(endpoint.port, addr=endpoint.address, registry=REGISTRY)
     return server
 
 

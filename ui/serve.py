@@ -7,6 +7,13 @@ for torch (about 3 s on a small CPU), pandas, plotly and the progress store: som
 Streamlit runs every session's script in this process, so importing them here, before the server starts,
 means a first render costs what any new learner's costs (a tenth of a second), and a replica behind the
 balancer is reported healthy only once it can answer at that speed.
+
+Before that, the settings are checked (kvlab/settings.py): a bad one stops the start with its message and exit
+status 2, no traceback. After the imports, every lesson runs once at its defaults (ui/warm.py; KVLAB_WARM=0
+skips it) so the caches its first visit fills are full before the health check answers. Installed as a
+package (`kvlab serve`), the app carries its Streamlit settings with it (kvlab/streamlit/config.toml, the
+checkout's .streamlit/config.toml) and passes them as options, which a later option on the command line
+overrides.
 """
 
 from __future__ import annotations
@@ -17,8 +24,12 @@ import os
 import pkgutil
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from kvlab import settings as kvlab_settings
+from kvlab.settings import Settings, SettingsError, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"
@@ -70,53 +81,121 @@ def install_middleware() -> bool:
     return True
 
 
-def observe(started: float, failed: list[str]) -> None:
-    """The operator's side, set up once per process: JSON logs, the start-up event with the settings (secrets
-    redacted), database errors counted, the metrics endpoint when KVLAB_METRICS_PORT asks for it.
-    SystemExit naming the setting when one of these settings is wrong."""
+def observe(settings: Settings, environ: Mapping[str, str]) -> None:
+    """The operator's side, set up once per process before anything else is logged: JSON logs at
+    KVLAB_LOG_LEVEL, database errors counted, the metrics endpoint when KVLAB_METRICS_PORT asks for it, and
+    the start-up event with every KVLAB_* setting (secrets redacted). SettingsError when the port is taken."""
     from ui import logs, metrics
 
+    logs.configure(environ)
+    metrics.install_event_counter()
+    endpoint = metrics.MetricsSettings(settings.metrics_port, settings.metrics_address)
     try:
-        logs.configure()
-        settings = metrics.metrics_settings()
-        metrics.install_event_counter()
-        metrics.start_server(settings)
-    except (ValueError, OSError) as exc:  # a bad setting or a taken port: say which, and do not start half-seen
-        raise SystemExit(f"kvlab: cannot start: {exc}") from None
-    endpoint = f"http://{settings.address}:{settings.port}/metrics" if settings.port else None
+        metrics.start_server(endpoint)
+    except OSError as exc:  # another program holds the port: say which setting, and do not start half-seen
+        raise SettingsError(
+            kvlab_settings.METRICS_PORT,
+            f"{kvlab_settings.METRICS_PORT}={endpoint.port} cannot be served on {endpoint.address} "
+            f"({exc.strerror or exc}); choose a free port or unset it",
+        ) from None
+    url = f"http://{endpoint.address}:{endpoint.port}/metrics" if endpoint.port else None
     logs.event(
         "server_start",
         message="the app server is starting",
-        settings=logs.settings_fields(),
-        preload_s=round(time.perf_counter() - started, 2),
-        not_preloaded=failed,
-        metrics=endpoint,
+        settings=logs.settings_fields(environ),
+        metrics=url,
         pid=os.getpid(),
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Preload, then run Streamlit's own command line as `streamlit run app.py ARGV...` (a first argument
-    ending in .py runs that script instead: the benchmarks' profiled app)."""
-    args = list(sys.argv[1:] if argv is None else argv)
+def packaged_options(script: Path, cwd: Path) -> list[str]:
+    """The course's Streamlit settings as command-line options, when Streamlit would not find them itself (no
+    .streamlit/config.toml beside the script or in the working folder: an installed package)."""
+    if (script.parent / ".streamlit" / "config.toml").is_file() or (cwd / ".streamlit" / "config.toml").is_file():
+        return []
+    packaged = Path(kvlab_settings.__file__).parent / "streamlit" / "config.toml"  # a wheel; a checkout: below
+    if not packaged.is_file():
+        packaged = ROOT / ".streamlit" / "config.toml"
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: Streamlit's own TOML reader
+        import toml as tomllib  # type: ignore[no-redef]
+    return [f"--{key}={value}" for key, value in _flat(tomllib.loads(packaged.read_text(encoding="utf-8")))]
+
+
+def _flat(table: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    out = []
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            out += _flat(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", str(value).lower() if isinstance(value, bool) else str(value)))
+    return out
+
+
+def _fields(event: str, **fields: Any) -> dict[str, Any]:
+    """A log record's `extra` for the JSON log (ui/logs.py): its event name and fields."""
+    return {"event": event, "fields": fields}
+
+
+def serve(argv: Sequence[str], settings: Settings, environ: dict[str, str] | None = None) -> int:
+    """Preload, warm the lessons (unless settings.warm is off), then run Streamlit's own command line as
+    `streamlit run app.py ARGV...` (a first argument ending in .py runs that script instead: the benchmarks'
+    profiled app). Returns Streamlit's exit status."""
+    environ = os.environ if environ is None else environ
+    args = list(argv)
     script = Path(args.pop(0)) if args and args[0].endswith(".py") else APP
+    log = logging.getLogger("kvlab")
     started = time.perf_counter()
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    try:
+        observe(settings, environ)  # JSON logs from here on, metrics, the start-up event (docs/OPERATIONS.md)
+    except SettingsError as exc:
+        print(f"kvlab: {exc}", file=sys.stderr)
+        return 2
     failed = preload()
-    observe(started, failed)
-    log = logging.getLogger("kvlab")
+    preloaded = round(time.perf_counter() - started, 2)
+    log.info("preloaded the app's modules in %.1f s", preloaded, extra=_fields("preloaded", seconds=preloaded))
+    for line in failed:
+        log.info("not preloaded: %s", line, extra=_fields("not_preloaded", module=line))
+    if settings.warm:
+        from ui.warm import warm
+
+        for done in warm():
+            note = f" (failed: {done.error})" if done.error else ""
+            fields = _fields("warmed", page=done.page, seconds=round(done.seconds, 2), error=done.error)
+            log.info("warmed %s in %.1f s%s", done.page, done.seconds, note, extra=fields)
+    ready = round(time.perf_counter() - started, 2)
+    log.info("ready to answer after %.1f s", ready, extra=_fields("server_ready", seconds=ready))
     from streamlit.web import cli
 
     from ui import host_guard, widget_guard
 
     widget_guard.install()  # a forged widget value must not break a learner's session (ui/widget_guard.py)
     install_middleware()  # /healthz with the database, the sessions gauge (ui/health.py, ui/metrics.py)
-    if host_guard.install():  # KVLAB_ALLOWED_HOSTS: no answer under another Host (ui/host_guard.py)
+    if host_guard.install(environ):  # KVLAB_ALLOWED_HOSTS: no answer under another Host (ui/host_guard.py)
         log.info("answering only to the hosts in %s", host_guard.HOSTS_ENV)
-    sys.argv = ["streamlit", "run", str(script), *args]
-    cli.main()
+    if settings.cookie_secret is not None:  # KVLAB_COOKIE_SECRET(_FILE): every replica signs cookies alike
+        environ["STREAMLIT_SERVER_COOKIE_SECRET"] = settings.cookie_secret
+    sys.argv = ["streamlit", "run", str(script), *packaged_options(script, Path.cwd()), *args]
+    try:
+        cli.main()
+    except SystemExit as exc:  # Streamlit's command line ends by exiting; its status is ours
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:
+    """`python -m ui.serve [SCRIPT.py] [streamlit options]` (./run.sh): check the settings, then `serve`."""
+    environ = os.environ if environ is None else environ
+    try:
+        settings = load_settings(environ)
+    except SettingsError as exc:
+        print(f"kvlab: {exc}", file=sys.stderr)
+        return 2
+    return serve(sys.argv[1:] if argv is None else argv, settings, environ)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -6,6 +6,7 @@ from typing import Any
 
 import streamlit as st
 
+import kvlab
 from lessons import quizzes
 from lessons.progress_table import progress_rows
 from ui import signin
@@ -24,6 +25,7 @@ def sidebar() -> Any:
     with st.sidebar:
         st.markdown(f"**Engine backend:** `{info['label']}`")
         st.caption(f"Device: {info['device']} · torch {info['torch']} · {info['threads']} threads")
+        st.caption(f"KV Lab {kvlab.__version__}")  # which release a class ran (CHANGELOG.md)
         try:
             signin.sidebar_signin()
         except Exception as exc:  # a broken store must not take the course down

@@ -31,6 +31,7 @@ from typing import Any
 
 import streamlit as st
 
+from kvlab.settings import SettingsError
 from lessons.predictions import saved_value
 from progress import (
     NullStore,
@@ -83,6 +84,8 @@ def get_store() -> Store:
         return _shared_store(database_url())
     except OSError as exc:
         return NullStore(f"Cannot create the progress folder ({exc}); set KVLAB_DATA_DIR. Progress is not saved.")
+    except SettingsError as exc:  # KVLAB_DATABASE_URL_FILE checked at start, unreadable since
+        return NullStore(f"{exc} Progress is kept for this session only.")
     except ProgressStoreError as exc:  # this session says why and stays session-only; the next one retries
         _fail(exc)
         return NullStore(st.session_state[FALLBACK_KEY])

@@ -56,6 +56,7 @@ from engine.model import access
 from engine.model.loader import DEMO_DIR, ModelTooLargeError, format_bytes, load_model
 from engine.outputs import StepTrace
 from kernels.validate import is_whole
+from kvlab import settings
 from lessons.labs.pool import PoolBlock, pool_blocks
 from lessons.measure import default_device
 
@@ -314,17 +315,10 @@ class _Held:
 
 
 def _whole(env: Mapping[str, str], name: str, default: int, what: str) -> int:
-    """A whole number >= 1 from the environment, `default` when unset or empty. ASCII digits only: int() also
-    reads "2_000" and other scripts' digits."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    value = int(raw) if raw.isascii() and raw.isdigit() else 0
-    if value < 1:
-        raise ValueError(
-            f"{name}={raw!r} must be a whole number of {what}; the operator fixes it in the server's environment"
-        )
-    return value
+    """A whole number >= 1 from the environment, `default` when unset or empty; parsed as the server checks it
+    at start (kvlab.settings.whole_number: ASCII digits only)."""
+    value = settings.whole_number(env, name, what)
+    return default if value is None else value
 
 
 @dataclass

@@ -55,3 +55,13 @@ def test_sidebar_progress_counts_lessons_and_repairs_the_contract_shape(app_test
     assert any("Quiz answers correct: 1 /" in c.value for c in at.sidebar.caption)
     progress = at.session_state["progress"]
     assert progress["visited"][:2] == ["gqa", "packing"] and progress["diagnosis"] == {}
+
+
+def test_the_sidebar_names_the_release(app_test):
+    import tomllib
+
+    from ui.course import ROOT
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    at = app_test("app.py").run()
+    assert f"KV Lab {version}" in [c.value for c in at.sidebar.caption]

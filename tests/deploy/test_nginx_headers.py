@@ -124,8 +124,16 @@ def test_compose_fills_the_same_names_with_the_same_defaults():
             assert re.fullmatch(rf"\$\{{{name}:\?set {name} .+\}}", lb["environment"][name]), name
         else:
             assert lb["environment"][name] == f"${{{name}:-{default}}}"
-    # A class deployment cannot start without its secrets.
-    assert app["environment"]["KVLAB_TEACHER_KEY"] == "${KVLAB_TEACHER_KEY:?set KVLAB_TEACHER_KEY}"
+    # A class deployment cannot start without its secrets, which reach the app as files (kvlab/settings.py).
+    for name, secret in (
+        ("TEACHER_KEY", "teacher_key"),
+        ("DATABASE_URL", "database_url"),
+        ("COOKIE_SECRET", "cookie_secret"),
+    ):
+        assert app["environment"][f"KVLAB_{name}_FILE"] == f"/run/secrets/{secret}" and secret in app["secrets"]
+        assert compose["secrets"][secret] == {"file": f"./secrets/{secret}"}
+        assert f"KVLAB_{name}" not in app["environment"]  # never a plain variable beside its file
+    assert compose["services"]["db"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/db_password"
     assert app["environment"]["KVLAB_MODEL_DIRS"] == "${KVLAB_MODEL_DIRS:-}"  # no model folders unless set
     assert app["environment"]["KVLAB_ALLOWED_HOSTS"] == lb["environment"]["KVLAB_SERVER_NAME"]  # the same site
 

@@ -27,7 +27,7 @@ def sample(name: str, **labels: str) -> float:
     [
         ({}, metrics.MetricsSettings(None)),
         ({"KVLAB_METRICS_PORT": " "}, metrics.MetricsSettings(None)),
-        ({"KVLAB_METRICS_ADDRESS": "0.0.0.0"}, metrics.MetricsSettings(None)),  # no port: off, whatever the address
+        ({"KVLAB_METRICS_ADDRESS": "0.0.0.0"}, metrics.MetricsSettings(None, "0.0.0.0")),  # no port: off
         ({"KVLAB_METRICS_PORT": "9464"}, metrics.MetricsSettings(9464, "127.0.0.1")),
         ({"KVLAB_METRICS_PORT": "9464", "KVLAB_METRICS_ADDRESS": "0.0.0.0"}, metrics.MetricsSettings(9464, "0.0.0.0")),
         ({"KVLAB_METRICS_PORT": "65535", "KVLAB_METRICS_ADDRESS": "::1"}, metrics.MetricsSettings(65535, "::1")),

@@ -30,12 +30,64 @@ def test_main_hands_over_to_streamlit_run(monkeypatch, argv, script, rest):
 
     seen = []
     monkeypatch.setattr(serve, "preload", lambda: [])
-    monkeypatch.setattr(serve, "observe", lambda started, failed: None)  # tested below, on a copy of the logger
+    monkeypatch.setattr(serve, "observe", lambda settings, environ: None)  # tested below, on a copy of the logger
     monkeypatch.setattr(serve, "install_middleware", lambda: True)
     monkeypatch.setattr(cli, "main", lambda: seen.append(list(sys.argv)))
     monkeypatch.setattr(sys, "argv", ["serve"])
-    serve.main(argv)
+    assert serve.main(argv, {"KVLAB_WARM": "0"}) == 0
     assert seen == [["streamlit", "run", str(script), *rest]]
+
+
+def _no_server(monkeypatch) -> list[list[str]]:
+    from streamlit.web import cli
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(serve, "preload", lambda: [])
+    monkeypatch.setattr(serve, "observe", lambda settings, environ: None)  # tested below, on a copy of the logger
+    monkeypatch.setattr(serve, "install_middleware", lambda: True)
+    monkeypatch.setattr(cli, "main", lambda: seen.append(list(sys.argv)))
+    return seen
+
+
+def test_a_bad_setting_stops_the_start_with_its_message(monkeypatch, capsys):
+    seen = _no_server(monkeypatch)
+    monkeypatch.setattr(serve, "preload", lambda: pytest.fail("preloaded despite a bad setting"))
+    assert serve.main([], {"KVLAB_MAX_MODEL_BYTES": "2 GB"}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvlab: KVLAB_MAX_MODEL_BYTES='2 GB' must be a whole number of bytes")
+    assert "Traceback" not in err and seen == []
+
+
+def test_the_lessons_are_warmed_before_streamlit_starts(monkeypatch):
+    from ui import warm
+
+    order: list[str] = []
+    seen = _no_server(monkeypatch)
+    monkeypatch.setattr(warm, "warm", lambda: order.append("warm") or [warm.Warmed("paged", 0.1)])
+    from streamlit.web import cli
+
+    monkeypatch.setattr(cli, "main", lambda: order.append("streamlit"))
+    assert serve.main([], {}) == 0
+    assert order == ["warm", "streamlit"] and seen == []
+    order.clear()
+    serve.main([], {"KVLAB_WARM": "off"})
+    assert order == ["streamlit"]
+
+
+def test_the_cookie_secret_comes_from_its_file(monkeypatch, tmp_path):
+    _no_server(monkeypatch)
+    secret = tmp_path / "cookie"
+    secret.write_text("same-on-every-replica\n")
+    env = {"KVLAB_WARM": "0", "KVLAB_COOKIE_SECRET_FILE": str(secret)}
+    assert serve.main([], env) == 0
+    assert env["STREAMLIT_SERVER_COOKIE_SECRET"] == "same-on-every-replica"
+
+
+def test_an_installed_app_passes_the_course_settings_as_options(tmp_path):
+    assert serve.packaged_options(serve.APP, serve.ROOT) == []  # a checkout: Streamlit reads .streamlit/ itself
+    options = serve.packaged_options(tmp_path / "app.py", tmp_path)
+    assert "--server.headless=true" in options and "--browser.gatherUsageStats=false" in options
+    assert "--client.showErrorDetails=none" in options and "--theme.light.textColor=#111111" in options
 
 
 @pytest.fixture
@@ -49,27 +101,49 @@ def app_logger():
     logger.handlers[:], logger.level, logger.propagate = saved
 
 
-def test_observe_logs_the_start_with_its_settings_redacted(monkeypatch, capsys, app_logger):
+def test_observe_logs_the_start_with_its_settings_redacted(capsys, app_logger):
     import json
 
-    monkeypatch.setenv("KVLAB_TEACHER_KEY", "planted-key-77aa")
-    monkeypatch.setenv("KVLAB_DATABASE_URL", "postgresql+psycopg://kvlab:planted-pw-77aa@db/kvlab")
-    monkeypatch.delenv("KVLAB_METRICS_PORT", raising=False)
-    serve.observe(0.0, ["triton (ImportError: no)"])
+    from kvlab.settings import load_settings
+
+    env = {
+        "KVLAB_TEACHER_KEY": "planted-key-77aa",
+        "KVLAB_DATABASE_URL": "postgresql+psycopg://kvlab:planted-pw-77aa@db/kvlab",
+        "KVLAB_LOG_LEVEL": "info",
+    }
+    serve.observe(load_settings(env), env)
     err = capsys.readouterr().err
     assert "planted" not in err
     [start] = [json.loads(line) for line in err.splitlines() if '"server_start"' in line]
     assert start["fields"]["settings"]["KVLAB_TEACHER_KEY"] == "<redacted>"
     assert start["fields"]["settings"]["KVLAB_DATABASE_URL"] == "postgresql+psycopg://kvlab:***@db/kvlab"
-    assert start["fields"]["metrics"] is None and start["fields"]["not_preloaded"] == ["triton (ImportError: no)"]
+    assert start["fields"]["metrics"] is None
 
 
 @pytest.mark.parametrize(
     ("name", "value"),
     [("KVLAB_METRICS_PORT", "ninety"), ("KVLAB_LOG_LEVEL", "chatty"), ("KVLAB_METRICS_ADDRESS", "somewhere")],
 )
-def test_a_bad_operations_setting_stops_the_start_with_its_name(monkeypatch, app_logger, name, value):
-    monkeypatch.setenv("KVLAB_METRICS_PORT", "9464")
-    monkeypatch.setenv(name, value)
-    with pytest.raises(SystemExit, match=f"kvlab: cannot start: {name}="):
-        serve.observe(0.0, [])
+def test_a_bad_operations_setting_stops_the_start_with_its_name(monkeypatch, capsys, name, value):
+    seen = _no_server(monkeypatch)
+    monkeypatch.setattr(serve, "preload", lambda: pytest.fail("preloaded despite a bad setting"))
+    assert serve.main([], {"KVLAB_METRICS_PORT": "9464", name: value}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvlab: {name}=") and "Traceback" not in err and seen == []
+
+
+def test_a_metrics_port_another_program_holds_stops_the_start(monkeypatch, capsys, app_logger):
+    import socket
+
+    from bench.app_server import HOST
+
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        real = serve.observe
+        seen = _no_server(monkeypatch)
+        monkeypatch.setattr(serve, "observe", real)  # the real one: it tries to serve the metrics on that port
+        assert serve.main([], {"KVLAB_WARM": "0", "KVLAB_METRICS_PORT": str(port)}) == 2
+    err = capsys.readouterr().err
+    assert f"kvlab: KVLAB_METRICS_PORT={port} cannot be served on 127.0.0.1" in err and seen == []
