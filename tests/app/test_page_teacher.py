@@ -94,6 +94,19 @@ def test_the_right_key_opens_the_view_for_this_session(app_test):
     assert [t.key for t in at.text_input] == ["teacher_class_code"]
 
 
+def test_the_key_may_come_from_a_file(monkeypatch, tmp_path, app_test):
+    """KVLAB_TEACHER_KEY_FILE (a Docker or Kubernetes secret): the file's stripped content is the key."""
+    monkeypatch.delenv("KVLAB_TEACHER_KEY")
+    secret = tmp_path / "teacher_key"
+    secret.write_text(f"{KEY}\n")
+    monkeypatch.setenv("KVLAB_TEACHER_KEY_FILE", str(secret))
+    at = _open(app_test)
+    assert not at.error and [t.key for t in at.text_input] == ["teacher_class_code"]
+    secret.unlink()  # gone since the server's start: the page says so instead of opening or failing
+    at = app_test("teacher", timeout=60).run()
+    assert not at.exception and "KVLAB_TEACHER_KEY_FILE" in at.error[0].value and not at.text_input
+
+
 def test_teacher_resets_a_learners_passphrase(app_test):
     s = open_store()
     s.sign_in("Room 7", "Ana", "ana's passphrase")
