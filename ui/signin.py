@@ -168,9 +168,14 @@ def client() -> Client:
 
 
 def _who() -> dict[str, str]:
-    """The signed-in learner as the log names them: class code and pseudonym (ui/logs.py), never the name."""
-    code, learner = st.session_state[LEARNER_KEY]
-    return {"class_code": code, "learner_id": learner_id(code, learner)}
+    """The signed-in learner as the log names them: class code and pseudonym (ui/logs.py), never the name;
+    empty when the session holds no passphrase identity (a log field never breaks a save)."""
+    who = st.session_state.get(LEARNER_KEY)
+    try:
+        code, learner = who
+        return {"class_code": code, "learner_id": learner_id(code, learner)}
+    except Exception:  # no identity, or one of another shape
+        return {}
 
 
 def _signin_failed(code: str, learner: str, exc: SignInError) -> None:
