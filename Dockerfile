@@ -25,9 +25,10 @@ VOLUME ["/data"]
 EXPOSE 8501
 
 # The start checks the settings and runs every lesson once (ui/warm.py) before the health check answers: on two
-# cores that takes up to a few minutes, hence the long start period.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=300s --retries=3 \
-  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"
+# cores that takes up to a few minutes, hence the long start period. /healthz also asks the progress database
+# (ui/health.py: up to 5 s), hence the timeout.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
+  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/healthz', timeout=8)"
 
 # .streamlit/config.toml sets headless, no usage stats, XSRF protection and small uploads. `kvlab serve` is
 # `streamlit run app.py` with the settings checked and the app's imports and lessons done first, so the health

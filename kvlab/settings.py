@@ -35,6 +35,11 @@ ALLOWED_HOSTS = "KVLAB_ALLOWED_HOSTS"
 TRUSTED_PROXIES = "KVLAB_TRUSTED_PROXIES"
 FRAME_ANCESTORS = "KVLAB_FRAME_ANCESTORS"
 WARM = "KVLAB_WARM"
+LOG_LEVEL = "KVLAB_LOG_LEVEL"
+METRICS_PORT = "KVLAB_METRICS_PORT"
+METRICS_ADDRESS = "KVLAB_METRICS_ADDRESS"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOOPBACK = "127.0.0.1"
 # Single sign-on's settings (KVLAB_OIDC_*) are parsed in progress/sso/settings.py with this module's read_secret
 # and switch: a wrong one turns single sign-on off with a message instead of stopping the server. Its secrets:
 OIDC_CLIENT_SECRET = "KVLAB_OIDC_CLIENT_SECRET"
@@ -183,6 +188,50 @@ def switch(environ: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(name, f"{name}={shown(name, raw)} must be 1 or 0 (true/false, yes/no, on/off); {FIX}")
 
 
+def log_level(environ: Mapping[str, str]) -> str:
+    """KVLAB_LOG_LEVEL, the JSON log's level: DEBUG, INFO, WARNING or ERROR (any case; unset or empty: INFO)."""
+    raw = environ.get(LOG_LEVEL, "").strip().upper()
+    if not raw:
+        return "INFO"
+    if raw not in LOG_LEVELS:
+        raise SettingsError(
+            LOG_LEVEL,
+            f"{LOG_LEVEL}={shown(LOG_LEVEL, raw)} is not a log level; use one of {', '.join(LOG_LEVELS)} ({FIX})",
+        )
+    return raw
+
+
+def metrics_port(environ: Mapping[str, str]) -> int | None:
+    """KVLAB_METRICS_PORT, the Prometheus endpoint's side port (1-65535); None when unset or empty (no endpoint)."""
+    raw = environ.get(METRICS_PORT, "").strip()
+    if not raw:
+        return None
+    port = int(raw) if raw.isascii() and raw.isdigit() else 0
+    if not 1 <= port <= 65535:
+        raise SettingsError(
+            METRICS_PORT,
+            f"{METRICS_PORT}={shown(METRICS_PORT, raw)} must be a TCP port 1-65535, or unset to serve "
+            f"no metrics ({FIX})",
+        )
+    return port
+
+
+def metrics_address(environ: Mapping[str, str]) -> str:
+    """KVLAB_METRICS_ADDRESS, the IP address the metrics endpoint listens on (unset or empty: 127.0.0.1)."""
+    raw = environ.get(METRICS_ADDRESS, "").strip()
+    if not raw:
+        return LOOPBACK
+    try:
+        ipaddress.ip_address(raw)
+    except ValueError:
+        raise SettingsError(
+            METRICS_ADDRESS,
+            f"{METRICS_ADDRESS}={shown(METRICS_ADDRESS, raw)} must be an IP address to listen on (e.g. 127.0.0.1, "
+            f"or 0.0.0.0 for every interface); unset it for 127.0.0.1 ({FIX})",
+        ) from None
+    return raw
+
+
 @dataclass(frozen=True)
 class Settings:
     """The server's settings, checked (see the module docstring); None means unset: the app's default."""
@@ -199,6 +248,9 @@ class Settings:
     trusted_proxies: str | None = None
     frame_ancestors: str = "'self'"
     warm: bool = True
+    log_level: str = "INFO"
+    metrics_port: int | None = None
+    metrics_address: str = LOOPBACK
 
     def __repr__(self) -> str:  # secrets never reach a log line through a repr
         fields = {k: ("(hidden)" if v is not None and k in _SECRET_FIELDS else v) for k, v in vars(self).items()}
@@ -231,6 +283,9 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         trusted_proxies=proxies,
         frame_ancestors=frame_ancestors(environ),
         warm=switch(environ, WARM, True),
+        log_level=log_level(environ),
+        metrics_port=metrics_port(environ),
+        metrics_address=metrics_address(environ),
     )
 
 
@@ -241,6 +296,9 @@ __all__ = [
     "frame_ancestors",
     "host_names",
     "load_settings",
+    "log_level",
+    "metrics_address",
+    "metrics_port",
     "model_dirs",
     "proxy_networks",
     "read_secret",

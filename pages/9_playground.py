@@ -8,7 +8,7 @@ import streamlit as st
 
 from lessons.labs import playground as lab
 from lessons.labs.paged_kernel import BLOCK_SIZES
-from ui import charts, charts_memory
+from ui import charts, charts_memory, metrics
 from ui.chart_view import metric_row, show_chart
 from ui.downloads import show_table
 from ui.errors import run_or_stop, show_error
@@ -53,6 +53,7 @@ def _pool() -> lab.EnginePool:
     resource like the progress store, never a learner's state (the session holds only its ticket)."""
     pool = lab.EnginePool.from_env()
     pool.start_sweeper()
+    metrics.watch_pool(pool)  # the operator's gauges read this pool when scraped (ui/metrics.py)
     return pool
 
 

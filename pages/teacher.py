@@ -33,8 +33,9 @@ from ui.course import LESSON_IDS
 from ui.errors import run_or_stop
 from ui.inert import inert, inert_md, prose_md
 from ui.live_screens import teacher_screen
+from ui.logs import learner_id
 from ui.router import through_the_router
-from ui.signin import get_store
+from ui.signin import get_store, teacher_event
 
 UNLOCKED_KEY = "teacher_unlocked"  # session state: fingerprint of the key this session gave
 RESET_KEY = "teacher_reset_pending"  # session state: (class code, learner name) awaiting confirmation
@@ -72,8 +73,10 @@ if not by_claim and st.session_state.get(UNLOCKED_KEY) != fingerprint:
                 given.strip(), teacher_key, signin.client()
             )  # like the variable: outer spaces do not count
             st.session_state[UNLOCKED_KEY] = fingerprint
+            teacher_event("teacher_unlocked")
             st.rerun()
         except SignInError as exc:
+            teacher_event("teacher_unlock_failed", reason=str(exc), retry_after_s=exc.retry_after_s)
             st.error(f"Not opened: {prose_md(exc)}.")
         except ProgressStoreError as exc:
             st.error(prose_md(exc))
@@ -102,6 +105,7 @@ except ValueError as exc:
 except ProgressStoreError as exc:
     st.error(prose_md(exc))
     st.stop()
+teacher_event("teacher_class_listed", class_code=code, learners=summary.learners)
 
 if not summary.learners:
     st.info(f"No learner has signed in with the class code {inert_md(code)} yet (codes are not case-sensitive).")
@@ -127,6 +131,7 @@ st.download_button(
     file_name=report_file_name(code),
     mime="text/csv",
     key="teacher_csv",
+    on_click=lambda: teacher_event("teacher_csv_exported", class_code=code, learners=summary.learners),
 )
 
 st.subheader("Predictions")
@@ -170,7 +175,9 @@ if pending and pending[0] == code:
     if yes.button("Confirm reset", key="teacher_reset_confirm", type="primary"):
         st.session_state.pop(RESET_KEY, None)
         try:
-            if store.reset_passphrase(*pending):
+            reset = store.reset_passphrase(*pending)
+            teacher_event("teacher_passphrase_reset", class_code=code, learner_id=learner_id(*pending), reset=reset)
+            if reset:
                 st.success(f"Passphrase of {who} reset: their next sign-in sets a new one.")
             else:
                 st.info(f"{who} has no passphrase yet: their next sign-in sets one.")

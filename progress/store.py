@@ -42,6 +42,7 @@ Settings (environment variables, checked at the server's start by kvlab/settings
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import time
@@ -600,7 +601,8 @@ def _parse(text: str | None) -> dict[str, Any]:
 
 
 def explain_failure(exc: SQLAlchemyError, where: str, what: str = "Progress") -> str:
-    """A learner- and teacher-readable reason for a failure of ``what``'s database (progress, a live round)."""
+    """A learner- and teacher-readable reason for a failure of ``what``'s database (progress, a live round);
+    the failure is also logged as a ``db_error`` event (docs/OPERATIONS.md)."""
     detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
     low = detail.lower()
     if "locked" in low or "busy" in low:
@@ -614,6 +616,9 @@ def explain_failure(exc: SQLAlchemyError, where: str, what: str = "Progress") ->
         hint = "the folder is not writable; set KVLAB_DATA_DIR to a writable folder"
     else:
         hint = "check KVLAB_DATABASE_URL and that the database is running"
+    # Every failure of the database passes here: the operator's log (and ui/metrics.py's counter) sees each.
+    fields = {"what": what, "where": where, "error": type(exc).__name__, "detail": detail[:200]}
+    logging.getLogger("kvlab.progress").warning("database error", extra={"event": "db_error", "fields": fields})
     return f"{what} database error in {where}: {detail} — {hint}."
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from kvlab.settings import host_names
 
 HOSTS_ENV = "KVLAB_ALLOWED_HOSTS"
-EXEMPT_PATHS = ("/_stcore/health",)
+EXEMPT_PATHS = ("/_stcore/health", "/healthz")  # Streamlit's and ui/health.py's (with the database)
 REFUSED = b"This server does not answer to that host name."
 _PORT = re.compile(r":\d{1,5}$")
 

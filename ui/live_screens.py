@@ -32,6 +32,7 @@ from ui.course import page
 from ui.figure_cache import figure
 from ui.inert import inert_md, prose_md
 from ui.linked_view import adopt_view, current_view
+from ui.logs import event, learner_id
 from ui.memo import named_cache
 
 _REVEALED = named_cache("ui.live_screens.revealed", max_entries=64)  # shared read-only: ClassRound is frozen
@@ -87,7 +88,8 @@ def _start(board: LiveBoard, code: str) -> None:
     lesson = st.selectbox("Lesson", predictions.PAGES, format_func=_title, key="live_lesson")
     start = st.button("Start the live round", type="primary", key="live_start", icon=":material/cast_for_education:")
     if start and lesson in predictions.PAGES:  # a forged choice is not a lesson with a question: nothing opens
-        board.open_round(code, lesson)
+        opened = board.open_round(code, lesson)
+        event("live_round_started", class_code=code, lesson=lesson, round=opened.round)
         st.session_state[live.LEAD_KEY] = code
         st.rerun()
 
@@ -103,12 +105,18 @@ def _controls(board: LiveBoard, code: str, current: LiveRound) -> None:
     moved = move.button("Move the class", key="live_move")
     if reveal:
         board.reveal(code, current.round)
+        event(
+            "live_round_revealed", class_code=code, lesson=current.lesson, round=current.round, answers=current.answers
+        )
     elif again:
-        board.open_round(code, current.lesson, dict(current.settings))
+        opened = board.open_round(code, current.lesson, dict(current.settings))
+        event("live_round_new", class_code=code, lesson=current.lesson, round=opened.round)
     elif moved and target in others:
-        board.open_round(code, target)
+        opened = board.open_round(code, target)
+        event("live_class_moved", class_code=code, lesson=target, previous=current.lesson, round=opened.round)
     elif end:
         board.close(code)
+        event("live_session_ended", class_code=code, lesson=current.lesson, round=current.round)
         st.session_state.pop(live.LEAD_KEY, None)
     elif not _gate(board, code, current):
         return
@@ -124,6 +132,7 @@ def _gate(board: LiveBoard, code: str, current: LiveRound) -> bool:
     )
     if closed != current.closed:
         board.set_closed(code, closed)
+        event("live_class_closed" if closed else "live_class_opened", class_code=code, round=current.round)
         return True
     if not current.waiting:
         return False
@@ -136,6 +145,7 @@ def _gate(board: LiveBoard, code: str, current: LiveRound) -> bool:
                 "Admit", key=f"live_admit_{name_key(name)}", help="Count this name's answers: you know who it is"
             ):
                 board.admit(code, name)
+                event("live_name_admitted", class_code=code, learner_id=learner_id(code, name))
                 return True
     return False
 
@@ -226,11 +236,13 @@ def teacher_banner() -> None:
         view = current_view(here)
         if here != current.lesson:
             if box.button("Move the class to this lesson, with these settings", key="live_lead_move"):
-                board.open_round(code, here, view)
+                opened = board.open_round(code, here, view)
+                event("live_class_moved", class_code=code, lesson=here, previous=current.lesson, round=opened.round)
                 st.rerun()
         elif view != dict(current.settings):
             if box.button("Show the class these settings", key="live_lead_show"):
                 board.show(code, current.round, view)
+                event("live_settings_shown", class_code=code, lesson=here, round=current.round, settings=view)
                 st.rerun()
     box.page_link(page("teacher").file, label="Projector screen (teacher view)", icon=":material/groups:")
 

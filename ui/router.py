@@ -11,6 +11,9 @@ from typing import Any
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
+from ui import metrics
+from ui.course import COURSE
+
 
 def through_the_router() -> None:
     """Make sure this page runs inside app.py (its sidebar, sign-in and progress), also on a deep link.
@@ -39,11 +42,14 @@ def run_page(page: Any) -> None:
     the options, and some forged values fail inside Streamlit's own widget code: a hand-made client can make
     any page raise. Script control (st.stop, st.rerun) is not an Exception and passes through.
     """
-    try:
-        page.run()
-    except Exception:
-        logging.getLogger("kvlab").exception("page %r failed", getattr(page, "url_path", page))
-        st.error(PAGE_FAILED, icon=":material/restart_alt:")
+    name = str(getattr(page, "url_path", "") or COURSE[0].url)  # the default page's url_path is ""
+    with metrics.page_run(name):  # counted and timed per page (ui/metrics.py), also when it stops early
+        try:
+            page.run()
+        except Exception:
+            metrics.page_failed(name)
+            logging.getLogger("kvlab").exception("page %r failed", name, extra={"event": "page_failed"})
+            st.error(PAGE_FAILED, icon=":material/restart_alt:")
 
 
 def lesson_section(body: Callable[[], None]) -> None:
@@ -60,7 +66,9 @@ def lesson_section(body: Callable[[], None]) -> None:
         try:
             body()
         except Exception:
-            logging.getLogger("kvlab").exception("lesson section %r failed", body.__qualname__)
+            logging.getLogger("kvlab").exception(
+                "lesson section %r failed", body.__qualname__, extra={"event": "section_failed"}
+            )
             st.error(PAGE_FAILED, icon=":material/restart_alt:")
 
     st.fragment(section)()

@@ -60,6 +60,54 @@ def preload() -> list[str]:
     return failed
 
 
+def install_middleware() -> bool:
+    """Put the health check with its database (ui/health.py) and the session gauge (ui/metrics.py) first in
+    Streamlit's middleware, once; True when installed by this call."""
+    from starlette.middleware import Middleware
+    from streamlit.web.server.starlette import starlette_app
+
+    from ui.health import HealthCheck
+    from ui.metrics import SessionCount
+
+    original = starlette_app.create_streamlit_middleware
+    if getattr(original, "kvlab_ops", False):
+        return False
+
+    def create_streamlit_middleware() -> list[Any]:
+        return [Middleware(HealthCheck), Middleware(SessionCount), *original()]
+
+    create_streamlit_middleware.kvlab_ops = True  # type: ignore[attr-defined]
+    starlette_app.create_streamlit_middleware = create_streamlit_middleware
+    return True
+
+
+def observe(settings: Settings, environ: Mapping[str, str]) -> None:
+    """The operator's side, set up once per process before anything else is logged: JSON logs at
+    KVLAB_LOG_LEVEL, database errors counted, the metrics endpoint when KVLAB_METRICS_PORT asks for it, and
+    the start-up event with every KVLAB_* setting (secrets redacted). SettingsError when the port is taken."""
+    from ui import logs, metrics
+
+    logs.configure(environ)
+    metrics.install_event_counter()
+    endpoint = metrics.MetricsSettings(settings.metrics_port, settings.metrics_address)
+    try:
+        metrics.start_server(endpoint)
+    except OSError as exc:  # another program holds the port: say which setting, and do not start half-seen
+        raise SettingsError(
+            kvlab_settings.METRICS_PORT,
+            f"{kvlab_settings.METRICS_PORT}={endpoint.port} cannot be served on {endpoint.address} "
+            f"({exc.strerror or exc}); choose a free port or unset it",
+        ) from None
+    url = f"http://{endpoint.address}:{endpoint.port}/metrics" if endpoint.port else None
+    logs.event(
+        "server_start",
+        message="the app server is starting",
+        settings=logs.settings_fields(environ),
+        metrics=url,
+        pid=os.getpid(),
+    )
+
+
 def packaged_options(script: Path, cwd: Path) -> list[str]:
     """The course's Streamlit settings as command-line options, when Streamlit would not find them itself (no
     .streamlit/config.toml beside the script or in the working folder: an installed package)."""
@@ -85,6 +133,11 @@ def _flat(table: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
     return out
 
 
+def _fields(event: str, **fields: Any) -> dict[str, Any]:
+    """A log record's `extra` for the JSON log (ui/logs.py): its event name and fields."""
+    return {"event": event, "fields": fields}
+
+
 def serve(argv: Sequence[str], settings: Settings, environ: dict[str, str] | None = None) -> int:
     """Preload, warm the lessons (unless settings.warm is off), then run Streamlit's own command line as
     `streamlit run app.py ARGV...` (a first argument ending in .py runs that script instead: the benchmarks'
@@ -96,21 +149,31 @@ def serve(argv: Sequence[str], settings: Settings, environ: dict[str, str] | Non
     started = time.perf_counter()
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    try:
+        observe(settings, environ)  # JSON logs from here on, metrics, the start-up event (docs/OPERATIONS.md)
+    except SettingsError as exc:
+        print(f"kvlab: {exc}", file=sys.stderr)
+        return 2
     failed = preload()
-    log.info("preloaded the app's modules in %.1f s", time.perf_counter() - started)
+    preloaded = round(time.perf_counter() - started, 2)
+    log.info("preloaded the app's modules in %.1f s", preloaded, extra=_fields("preloaded", seconds=preloaded))
     for line in failed:
-        log.info("not preloaded: %s", line)
+        log.info("not preloaded: %s", line, extra=_fields("not_preloaded", module=line))
     if settings.warm:
         from ui.warm import warm
 
         for done in warm():
-            log.info("warmed %s in %.1f s%s", done.page, done.seconds, f" (failed: {done.error})" if done.error else "")
-    log.info("ready to answer after %.1f s", time.perf_counter() - started)
+            note = f" (failed: {done.error})" if done.error else ""
+            fields = _fields("warmed", page=done.page, seconds=round(done.seconds, 2), error=done.error)
+            log.info("warmed %s in %.1f s%s", done.page, done.seconds, note, extra=fields)
+    ready = round(time.perf_counter() - started, 2)
+    log.info("ready to answer after %.1f s", ready, extra=_fields("server_ready", seconds=ready))
     from streamlit.web import cli
 
     from ui import host_guard, sso, widget_guard
 
     widget_guard.install()  # a forged widget value must not break a learner's session (ui/widget_guard.py)
+    install_middleware()  # /healthz with the database, the sessions gauge (ui/health.py, ui/metrics.py)
     if host_guard.install(environ):  # KVLAB_ALLOWED_HOSTS: no answer under another Host (ui/host_guard.py)
         log.info("answering only to the hosts in %s", host_guard.HOSTS_ENV)
     if settings.cookie_secret is not None:  # KVLAB_COOKIE_SECRET(_FILE): every replica signs cookies alike

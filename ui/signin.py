@@ -26,6 +26,7 @@ run (until then an outdated radio value is not recorded as a new answer: :func:`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import time
@@ -55,8 +56,9 @@ from progress import (
 from progress.auth import Client, client_address
 from progress.records import ID_PARTS, STAMPS
 from progress.sso import SsoClaimsError, SsoLearner
-from ui import sso
+from ui import metrics, sso
 from ui.inert import inert_md, prose_md
+from ui.logs import event, learner_id
 
 PROGRESS_KEY = "progress"  # st.session_state key of the progress dict (its shape: ui/progress.py)
 LEARNER_KEY = "progress_learner"  # (class_code, learner) once signed in, as typed (NFKC)
@@ -171,6 +173,41 @@ def client() -> Client:
     return Client(session, address)
 
 
+def _who() -> dict[str, str]:
+    """The signed-in learner as the log names them: class code and pseudonym (ui/logs.py), never the name (a
+    single sign-on learner: the pseudonym of their key); empty when the session holds no identity (a log field
+    never breaks a save)."""
+    try:
+        code, learner, _version, key = signed_in_as()
+        return {"class_code": code, "learner_id": learner_id(code, key if key is not None else learner)}
+    except Exception:  # no identity, or one of another shape
+        return {}
+
+
+def _signin_failed(code: str, learner: str, exc: SignInError) -> None:
+    """Log and count a refused sign-in (the class code and pseudonym as typed; never the passphrase)."""
+    metrics.signin_failed("learner")
+    try:
+        address = client().address
+    except Exception:  # the log line must not cost the learner their error message
+        address = None
+    fields = {"class_code": code, "learner_id": learner_id(code, learner), "address": address}
+    event("signin_failed", logging.WARNING, **fields, reason=str(exc), retry_after_s=exc.retry_after_s)
+
+
+def teacher_event(name: str, **fields: Any) -> None:
+    """Log a teacher action (the teacher view's unlock, listing, CSV, reset) with this session's address; a
+    refused teacher key (an event ending in ``_failed``) is a warning and counts as a failed sign-in."""
+    failed = name.endswith("_failed")
+    if failed:
+        metrics.signin_failed("teacher")
+    try:
+        address = client().address
+    except Exception:  # the log line must not break the teacher view
+        address = None
+    event(name, logging.WARNING if failed else logging.INFO, **fields, address=address)
+
+
 def sign_out_stale() -> None:
     """Sign this session out after a reset (its saves and answers are refused) and tell the learner why."""
     code, learner = st.session_state[LEARNER_KEY]
@@ -257,7 +294,10 @@ def _load_into_session(store: Store, class_code: str, learner: str, learner_key:
 
 def _sign_in(store: Store, class_code: str, learner: str, passphrase: str) -> SignIn:
     """Check the passphrase, load saved progress, merge what this session already did, and save the union."""
-    result = store.sign_in(class_code, learner, passphrase, client())
+    who = client()
+    result = store.sign_in(class_code, learner, passphrase, who)
+    fields = {"class_code": result.class_code, "learner_id": learner_id(result.class_code, result.learner)}
+    event("signin", **fields, status=result.status, address=who.address)
     st.session_state[LEARNER_KEY] = (result.class_code, result.learner)
     st.session_state[VERSION_KEY] = result.version if result.status != "unsaved" else None
     _load_into_session(store, result.class_code, result.learner)
@@ -318,9 +358,11 @@ def sidebar_signin() -> dict[str, Any]:
                         st.session_state[NOTICE_KEY] = welcome
                     st.rerun()
                 except SignInError as exc:
+                    _signin_failed(code, learner, exc)
                     who = f"{inert_md(learner.strip())} in class {inert_md(code.strip())}"
                     st.error(f"Not signed in as {who}: {prose_md(exc)}.")
                 except ValueError as exc:  # a name or class code that is refused: the message names the fix
+                    event("signin_refused", logging.INFO, class_code=code, reason=str(exc))
                     st.error(f"Not signed in: {prose_md(exc)}.")
                 except ProgressStoreError as exc:
                     _fail(exc)
@@ -372,12 +414,15 @@ def persist(progress: dict[str, Any]) -> None:
         code, learner, version, learner_key = who
         merged = store.save(code, learner, stamped, version, learner_key=learner_key)
     except SignedOut:
+        event("progress_save_refused", **_who(), reason="the passphrase changed since this session signed in")
         sign_out_stale()
         return
     except ProgressStoreError as exc:
+        event("progress_save_failed", logging.WARNING, **_who(), reason=str(exc))
         _fail(exc)
         st.warning(prose_md(st.session_state[FALLBACK_KEY]))
         return
+    event("progress_saved", **_who(), visited=len(merged["visited"]))
     _queue_widget_sync(clean, merged)
     _adopt(progress, merged)
     st.session_state[SAVED_KEY] = json.dumps(merged, sort_keys=True)

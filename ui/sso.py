@@ -29,6 +29,8 @@ from progress.sso import (
     write_auth_file,
 )
 from progress.store import data_dir
+from ui import metrics
+from ui.logs import event, learner_id
 
 SSO_KEY = "progress_sso"  # session state: the SsoLearner this session is signed in as by the provider
 PROBE_TTL_S = 30  # how long one answer about the provider's health is reused (a down provider is asked again)
@@ -113,11 +115,15 @@ def log_signed_on(learner: SsoLearner) -> None:
     class and the role; never the name shown, a claim's text beyond those, or a token."""
     role = "teacher" if learner.teacher else "learner"
     LOG.info("signed on: %s %s in class %r", role, learner.learner_key, learner.class_code)
+    pseudonym = learner_id(learner.class_code, learner.learner_key)
+    event("signin", class_code=learner.class_code, learner_id=pseudonym, status="sso", role=role)
 
 
 def log_refused(reason: str) -> None:
     """The one place a refused sign-in by the provider is recorded (claims that name nobody; once a session)."""
     LOG.warning("single sign-on refused: %s", reason)
+    metrics.signin_failed("learner")
+    event("signin_failed", logging.WARNING, method="sso", reason=reason)
 
 
 def login_button() -> None:

@@ -294,6 +294,17 @@ class PoolTicket:
         self.id = ticket_id
 
 
+@dataclass(frozen=True)
+class PoolStats:
+    """The playground pool at one moment: engines held and running, learners waiting for room, KV bytes."""
+
+    engines: int
+    running: int
+    waiting: int
+    used_bytes: int
+    budget_bytes: int
+
+
 @dataclass
 class _Held:
     key: Any
@@ -326,6 +337,7 @@ class EnginePool:
     clock: Callable[[], float] = time.monotonic
     _held: dict[int, _Held] = field(default_factory=dict, init=False, repr=False)
     _reserved: int = field(default=0, init=False, repr=False)  # bytes of engines being built right now
+    _waiting: int = field(default=0, init=False, repr=False)  # learners waiting for room right now
     _ids: Iterator[int] = field(default_factory=itertools.count, init=False, repr=False)
     _room: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
     _sweeper: threading.Thread | None = field(default=None, init=False, repr=False)
@@ -362,6 +374,15 @@ class EnginePool:
         with self._room:
             self._reap()
             return len(self._held)
+
+    def stats(self) -> PoolStats:
+        """What an operator watches (ui/metrics.py): engines held, running, learners waiting, KV bytes."""
+        with self._room:
+            self._reap()
+            held = self._held.values()
+            used = self._reserved + sum(h.nbytes for h in held)
+            running = sum(1 for h in held if h.in_use)
+            return PoolStats(len(self._held), running, self._waiting, used, self.budget_bytes)
 
     def engine(self, ticket: PoolTicket, key: Any = None) -> Any:
         """This learner's engine in the pool now (the one for `key`, when given), else None."""
@@ -402,11 +423,15 @@ class EnginePool:
                 return held.llm
             self._drop(tid)  # the learner's old engine (other settings) goes before the new one is counted
             deadline = time.monotonic() + self.wait_s
-            while not self._fits(nbytes):
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._room.wait(left):
-                    if not self._fits(nbytes):
-                        raise PlaygroundBusyError(self._busy(nbytes)) from None
+            self._waiting += 1
+            try:
+                while not self._fits(nbytes):
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self._room.wait(left):
+                        if not self._fits(nbytes):
+                            raise PlaygroundBusyError(self._busy(nbytes)) from None
+            finally:
+                self._waiting -= 1
             self._reserved += nbytes
         try:
             llm = build()

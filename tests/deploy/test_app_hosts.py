@@ -73,6 +73,7 @@ def test_the_app_answers_only_under_its_names(guarded):
         assert _status(port, name, "/static/favicon.png") == 421, name
         assert _status(port, name, "/_stcore/stream", websocket=True) == 403, name
     assert _status(port, "evil.example", "/_stcore/health") == 200  # the balancer's check, under its own name
+    assert _status(port, "evil.example", "/healthz") == 200  # and the one with the database (ui/health.py)
     assert _session_texts(guarded, f"kvlab.test:{port}") > 0
     assert _session_texts(guarded, f"rebound.example:{port}") == -403
 

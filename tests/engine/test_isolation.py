@@ -57,6 +57,9 @@ DESCRIPTIONS = {
     "ui.memo.Cache": "results shared by every learner (pure functions of their settings), read-only: ui.memo",
     "ui.memo._Registry": "the process's ui.memo caches by name: shared results, no learner's state",
     "logging.Logger": "the app's log (configured by the server, written with %-formatting), no learner's state",
+    "prometheus_client.metrics.Counter": "the operator's process-wide counts (ui/metrics.py), no learner's state",
+    "prometheus_client.metrics.Gauge": "the operator's process-wide gauges (ui/metrics.py), no learner's state",
+    "prometheus_client.metrics.Histogram": "the operator's page-run times (ui/metrics.py), no learner's state",
 }
 
 

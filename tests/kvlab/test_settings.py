@@ -183,3 +183,24 @@ def test_secrets_never_show_in_repr_or_the_redacted_view():
 def test_settings_are_frozen():
     with pytest.raises(AttributeError):
         Settings().teacher_key = "x"  # type: ignore[misc]
+
+
+def test_every_setting_the_server_reads_is_checked_here():
+    """Each KVLAB_* name in the server's code (its strings: names read, messages naming them) is one of
+    kvlab.settings' settings, so the start checks it; a new setting is added there, where it is parsed."""
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(settings.__file__).resolve().parents[1]
+    known = {v for k, v in vars(settings).items() if k.isupper() and isinstance(v, str) and v.startswith("KVLAB_")}
+    nginx_only = {"KVLAB_SERVER_NAME"}  # deploy/nginx.conf's site name; the app's own check is KVLAB_ALLOWED_HOSTS
+    found: dict[str, str] = {}
+    for folder in ("kvlab", "ui", "pages", "lessons", "progress", "engine", "kernels"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    for name in re.findall(r"KVLAB_[A-Z0-9_]*[A-Z0-9]", node.value):
+                        found.setdefault(name.removesuffix("_FILE"), str(path.relative_to(root)))
+    unchecked = {name: where for name, where in found.items() if name not in known | nginx_only}
+    assert not unchecked, f"settings read but not checked at start (add them to kvlab/settings.py): {unchecked}"

@@ -30,6 +30,8 @@ def test_main_hands_over_to_streamlit_run(monkeypatch, argv, script, rest):
 
     seen = []
     monkeypatch.setattr(serve, "preload", lambda: [])
+    monkeypatch.setattr(serve, "observe", lambda settings, environ: None)  # tested below, on a copy of the logger
+    monkeypatch.setattr(serve, "install_middleware", lambda: True)
     monkeypatch.setattr(cli, "main", lambda: seen.append(list(sys.argv)))
     monkeypatch.setattr(sys, "argv", ["serve"])
     assert serve.main(argv, {"KVLAB_WARM": "0"}) == 0
@@ -41,6 +43,8 @@ def _no_server(monkeypatch) -> list[list[str]]:
 
     seen: list[list[str]] = []
     monkeypatch.setattr(serve, "preload", lambda: [])
+    monkeypatch.setattr(serve, "observe", lambda settings, environ: None)  # tested below, on a copy of the logger
+    monkeypatch.setattr(serve, "install_middleware", lambda: True)
     monkeypatch.setattr(cli, "main", lambda: seen.append(list(sys.argv)))
     return seen
 
@@ -84,3 +88,62 @@ def test_an_installed_app_passes_the_course_settings_as_options(tmp_path):
     options = serve.packaged_options(tmp_path / "app.py", tmp_path)
     assert "--server.headless=true" in options and "--browser.gatherUsageStats=false" in options
     assert "--client.showErrorDetails=none" in options and "--theme.light.textColor=#111111" in options
+
+
+@pytest.fixture
+def app_logger():
+    """The app's logger as it was before (observe() configures it for the whole process)."""
+    import logging
+
+    logger = logging.getLogger("kvlab")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield logger
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
+def test_observe_logs_the_start_with_its_settings_redacted(capsys, app_logger):
+    import json
+
+    from kvlab.settings import load_settings
+
+    env = {
+        "KVLAB_TEACHER_KEY": "planted-key-77aa",
+        "KVLAB_DATABASE_URL": "postgresql+psycopg://kvlab:planted-pw-77aa@db/kvlab",
+        "KVLAB_LOG_LEVEL": "info",
+    }
+    serve.observe(load_settings(env), env)
+    err = capsys.readouterr().err
+    assert "planted" not in err
+    [start] = [json.loads(line) for line in err.splitlines() if '"server_start"' in line]
+    assert start["fields"]["settings"]["KVLAB_TEACHER_KEY"] == "<redacted>"
+    assert start["fields"]["settings"]["KVLAB_DATABASE_URL"] == "postgresql+psycopg://kvlab:***@db/kvlab"
+    assert start["fields"]["metrics"] is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("KVLAB_METRICS_PORT", "ninety"), ("KVLAB_LOG_LEVEL", "chatty"), ("KVLAB_METRICS_ADDRESS", "somewhere")],
+)
+def test_a_bad_operations_setting_stops_the_start_with_its_name(monkeypatch, capsys, name, value):
+    seen = _no_server(monkeypatch)
+    monkeypatch.setattr(serve, "preload", lambda: pytest.fail("preloaded despite a bad setting"))
+    assert serve.main([], {"KVLAB_METRICS_PORT": "9464", name: value}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvlab: {name}=") and "Traceback" not in err and seen == []
+
+
+def test_a_metrics_port_another_program_holds_stops_the_start(monkeypatch, capsys, app_logger):
+    import socket
+
+    from bench.app_server import HOST
+
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        real = serve.observe
+        seen = _no_server(monkeypatch)
+        monkeypatch.setattr(serve, "observe", real)  # the real one: it tries to serve the metrics on that port
+        assert serve.main([], {"KVLAB_WARM": "0", "KVLAB_METRICS_PORT": str(port)}) == 2
+    err = capsys.readouterr().err
+    assert f"kvlab: KVLAB_METRICS_PORT={port} cannot be served on 127.0.0.1" in err and seen == []
