@@ -36,7 +36,7 @@ APP = ROOT / "app.py"
 # What the pages import, and the libraries Streamlit loads on its first table or chart.
 PACKAGES = ("ui", "lessons", "engine", "kernels", "progress")
 LIBRARIES = ("pandas", "pyarrow", "plotly.graph_objects", "plotly.io", "streamlit.elements.arrow")
-SKIP = ("ui.serve",)
+SKIP = ("ui.serve", "progress.migrations")  # the migration scripts run inside Alembic only
 
 
 def _modules(package: str) -> list[str]:
