@@ -35,6 +35,7 @@ ALLOWED_HOSTS = "KVLAB_ALLOWED_HOSTS"
 TRUSTED_PROXIES = "KVLAB_TRUSTED_PROXIES"
 FRAME_ANCESTORS = "KVLAB_FRAME_ANCESTORS"
 WARM = "KVLAB_WARM"
+DB_AUTO_UPGRADE = "KVLAB_DB_AUTO_UPGRADE"
 SECRETS = (TEACHER_KEY, DATABASE_URL, COOKIE_SECRET)
 FILE_SUFFIX = "_FILE"
 MAX_SECRET_FILE_BYTES = 64 * 1024  # a key or a URL; a larger file is the wrong file
@@ -176,7 +177,9 @@ def switch(environ: Mapping[str, str], name: str, default: bool) -> bool:
         return True
     if raw in ("0", "false", "no", "off"):
         return False
-    raise SettingsError(name, f"{name}={shown(name, raw)} must be 1 or 0 (true/false, yes/no, on/off); {FIX}")
+    raise SettingsError(
+        name, f"{name}={shown(name, raw)} is not a yes/no value; set it to 1 or 0 (true/false, yes/no, on/off)"
+    )
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,7 @@ class Settings:
     trusted_proxies: str | None = None
     frame_ancestors: str = "'self'"
     warm: bool = True
+    db_auto_upgrade: bool = False
 
     def __repr__(self) -> str:  # secrets never reach a log line through a repr
         fields = {k: ("(hidden)" if v is not None and k in _SECRET_FIELDS else v) for k, v in vars(self).items()}
@@ -227,6 +231,7 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         trusted_proxies=proxies,
         frame_ancestors=frame_ancestors(environ),
         warm=switch(environ, WARM, True),
+        db_auto_upgrade=switch(environ, DB_AUTO_UPGRADE, False),
     )
 
 

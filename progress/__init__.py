@@ -12,7 +12,14 @@ Public API (no Streamlit here; the sign-in UI is ui/signin.py and the teacher vi
   must wait), `ProgressStoreError`, `database_url()`;
 - live classroom rounds (progress/live.py): `LiveBoard` (open, show, reveal, close a round; learners' answers),
   `LiveRound`;
-- identity rules: progress/auth.py (scrypt parameters, passphrase length, the wait after failures);
+- identity rules: progress/auth.py (Argon2id at OWASP's parameters; the last release's scrypt hashes verified
+  and re-hashed at the next sign-in; passphrase length, the wait after failures);
+- the schema (progress/migrate.py, Alembic revisions in progress/migrations/versions/): `upgrade(url)` (the
+  revision now stored), `current(url)`, `prepare(url, upgrade_older)` (a server's start-up check),
+  `auto_upgrade()` (``KVLAB_DB_AUTO_UPGRADE``), `SchemaError`; a store opening a database creates a new one
+  at head and refuses an older schema unless told to upgrade it;
+- backups (progress/backup.py): `backup(url, path)`, `restore(url, path, force=False)`, `BackupError`;
+- connections (progress/database.py): `make_engine(url)`, `describe(url)` (where, without the password);
 - reports: `class_report(records, lesson_ids)`, `report_csv(rows)`, `REPORT_COLUMNS`; `prediction_rows(records)`
   (each learner's predict-then-observe answers), `PREDICTION_COLUMNS`.
 """

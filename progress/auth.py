@@ -1,10 +1,12 @@
 """Who may sign in as whom: passphrase hashing and the wait after repeated failures (no database, no Streamlit).
 
 A learner's first sign-in with a name in a class sets a passphrase; later sign-ins must give it. Only a
-memory-hard hash is kept: ``hashlib.scrypt`` (RFC 7914) with a random 16-byte salt per learner and the
-parameters ``n=2**14, r=8, p=1`` (16 MiB of memory, about 50 ms on one core: cheap for a sign-in, costly for
-someone trying a word list). The parameters are stored next to each hash (``params_text``), so raising them
-later keeps old hashes checkable; a successful sign-in re-hashes with the current ones.
+memory-hard hash is kept: Argon2id (RFC 9106, through argon2-cffi) with a random 16-byte salt per learner and
+OWASP's parameters (Password Storage Cheat Sheet, "Argon2id": a minimum of 19 MiB of memory, an iteration count
+of 2 and 1 degree of parallelism: ``m=19456`` KiB, ``t=2``, ``p=1``; docs/SECURITY.md quotes the measured cost).
+The parameters are stored next to each hash (``params_text``), so raising them later keeps old hashes checkable;
+a successful sign-in re-hashes with the current ones. Hashes of the last release (``hashlib.scrypt``, RFC 7914,
+``n=2**14, r=8, p=1``) are still verified, and the learner's next successful sign-in replaces theirs with Argon2id.
 
 Failed checks are counted in the database, so every replica sees them (progress/store.py), per subject (one
 (class, learner) name, or the teacher key) and per *client*: the browser session, and its network address
@@ -33,14 +35,23 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import argon2
+
 from kvlab.settings import proxy_networks
 from progress.names import is_invisible
 
-SCRYPT_N = 2**14  # CPU/memory cost; tests lower it (monkeypatch) to keep sign-ins fast
+# Argon2id at OWASP's first recommended setting (see the module docstring); tests lower the memory and time
+# costs (monkeypatch) to keep sign-ins fast, and the stored parameters say so.
+ARGON2_MEMORY_KIB = 19 * 1024  # m: 19 MiB
+ARGON2_TIME_COST = 2  # t: passes over the memory
+ARGON2_PARALLELISM = 1  # p: lanes (one thread per sign-in; the server serves many learners at once)
+HASH_BYTES = 32  # bytes of derived key
+SALT_BYTES = 16
+# The last release's scrypt, kept to verify (then replace) the hashes it stored.
+SCRYPT_N = 2**14  # CPU/memory cost
 SCRYPT_R = 8  # block size
 SCRYPT_P = 1  # parallelism
 SCRYPT_DKLEN = 32  # bytes of derived key
-SALT_BYTES = 16
 PASSPHRASE_MIN, PASSPHRASE_MAX = 8, 128  # visible characters at least, characters at most (after NFKC)
 FREE_FAILURES = 5  # a session's 5th failure in a row starts its wait
 LOCK_BASE_S = 2.0  # the first wait; each further failure doubles it
@@ -173,7 +184,19 @@ def check_new_passphrase(value: object) -> str:
 
 
 def current_params() -> dict[str, Any]:
-    """The scrypt parameters new hashes use (read at call time, so a test's lower cost applies)."""
+    """The Argon2id parameters new hashes use (read at call time, so a test's lower cost applies)."""
+    return {
+        "alg": "argon2id",
+        "v": argon2.low_level.ARGON2_VERSION,
+        "m": ARGON2_MEMORY_KIB,
+        "t": ARGON2_TIME_COST,
+        "p": ARGON2_PARALLELISM,
+        "len": HASH_BYTES,
+    }
+
+
+def scrypt_params() -> dict[str, Any]:
+    """The parameters of the last release's scrypt hashes (what a stored scrypt row says)."""
     return {"alg": "scrypt", "n": SCRYPT_N, "r": SCRYPT_R, "p": SCRYPT_P, "dklen": SCRYPT_DKLEN}
 
 
@@ -183,11 +206,23 @@ def params_text(params: Mapping[str, Any]) -> str:
 
 
 def _derive(passphrase: str, salt: bytes, params: Mapping[str, Any]) -> bytes:
-    if params.get("alg") != "scrypt":
-        raise ValueError(f"unknown passphrase hash {params.get('alg')!r}")
-    n, r, p, dklen = (int(params[k]) for k in ("n", "r", "p", "dklen"))
-    maxmem = 128 * r * (n + p + 2) + 1024 * 1024  # what scrypt needs plus slack; OpenSSL's default is 32 MiB
-    return hashlib.scrypt(passphrase.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=dklen, maxmem=maxmem)
+    secret = passphrase.encode("utf-8")
+    if params.get("alg") == "argon2id":
+        return argon2.low_level.hash_secret_raw(
+            secret,
+            salt,
+            time_cost=int(params["t"]),
+            memory_cost=int(params["m"]),
+            parallelism=int(params["p"]),
+            hash_len=int(params["len"]),
+            type=argon2.low_level.Type.ID,
+            version=int(params["v"]),
+        )
+    if params.get("alg") == "scrypt":
+        n, r, p, dklen = (int(params[k]) for k in ("n", "r", "p", "dklen"))
+        maxmem = 128 * r * (n + p + 2) + 1024 * 1024  # what scrypt needs plus slack; OpenSSL's default is 32 MiB
+        return hashlib.scrypt(secret, salt=salt, n=n, r=r, p=p, dklen=dklen, maxmem=maxmem)
+    raise ValueError(f"unknown passphrase hash {params.get('alg')!r}")
 
 
 def hash_passphrase(passphrase: str) -> tuple[str, str, str]:
@@ -203,7 +238,7 @@ def verify_passphrase(passphrase: str, hash_hex: str, salt_hex: str, params_json
         params = json.loads(params_json)
         derived = _derive(passphrase, bytes.fromhex(salt_hex), params)
         expected = bytes.fromhex(hash_hex)
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, argon2.exceptions.HashingError):
         return False
     return hmac.compare_digest(derived, expected)
 

@@ -10,15 +10,20 @@ message the app shows the learner. No Streamlit here: ``ui/signin.py`` is the UI
 Names and class codes are checked and compared in one normal form (progress/names.py).
 
 Identity (progress/auth.py has the hash and the wait rules): the first sign-in of a name in a class sets its
-passphrase (table ``kvlab_learner_auth``: scrypt hash, salt, parameters, a version bumped by every set and
+passphrase (table ``kvlab_learner_auth``: Argon2id hash, salt, parameters, a version bumped by every set and
 reset; a session's saves and live answers check it, so after a reset whoever signed in with the old
-passphrase is signed out); failures are counted in ``kvlab_auth_tries`` (per subject, a (class, learner)
-name or the teacher key, and per client: a session, an address, and the subject as a whole; the rules are
-progress/auth.py's), so the waits hold across replicas. A new name that looks like a classmate's
-(progress/names.py: ``looks_alike``) is that classmate's name. The identity tables are new in schema 2 and
-the tries table in schema 3 (schema 2's ``kvlab_auth_throttle``, one count per name, is no longer used): a
-database made before them keeps its ``kvlab_progress`` rows untouched; the tables are added when a store
-opens it (``migrate``), and a learner whose record has no passphrase sets one on their next sign-in.
+passphrase is signed out; a scrypt hash of the last release is verified and replaced by an Argon2id one at
+the learner's next successful sign-in); failures are counted in ``kvlab_auth_tries`` (per subject, a
+(class, learner) name or the teacher key, and per client: a session, an address, and the subject as a whole;
+the rules are progress/auth.py's), so the waits hold across replicas. A new name that looks like a
+classmate's (progress/names.py: ``looks_alike``) is that classmate's name. ``kvlab_auth_throttle`` (one count
+per name, before ``kvlab_auth_tries``) is no longer read or written. A learner whose record has no passphrase
+(made before passphrases, or reset) sets one on their next sign-in.
+
+The schema is versioned (progress/migrate.py, Alembic): opening a new database creates its tables at the
+newest revision; a database of an older schema (one made by kvlab 0.1 has no ``alembic_version``) is
+upgraded only when ``KVLAB_DB_AUTO_UPGRADE`` says so (or ``kvlab db upgrade`` ran), else the store is not
+opened and :func:`open_store` returns a NullStore whose message says to run the upgrade.
 
 Saving never loses another session's progress (two tabs, two devices, a reconnect to another replica): a
 save merges into the stored row inside one transaction (``merge_progress`` in progress/records.py: visits
@@ -28,9 +33,10 @@ the row's text, re-read and re-merged on conflict; on PostgreSQL the read also l
 saves queue instead).
 
 Settings (environment variables, checked at the server's start by kvlab/settings.py):
-  KVLAB_DATABASE_URL  SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``; or
+  KVLAB_DATABASE_URL     SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``; or
   KVLAB_DATABASE_URL_FILE, a file holding it (a Docker or Kubernetes secret).
-  KVLAB_DATA_DIR      folder for the default SQLite file ``progress.sqlite3``.
+  KVLAB_DATA_DIR         folder for the default SQLite file ``progress.sqlite3``.
+  KVLAB_DB_AUTO_UPGRADE  1: upgrade an older schema when the store opens it (default 0: refuse it).
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ from progress.auth import (
     verify_passphrase,
     wait_text,
 )
+from progress.database import SQLITE_BUSY_TIMEOUT_S, describe, make_engine
+from progress.migrate import SchemaError, auto_upgrade, ensure
 from progress.names import NAME_MAX_LEN, looks_alike, name_key, validate_name
 from progress.records import (
     empty_progress,
@@ -73,12 +81,7 @@ from progress.records import (
 )
 
 SQLITE_FILENAME = "progress.sqlite3"
-# How long a write waits for SQLite's one writer lock. Each save holds it for milliseconds, but on a busy server
-# a class's saves queue behind one another for seconds: 2 s dropped saves of 8 sessions at a load of 17. A file
-# locked by another program still fails with a clear message, after this long.
-SQLITE_BUSY_TIMEOUT_S = 15.0
 SAVE_ATTEMPTS = 40  # compare-and-swap rounds before a save gives up (each a few ms under contention)
-SCHEMA_VERSION = 3  # 1: kvlab_progress; 2: + kvlab_learner_auth, kvlab_auth_throttle; 3: + tries, members
 LEARNER_SCOPE, TEACHER_SCOPE = "learner", "teacher"  # throttle rows
 ALL_CLIENTS = "*"  # the tries row of a subject as a whole
 TRIES_TTL_S = 86_400.0  # a tries row untouched for a day (and not waiting) is dropped: sessions come and go
@@ -225,30 +228,28 @@ class ProgressStore:
 
     persistent = True
 
-    def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
-        """Connect to ``url`` and create or migrate the tables; raise ProgressStoreError if that fails.
+    def __init__(self, url: str, clock: Callable[[], float] = time.time, upgrade_older: bool | None = None) -> None:
+        """Connect to ``url``, creating the tables of a new database; raise ProgressStoreError if that fails,
+        or if the schema is older than this code's and ``upgrade_older`` is False (None: the setting
+        ``KVLAB_DB_AUTO_UPGRADE``; progress/migrate.py).
 
         ``clock`` (seconds since 1970) stamps writes and times waits; tests pass a fake one."""
         self.url = url
         self.clock = clock
         try:
-            parsed = sa.make_url(url)
-            kwargs: dict[str, Any] = {}
-            if parsed.get_backend_name() == "sqlite":
-                kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
-            else:
-                kwargs["pool_pre_ping"] = True  # replicas survive a database restart
-            if parsed.get_backend_name() == "postgresql":
-                kwargs["connect_args"] = {"connect_timeout": 5}  # an unreachable server fails fast, not in minutes
-            self.engine = sa.create_engine(parsed, **kwargs)
-            if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-                sa.event.listen(self.engine, "connect", _sqlite_wal)
-            migrate(self.engine)  # also proves the file is a database
+            upgrade_older = auto_upgrade() if upgrade_older is None else upgrade_older
+        except ValueError as exc:
+            raise ProgressStoreError(f"{exc}.") from exc
+        try:
+            self.engine = make_engine(url, SQLITE_BUSY_TIMEOUT_S)
+            ensure(self.engine, upgrade_older, self.describe())  # also proves the file is a database
             with self.engine.connect() as conn:
                 conn.execute(sa.select(sa.func.count()).select_from(progress_table)).scalar_one()
+        except SchemaError as exc:
+            raise ProgressStoreError(f"{exc}.") from exc
         except (ArgumentError, ValueError) as exc:
-            raise ProgressStoreError(
-                f"KVLAB_DATABASE_URL is not a valid database URL ({exc}); fix or unset it"
+            raise ProgressStoreError(  # not quoting the URL, which may hold a password
+                f"KVLAB_DATABASE_URL is not a valid database URL ({type(exc).__name__}); fix or unset it"
             ) from exc
         except ImportError as exc:
             raise ProgressStoreError(f"the database driver is not installed ({exc}); pip install it") from exc
@@ -258,10 +259,7 @@ class ProgressStore:
 
     def describe(self) -> str:
         """Where the data lives, without any password."""
-        parsed = sa.make_url(self.url)
-        if parsed.get_backend_name() == "sqlite":
-            return f"the file {parsed.database}" if parsed.database else "an in-memory SQLite database"
-        return f"the {parsed.get_backend_name()} database {parsed.database!r} on {parsed.host or 'localhost'}"
+        return describe(self.url)
 
     def _now_us(self) -> int:
         return int(self.clock() * 1_000_000)
@@ -504,21 +502,6 @@ class ProgressStore:
         self.engine.dispose()
 
 
-def migrate(engine: sa.Engine) -> None:
-    """Bring a database to schema 2: create the tables that are missing, never alter an existing one.
-
-    A schema-1 database (``kvlab_progress`` only) gains the identity tables; its rows stay as they were.
-    Replicas starting at once may race to create a table: the loser sees it exists on the next round."""
-    for attempt in range(3):
-        try:
-            _metadata.create_all(engine)  # CREATE TABLE for each missing table only
-            return
-        except (IntegrityError, sa.exc.ProgrammingError):
-            if attempt == 2:
-                raise
-            time.sleep(0.05 * (attempt + 1))
-
-
 def _keys(class_code: str, learner: str) -> tuple[str, str]:
     """The stored keys of a class code and a learner name (validated, normalised)."""
     return name_key(validate_name(class_code, "class code")), name_key(validate_name(learner))
@@ -588,15 +571,6 @@ def _parse(text: str | None) -> dict[str, Any]:
         return normalize_progress(json.loads(text))
     except ValueError:
         return empty_progress()
-
-
-def _sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
-    """Write-ahead logging: learners' reads never wait for another learner's write."""
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute("PRAGMA journal_mode=WAL")
-    finally:
-        cursor.close()
 
 
 def explain_failure(exc: SQLAlchemyError, where: str, what: str = "Progress") -> str:

@@ -17,7 +17,7 @@ def server(tmp_path, monkeypatch):
     monkeypatch.setenv("KVLAB_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("KVLAB_DATABASE_URL", raising=False)
     monkeypatch.setenv("KVLAB_TEACHER_KEY", KEY)
-    monkeypatch.setattr(auth, "SCRYPT_N", 2**4)  # quick sign-ins for the fixtures' learners
+    monkeypatch.setattr(auth, "ARGON2_MEMORY_KIB", 8)  # quick sign-ins for the fixtures' learners
 
 
 def _open(app_test, key: str = KEY):

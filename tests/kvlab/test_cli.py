@@ -72,7 +72,7 @@ def store(monkeypatch) -> list:
     )
     backup = types.SimpleNamespace(
         backup=lambda url, path: calls.append(("backup", url, path)),
-        restore=lambda url, path: calls.append(("restore", url, path)),
+        restore=lambda url, path, force=False: calls.append(("restore", url, path, force)),
     )
     monkeypatch.setitem(sys.modules, "progress.migrate", migrate)
     monkeypatch.setitem(sys.modules, "progress.backup", backup)
@@ -90,7 +90,14 @@ def test_db_commands_work_on_the_servers_database(store, tmp_path, capsys):
     assert "none" in capsys.readouterr().out
     assert cli.main(["db", "backup", "class.bak"], env) == 0
     assert cli.main(["db", "restore", "class.bak"], env) == 0
-    assert store == [("upgrade", url), ("current", url), ("backup", url, "class.bak"), ("restore", url, "class.bak")]
+    assert cli.main(["db", "restore", "--force", "class.bak"], env) == 0
+    assert store == [
+        ("upgrade", url),
+        ("current", url),
+        ("backup", url, "class.bak"),
+        ("restore", url, "class.bak", False),
+        ("restore", url, "class.bak", True),
+    ]
 
 
 def test_db_defaults_to_the_sqlite_file_in_the_data_dir(store, tmp_path):
@@ -100,7 +107,7 @@ def test_db_defaults_to_the_sqlite_file_in_the_data_dir(store, tmp_path):
 
 
 def test_a_failing_db_command_says_why_without_a_traceback(monkeypatch, tmp_path, capsys):
-    def refuse(url, path):
+    def refuse(url, path, force=False):
         raise FileNotFoundError(f"no backup at {path}")
 
     monkeypatch.setitem(sys.modules, "progress.backup", types.SimpleNamespace(restore=refuse))

@@ -1,14 +1,19 @@
 """Progress-store fixtures: every ``store`` test runs on SQLite and on a real PostgreSQL server.
 
 ``store_url`` is parametrized over both backends; the PostgreSQL one is a database in the session's
-throwaway cluster (tests/pg.py: ``postgres_url``), emptied (every table) before each test. Passphrase
-hashing runs at a low scrypt cost here (``cheap_scrypt``), so sign-ins take microseconds, not 50 ms; the
-stored parameters say so, and the tests of the real cost set it back.
+throwaway cluster (tests/pg.py: ``postgres_url``), emptied (every table) before each test. ``new_db_url`` is a
+database without even the schema (a new SQLite file, or a new database in that cluster), for the migration
+and backup tests. Passphrase
+hashing runs at a low Argon2id cost here (``cheap_hash``: 8 KiB, one pass), so sign-ins take microseconds, not
+50 ms; the stored parameters say so, and the tests of the real cost set it back.
 """
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+import sqlalchemy as sa
 
 from progress import auth
 from progress.live import admit_table, answer_table, create_tables, gate_table, session_table
@@ -19,9 +24,10 @@ BACKENDS = ["sqlite", "postgresql"]
 
 
 @pytest.fixture(autouse=True)
-def cheap_scrypt(monkeypatch):
-    """scrypt at n=2**4 for new hashes (the module constant the docs name as the test knob)."""
-    monkeypatch.setattr(auth, "SCRYPT_N", 2**4)
+def cheap_hash(monkeypatch):
+    """Argon2id at its least memory and time for new hashes (the module constants the docs name as the knob)."""
+    monkeypatch.setattr(auth, "ARGON2_MEMORY_KIB", 8)
+    monkeypatch.setattr(auth, "ARGON2_TIME_COST", 1)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -45,3 +51,34 @@ def store(store_url):
     s = ProgressStore(store_url)
     yield s
     s.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def new_db(request, tmp_path):
+    """A function that returns the URL of a new database with nothing in it, not even the schema: a new SQLite
+    file, or a new database in the session's PostgreSQL cluster (dropped after the test)."""
+    made: list[str] = []
+    server = sa.make_url(request.getfixturevalue("postgres_url")) if request.param == "postgresql" else None
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT") if server is not None else None
+
+    def make() -> str:
+        name = f"kvlab_{uuid.uuid4().hex[:12]}"
+        if admin is None:
+            return f"sqlite:///{tmp_path / (name + '.sqlite3')}"
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE {name}"))
+        made.append(name)
+        return server.set(database=name).render_as_string(hide_password=False)
+
+    yield make
+    if admin is not None:
+        with admin.connect() as conn:
+            for name in made:
+                conn.execute(sa.text(f"DROP DATABASE {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+@pytest.fixture
+def new_db_url(new_db) -> str:
+    """The URL of one new database (``new_db``), on each backend."""
+    return new_db()

@@ -1,21 +1,33 @@
-"""Learners own their names: passphrases (scrypt, never stored in plain), the wait after failures, the
-teacher's reset and key, name normalisation, and the schema-1 -> 2 migration. SQLite and PostgreSQL.
+"""Learners own their names: passphrases (Argon2id, never stored in plain; the last release's scrypt hashes are
+verified and replaced), the wait after failures, the teacher's reset and key, name normalisation, and the
+upgrade of a schema-1 database. SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import os
 import threading
 
+import argon2
 import pytest
 import sqlalchemy as sa
 
-from progress import auth
+from progress import auth, migrate
 from progress.auth import Client, SignInError, lock_seconds, verify_passphrase
 from progress.names import looks_alike, name_key, skeleton, validate_name
 from progress.records import visible_progress
-from progress.store import NullStore, ProgressStore, SignedOut, auth_table, progress_table, tries_table
+from progress.store import (
+    NullStore,
+    ProgressStore,
+    ProgressStoreError,
+    SignedOut,
+    auth_table,
+    progress_table,
+    tries_table,
+)
 
 PASS = "correct horse battery"
 
@@ -79,17 +91,28 @@ def test_a_new_passphrase_must_be_long_enough(store):
     assert store.sign_in("c", "Ana", "fullwidth!").status == "verified"
 
 
-def test_only_a_salted_scrypt_hash_is_stored(store):
+def _argon2id_reference(passphrase: str, salt_hex: str, m: int, t: int) -> str:
+    """The Argon2id hash of ``passphrase`` in hex, by argon2-cffi's PHC-string API (not the code under test):
+    hash to ``$argon2id$v=19$m=..,t=..,p=1$salt$hash`` and decode its last field."""
+    phc = argon2.PasswordHasher(time_cost=t, memory_cost=m, parallelism=1, hash_len=32, type=argon2.Type.ID)
+    encoded = argon2.low_level.hash_secret(
+        passphrase.encode(), bytes.fromhex(salt_hex), t, m, 1, 32, argon2.low_level.Type.ID
+    ).decode()
+    assert phc.verify(encoded, passphrase)
+    assert encoded.startswith(f"$argon2id$v=19$m={m},t={t},p=1$")
+    raw = encoded.rsplit("$", 1)[1]
+    return base64.b64decode(raw + "=" * (-len(raw) % 4)).hex()
+
+
+def test_only_a_salted_argon2id_hash_is_stored(store):
     store.sign_in("c", "Ana", PASS)
     store.sign_in("c", "Bob", PASS)  # the same passphrase: different salts, different hashes
     rows = _rows(store, auth_table)
     assert len(rows) == 2 and rows[0]["salt"] != rows[1]["salt"] and rows[0]["pass_hash"] != rows[1]["pass_hash"]
     params = json.loads(rows[0]["params"])
-    assert params == {"alg": "scrypt", "n": auth.SCRYPT_N, "r": 8, "p": 1, "dklen": 32}
-    assert (
-        rows[0]["pass_hash"]
-        == hashlib.scrypt(PASS.encode(), salt=bytes.fromhex(rows[0]["salt"]), n=params["n"], r=8, p=1, dklen=32).hex()
-    )
+    assert params == {"alg": "argon2id", "v": 19, "m": 8, "t": 1, "p": 1, "len": 32}  # the tests' low cost
+    assert len(bytes.fromhex(rows[0]["salt"])) == 16
+    assert rows[0]["pass_hash"] == _argon2id_reference(PASS, rows[0]["salt"], m=8, t=1)
     # No table holds the passphrase in any spelling: scan every cell of every table.
     with store.engine.connect() as conn:
         cells = [
@@ -103,22 +126,71 @@ def test_only_a_salted_scrypt_hash_is_stored(store):
 
 
 def test_parameters_travel_with_the_hash_and_are_raised_on_sign_in(store, monkeypatch):
-    store.sign_in("c", "Ana", PASS)  # at the tests' low cost, n=2**4
-    monkeypatch.setattr(auth, "SCRYPT_N", 2**5)  # a later version raises the cost
+    store.sign_in("c", "Ana", PASS)  # at the tests' low cost, m=8 KiB
+    monkeypatch.setattr(auth, "ARGON2_MEMORY_KIB", 16)  # a later version raises the cost
     assert store.sign_in("c", "Ana", PASS).status == "verified"  # the stored parameters still check the old hash
     (row,) = _rows(store, auth_table)
-    assert json.loads(row["params"])["n"] == 2**5 and verify_passphrase(
+    assert json.loads(row["params"])["m"] == 16 and verify_passphrase(
         PASS, row["pass_hash"], row["salt"], row["params"]
     )
+    assert row["pass_hash"] == _argon2id_reference(PASS, row["salt"], m=16, t=1)
     assert store.sign_in("c", "Ana", PASS).status == "verified"
 
 
-def test_the_documented_cost_is_real_scrypt():
-    # The default parameters (the tests run cheaper ones): n=2**14, r=8, p=1 fit the memory limit and derive.
-    default = {"alg": "scrypt", "n": 2**14, "r": 8, "p": 1, "dklen": 32}
-    expected = hashlib.scrypt(b"x" * 8, salt=b"s" * 16, n=2**14, r=8, p=1, dklen=32)
-    assert auth._derive("x" * 8, b"s" * 16, default) == expected
-    assert (auth.SCRYPT_R, auth.SCRYPT_P, auth.SCRYPT_DKLEN, auth.SALT_BYTES) == (8, 1, 32, 16)
+def _scrypt_row(passphrase: str, n: int = 2**14) -> dict:
+    """A kvlab_learner_auth hash as the last release stored it: hashlib.scrypt, its parameters as JSON."""
+    salt = os.urandom(16)
+    digest = hashlib.scrypt(passphrase.encode(), salt=salt, n=n, r=8, p=1, dklen=32)
+    params = json.dumps({"alg": "scrypt", "dklen": 32, "n": n, "p": 1, "r": 8}, sort_keys=True, separators=(",", ":"))
+    return {"pass_hash": digest.hex(), "salt": salt.hex(), "params": params}
+
+
+def test_a_stored_scrypt_hash_is_verified_then_replaced_by_argon2id(store):
+    store.sign_in("c", "Ana", PASS)
+    with store.engine.begin() as conn:  # Ana signed in with the last release: her row holds its scrypt hash
+        conn.execute(auth_table.update().values(**_scrypt_row(PASS, n=2**4)))
+    with pytest.raises(SignInError, match="wrong passphrase"):
+        store.sign_in("c", "Ana", PASS + "!")  # a wrong one is refused and rewrites nothing
+    (row,) = _rows(store, auth_table)
+    assert json.loads(row["params"])["alg"] == "scrypt"
+    signed = store.sign_in("c", "Ana", PASS)
+    assert signed.status == "verified" and signed.version == row["version"]  # same passphrase: no sign-out
+    (row,) = _rows(store, auth_table)
+    assert json.loads(row["params"]) == auth.current_params() and json.loads(row["params"])["alg"] == "argon2id"
+    assert row["pass_hash"] == _argon2id_reference(PASS, row["salt"], m=8, t=1)
+    assert store.sign_in("c", "Ana", PASS).status == "verified"
+    assert not verify_passphrase(PASS + "!", row["pass_hash"], row["salt"], row["params"])
+
+
+def test_a_reset_then_sign_in_writes_argon2id(store):
+    store.sign_in("c", "Ana", PASS)
+    with store.engine.begin() as conn:
+        conn.execute(auth_table.update().values(**_scrypt_row(PASS, n=2**4)))
+    assert store.reset_passphrase("c", "Ana")
+    assert store.sign_in("c", "Ana", "a new passphrase").status == "set"
+    (row,) = _rows(store, auth_table)
+    assert json.loads(row["params"])["alg"] == "argon2id"
+    assert row["pass_hash"] == _argon2id_reference("a new passphrase", row["salt"], m=8, t=1)
+
+
+def test_the_documented_cost_is_owasps_argon2id_and_the_old_scrypt_still_checks(monkeypatch):
+    monkeypatch.undo()  # the real cost, not the tests' (cheap_hash)
+    # OWASP Password Storage Cheat Sheet: Argon2id, 19 MiB, 2 iterations, 1 degree of parallelism.
+    assert (auth.ARGON2_TIME_COST, auth.ARGON2_PARALLELISM, auth.HASH_BYTES, auth.SALT_BYTES) == (2, 1, 32, 16)
+    salt = "73" * 16
+    params = {"alg": "argon2id", "v": 19, "m": 19 * 1024, "t": 2, "p": 1, "len": 32}
+    assert auth.ARGON2_MEMORY_KIB == params["m"]
+    derived = auth._derive("x" * 8, bytes.fromhex(salt), params).hex()
+    assert derived == _argon2id_reference("x" * 8, salt, m=19 * 1024, t=2)
+    old = _scrypt_row("x" * 8)  # the last release's default n=2**14 fits the memory limit and checks
+    assert verify_passphrase("x" * 8, old["pass_hash"], old["salt"], old["params"])
+    assert auth.needs_rehash(old["params"])
+    assert not verify_passphrase("y" * 8, old["pass_hash"], old["salt"], old["params"])
+
+
+def test_a_damaged_hash_row_is_a_wrong_passphrase_not_a_crash():
+    for params in ('{"alg": "argon2id", "v": 19, "m": 1, "t": 1, "p": 1, "len": 32}', '{"alg": "md5"}', "not json"):
+        assert not verify_passphrase(PASS, "00" * 32, "00" * 16, params)
 
 
 def test_repeated_failures_wait_longer_each_time_and_hold_across_replicas(clocked):
@@ -375,6 +447,7 @@ def test_a_schema_1_database_is_migrated_and_old_records_keep_their_progress(sto
     engine = sa.create_engine(store_url)
     with engine.begin() as conn:
         for table in (
+            "alembic_version",
             "kvlab_auth_throttle",
             "kvlab_auth_tries",
             "kvlab_class_member",
@@ -389,7 +462,11 @@ def test_a_schema_1_database_is_migrated_and_old_records_keep_their_progress(sto
             {"d": json.dumps(old)},
         )
     engine.dispose()
-    store = ProgressStore(store_url)  # opening it migrates: the new tables appear, the old one is untouched
+    with pytest.raises(ProgressStoreError, match="from before migrations.*run `kvlab db upgrade`"):
+        ProgressStore(store_url)  # an older schema is not upgraded unless the operator says so
+    assert migrate.current(store_url) is None
+    assert migrate.upgrade(store_url) == migrate.head()  # the new tables appear, the old one is untouched
+    store = ProgressStore(store_url)
     try:
         names = set(sa.inspect(store.engine).get_table_names())
         assert {"kvlab_progress", "kvlab_learner_auth", "kvlab_auth_tries", "kvlab_class_member"} <= names

@@ -17,9 +17,9 @@ PASS = "blue whale song"
 
 
 @pytest.fixture(autouse=True)
-def cheap_scrypt(monkeypatch):
-    """New hashes at a low scrypt cost, so each sign-in is quick (the stored parameters say which)."""
-    monkeypatch.setattr(auth, "SCRYPT_N", 2**4)
+def cheap_hash(monkeypatch):
+    """New hashes at a low Argon2id cost, so each sign-in is quick (the stored parameters say which)."""
+    monkeypatch.setattr(auth, "ARGON2_MEMORY_KIB", 8)  # quick sign-ins (Argon2id at 8 KiB)
 
 
 @pytest.fixture
