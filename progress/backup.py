@@ -230,9 +230,10 @@ def _major(text: str) -> int:
 
 
 def _pg_env(url: str) -> dict[str, str]:
-    """libpq's environment for ``url``: where and who, the password in PGPASSWORD (not on a command line)."""
+    """libpq's environment for ``url``: where and who, the password in PGPASSWORD (not on a command line); what
+    the URL leaves out comes from libpq's own settings, as for the app's driver."""
     parsed = sa.make_url(url)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env = dict(os.environ)
     settings = {
         "PGHOST": parsed.host,
         "PGPORT": parsed.port,

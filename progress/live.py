@@ -17,7 +17,8 @@ admits the name (``admit``; ``waiting_names`` lists them, for the teacher only).
 The database is the only shared state, so any number of app replicas serve one class. Its tables are part of
 the versioned schema (progress/migrate.py; a board also creates one that is missing): ``kvlab_live_session``
 (one row per class code: lesson, round, revealed, settings), ``kvlab_live_answer`` (one row per (class code,
-learner): round, value, answer time), ``kvlab_live_gate`` and ``kvlab_live_admit`` (below). Keys are ``name_key`` forms (progress/names.py), so "Room 7" and "room 7" are one class.
+learner): round, value, answer time), ``kvlab_live_gate`` and ``kvlab_live_admit`` (below). Keys are
+``name_key`` forms (progress/names.py), so "Room 7" and "room 7" are one class.
 
 Contract:
 - ``answer`` is atomic against ``reveal``, ``open_round`` and ``close``: an answer is either counted

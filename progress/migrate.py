@@ -36,7 +36,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from kvlab.settings import switch
-from progress.database import describe, make_engine
+from progress.database import describe, is_sqlite_file, make_engine
 
 AUTO_UPGRADE_ENV = "KVLAB_DB_AUTO_UPGRADE"  # "1": a store that opens an older schema upgrades it
 UPGRADE_COMMAND = "kvlab db upgrade"
@@ -91,7 +91,9 @@ def state_text(revision: str | None, tables: bool) -> str:
 
 def current(url: str) -> str | None:
     """The revision stored in the database at ``url`` (None: none, a new database or one from before
-    migrations); SchemaError if the database cannot be read."""
+    migrations); SchemaError if the database cannot be read. A SQLite file that does not exist is not made."""
+    if is_sqlite_file(url) and not Path(sa.make_url(url).database or "").exists():
+        return None
     with _engine(url) as engine:
         try:
             with engine.connect() as conn:

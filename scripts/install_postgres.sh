@@ -3,6 +3,7 @@
 # package `postgresql`, found under /usr/lib/postgresql/*/bin). Runs apt-get as root; otherwise prints
 # what to run. Set KVLAB_PG_BINDIR to use another install. Exit status is 0 even when it cannot install:
 # the PostgreSQL tests then skip with this reason (and fail under CI=true).
+# The server package depends on postgresql-client-NN, whose pg_dump / pg_restore progress/backup.py runs.
 set -uo pipefail
 has_pg() {
   [ -n "${KVLAB_PG_BINDIR:-}" ] && [ -x "${KVLAB_PG_BINDIR}/initdb" ] && return 0

@@ -198,6 +198,8 @@ def test_a_new_database_is_created_at_head_with_exactly_the_codes_tables(new_db)
     assert migrate.prepare(new_db(), upgrade_older=False) == migrate.head()  # a server starting on a new one
     new_db_url = new_db()
     assert migrate.current(new_db_url) is None
+    if new_db_url.startswith("sqlite"):
+        assert not Path(sa.make_url(new_db_url).database).exists()  # asking made no file
     store = ProgressStore(new_db_url)  # a new database needs no permission to be created
     try:
         assert migrate.current(new_db_url) == migrate.head()
@@ -261,11 +263,12 @@ def test_replicas_starting_at_once_upgrade_once(new_db_url):
         except Exception as exc:  # noqa: BLE001 - the test reports any failure
             errors.append(exc)
 
-    threads = [threading.Thread(target=start) for _ in range(4)]
+    threads = [threading.Thread(target=start, daemon=True) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(120)  # generous: only a deadlock takes this long
+    assert not any(thread.is_alive() for thread in threads), "the upgrades deadlocked"
     assert errors == [] and results == ["0001"] * 4
     engine = sa.create_engine(new_db_url)
     with engine.connect() as conn:
