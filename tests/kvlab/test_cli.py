@@ -65,6 +65,8 @@ def test_other_commands_refuse_unknown_options(capsys):
 @pytest.fixture
 def store(monkeypatch) -> list:
     """progress.migrate and progress.backup as recorders (the real ones are the store's; tested there)."""
+    import progress.store  # noqa: F401 - imported with the real migrate module before the recorders stand in
+
     calls: list = []
     migrate = types.SimpleNamespace(
         upgrade=lambda url: calls.append(("upgrade", url)) or "0002",
@@ -107,6 +109,8 @@ def test_db_defaults_to_the_sqlite_file_in_the_data_dir(store, tmp_path):
 
 
 def test_a_failing_db_command_says_why_without_a_traceback(monkeypatch, tmp_path, capsys):
+    import progress.store  # noqa: F401 - see the store fixture
+
     def refuse(url, path, force=False):
         raise FileNotFoundError(f"no backup at {path}")
 
@@ -114,3 +118,24 @@ def test_a_failing_db_command_says_why_without_a_traceback(monkeypatch, tmp_path
     assert cli.main(["db", "restore", "missing.bak"], {"KVLAB_DATA_DIR": str(tmp_path)}) == 1
     err = capsys.readouterr().err
     assert err == "kvlab db restore: no backup at missing.bak\n"
+
+
+def test_db_commands_on_a_real_class_database(tmp_path, capsys):
+    """The store's own functions behind the command (SQLite): upgrade, current, then a class's progress backed
+    up and restored into another server's empty database."""
+    from progress import migrate, open_store
+    from progress.store import database_url as server_url
+
+    first, second = {"KVLAB_DATA_DIR": str(tmp_path / "a")}, {"KVLAB_DATA_DIR": str(tmp_path / "b")}
+    assert cli.main(["db", "upgrade"], first) == 0
+    assert capsys.readouterr().out.strip() == f"database at revision {migrate.head()}"
+    assert cli.main(["db", "current"], first) == 0 and capsys.readouterr().out.strip() == migrate.head()
+    store = open_store(server_url(first))
+    store.save("Room 7", "Ana", {"visited": ["gqa", "paged"]})
+    store.close()
+    backup = tmp_path / "class.backup"
+    assert cli.main(["db", "backup", str(backup)], first) == 0 and backup.is_file()
+    assert cli.main(["db", "restore", str(backup)], second) == 0
+    restored = open_store(server_url(second))
+    assert set(restored.load("Room 7", "Ana")["visited"]) >= {"gqa", "paged"}
+    restored.close()
