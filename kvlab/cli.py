@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     backup.add_argument("file", metavar="FILE")
     restore = actions.add_parser("restore", help="replace the database's contents with FILE's (from `backup`)")
     restore.add_argument("file", metavar="FILE")
+    restore.add_argument("--force", action="store_true", help="replace a database that holds data")
     return parser
 
 
@@ -59,7 +60,7 @@ def _store_function(module: str, name: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
-def _db(action: str, file: str | None, url: str) -> int:
+def _db(action: str, file: str | None, url: str, force: bool = False) -> int:
     if action == "upgrade":
         revision = _store_function("progress.migrate", "upgrade")(url)
         print(f"database at revision {revision}")
@@ -70,7 +71,7 @@ def _db(action: str, file: str | None, url: str) -> int:
         _store_function("progress.backup", "backup")(url, file)
         print(f"backed up to {file}")
     else:
-        _store_function("progress.backup", "restore")(url, file)
+        _store_function("progress.backup", "restore")(url, file, force=force)
         print(f"restored from {file}")
     return 0
 
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
         return serve(rest, settings)
     try:
-        return _db(args.action, getattr(args, "file", None), database_url(environ))
+        return _db(args.action, getattr(args, "file", None), database_url(environ), getattr(args, "force", False))
     except Exception as exc:  # the store's errors name what failed and the fix; the operator gets no traceback
         print(f"kvlab db {args.action}: {exc}", file=sys.stderr)
         return FAILED

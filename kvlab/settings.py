@@ -35,6 +35,7 @@ ALLOWED_HOSTS = "KVLAB_ALLOWED_HOSTS"
 TRUSTED_PROXIES = "KVLAB_TRUSTED_PROXIES"
 FRAME_ANCESTORS = "KVLAB_FRAME_ANCESTORS"
 WARM = "KVLAB_WARM"
+DB_AUTO_UPGRADE = "KVLAB_DB_AUTO_UPGRADE"
 LOG_LEVEL = "KVLAB_LOG_LEVEL"
 METRICS_PORT = "KVLAB_METRICS_PORT"
 METRICS_ADDRESS = "KVLAB_METRICS_ADDRESS"
@@ -185,7 +186,9 @@ def switch(environ: Mapping[str, str], name: str, default: bool) -> bool:
         return True
     if raw in ("0", "false", "no", "off"):
         return False
-    raise SettingsError(name, f"{name}={shown(name, raw)} must be 1 or 0 (true/false, yes/no, on/off); {FIX}")
+    raise SettingsError(
+        name, f"{name}={shown(name, raw)} is not a yes/no value; set it to 1 or 0 (true/false, yes/no, on/off)"
+    )
 
 
 def log_level(environ: Mapping[str, str]) -> str:
@@ -251,6 +254,7 @@ class Settings:
     log_level: str = "INFO"
     metrics_port: int | None = None
     metrics_address: str = LOOPBACK
+    db_auto_upgrade: bool = False
 
     def __repr__(self) -> str:  # secrets never reach a log line through a repr
         fields = {k: ("(hidden)" if v is not None and k in _SECRET_FIELDS else v) for k, v in vars(self).items()}
@@ -286,6 +290,7 @@ def load_settings(environ: Mapping[str, str] = os.environ) -> Settings:
         log_level=log_level(environ),
         metrics_port=metrics_port(environ),
         metrics_address=metrics_address(environ),
+        db_auto_upgrade=switch(environ, DB_AUTO_UPGRADE, False),
     )
 
 

@@ -35,6 +35,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from kvlab.settings import switch
 from progress.database import describe, is_sqlite_file, make_engine
 
 AUTO_UPGRADE_ENV = "KVLAB_DB_AUTO_UPGRADE"  # "1": a store that opens an older schema upgrades it
@@ -42,7 +43,6 @@ UPGRADE_COMMAND = "kvlab db upgrade"
 SCRIPTS = Path(__file__).with_name("migrations")
 KVLAB_TABLE_PREFIX = "kvlab_"  # every table of the schema; a database without one is new
 PG_LOCK_KEY = 0x6B766C6162  # "kvlab": the advisory lock migrations hold on PostgreSQL
-TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 class SchemaError(RuntimeError):
@@ -50,14 +50,9 @@ class SchemaError(RuntimeError):
 
 
 def auto_upgrade(env: Mapping[str, str] | None = None) -> bool:
-    """``KVLAB_DB_AUTO_UPGRADE`` (unset: False); ValueError naming the setting for a value that is no yes/no."""
-    env = os.environ if env is None else env
-    value = env.get(AUTO_UPGRADE_ENV, "").strip().lower()
-    if value in TRUE_WORDS:
-        return True
-    if value in FALSE_WORDS:
-        return False
-    raise ValueError(f"{AUTO_UPGRADE_ENV}={value[:20]!r} is not a yes/no value; set it to 1 (upgrade at start) or 0")
+    """``KVLAB_DB_AUTO_UPGRADE`` (unset: False); ValueError naming the setting for a value that is no yes/no
+    (parsed as the server checks it at start: kvlab.settings.switch)."""
+    return switch(os.environ if env is None else env, AUTO_UPGRADE_ENV, False)
 
 
 def scripts() -> ScriptDirectory:

@@ -33,9 +33,9 @@ the row's text, re-read and re-merged on conflict; on PostgreSQL the read also l
 saves queue instead).
 
 Settings (environment variables, checked at the server's start by kvlab/settings.py):
-  KVLAB_DATABASE_URL  SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``; or
+  KVLAB_DATABASE_URL     SQLAlchemy URL, e.g. ``postgresql+psycopg://kvlab:secret@db/kvlab``; or
   KVLAB_DATABASE_URL_FILE, a file holding it (a Docker or Kubernetes secret).
-  KVLAB_DATA_DIR      folder for the default SQLite file ``progress.sqlite3``.
+  KVLAB_DATA_DIR         folder for the default SQLite file ``progress.sqlite3``.
   KVLAB_DB_AUTO_UPGRADE  1: upgrade an older schema when the store opens it (default 0: refuse it).
 """
 

@@ -36,7 +36,7 @@ APP = ROOT / "app.py"
 # What the pages import, and the libraries Streamlit loads on its first table or chart.
 PACKAGES = ("ui", "lessons", "engine", "kernels", "progress")
 LIBRARIES = ("pandas", "pyarrow", "plotly.graph_objects", "plotly.io", "streamlit.elements.arrow")
-SKIP = ("ui.serve", "progress.migrations")  # the migration scripts run inside Alembic only
+SKIP = ("ui.serve", "progress.migrations")  # the migrations run inside Alembic only
 
 
 def _modules(package: str) -> list[str]:
@@ -151,6 +151,7 @@ def serve(argv: Sequence[str], settings: Settings, environ: dict[str, str] | Non
         sys.path.insert(0, str(ROOT))
     try:
         observe(settings, environ)  # JSON logs from here on, metrics, the start-up event (docs/OPERATIONS.md)
+        log.info("progress database at schema revision %s", check_database(settings, environ))
     except SettingsError as exc:
         print(f"kvlab: {exc}", file=sys.stderr)
         return 2
@@ -185,6 +186,20 @@ def serve(argv: Sequence[str], settings: Settings, environ: dict[str, str] | Non
     except SystemExit as exc:  # Streamlit's command line ends by exiting; its status is ours
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
+
+
+def check_database(settings: Settings, environ: Mapping[str, str]) -> str:
+    """The progress database the server will use, ready at this release's schema (a new one is created; an older
+    one upgraded when KVLAB_DB_AUTO_UPGRADE says so): its revision; SettingsError naming the database setting when
+    it cannot be opened, reached or used (a wrong password, an older schema), so the start stops there instead of
+    every learner's save failing later."""
+    from progress.migrate import SchemaError, prepare
+    from progress.store import database_url
+
+    try:
+        return prepare(database_url(environ), settings.db_auto_upgrade)
+    except (SchemaError, OSError) as exc:
+        raise SettingsError(kvlab_settings.DATABASE_URL, f"the progress database cannot be used: {exc}") from exc
 
 
 def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:

@@ -65,6 +65,8 @@ def test_other_commands_refuse_unknown_options(capsys):
 @pytest.fixture
 def store(monkeypatch) -> list:
     """progress.migrate and progress.backup as recorders (the real ones are the store's; tested there)."""
+    import progress.store  # noqa: F401 - imported with the real migrate module before the recorders stand in
+
     calls: list = []
     migrate = types.SimpleNamespace(
         upgrade=lambda url: calls.append(("upgrade", url)) or "0002",
@@ -72,7 +74,7 @@ def store(monkeypatch) -> list:
     )
     backup = types.SimpleNamespace(
         backup=lambda url, path: calls.append(("backup", url, path)),
-        restore=lambda url, path: calls.append(("restore", url, path)),
+        restore=lambda url, path, force=False: calls.append(("restore", url, path, force)),
     )
     monkeypatch.setitem(sys.modules, "progress.migrate", migrate)
     monkeypatch.setitem(sys.modules, "progress.backup", backup)
@@ -90,7 +92,14 @@ def test_db_commands_work_on_the_servers_database(store, tmp_path, capsys):
     assert "none" in capsys.readouterr().out
     assert cli.main(["db", "backup", "class.bak"], env) == 0
     assert cli.main(["db", "restore", "class.bak"], env) == 0
-    assert store == [("upgrade", url), ("current", url), ("backup", url, "class.bak"), ("restore", url, "class.bak")]
+    assert cli.main(["db", "restore", "--force", "class.bak"], env) == 0
+    assert store == [
+        ("upgrade", url),
+        ("current", url),
+        ("backup", url, "class.bak"),
+        ("restore", url, "class.bak", False),
+        ("restore", url, "class.bak", True),
+    ]
 
 
 def test_db_defaults_to_the_sqlite_file_in_the_data_dir(store, tmp_path):
@@ -100,10 +109,33 @@ def test_db_defaults_to_the_sqlite_file_in_the_data_dir(store, tmp_path):
 
 
 def test_a_failing_db_command_says_why_without_a_traceback(monkeypatch, tmp_path, capsys):
-    def refuse(url, path):
+    import progress.store  # noqa: F401 - see the store fixture
+
+    def refuse(url, path, force=False):
         raise FileNotFoundError(f"no backup at {path}")
 
     monkeypatch.setitem(sys.modules, "progress.backup", types.SimpleNamespace(restore=refuse))
     assert cli.main(["db", "restore", "missing.bak"], {"KVLAB_DATA_DIR": str(tmp_path)}) == 1
     err = capsys.readouterr().err
     assert err == "kvlab db restore: no backup at missing.bak\n"
+
+
+def test_db_commands_on_a_real_class_database(tmp_path, capsys):
+    """The store's own functions behind the command (SQLite): upgrade, current, then a class's progress backed
+    up and restored into another server's empty database."""
+    from progress import migrate, open_store
+    from progress.store import database_url as server_url
+
+    first, second = {"KVLAB_DATA_DIR": str(tmp_path / "a")}, {"KVLAB_DATA_DIR": str(tmp_path / "b")}
+    assert cli.main(["db", "upgrade"], first) == 0
+    assert capsys.readouterr().out.strip() == f"database at revision {migrate.head()}"
+    assert cli.main(["db", "current"], first) == 0 and capsys.readouterr().out.strip() == migrate.head()
+    store = open_store(server_url(first))
+    store.save("Room 7", "Ana", {"visited": ["gqa", "paged"]})
+    store.close()
+    backup = tmp_path / "class.backup"
+    assert cli.main(["db", "backup", str(backup)], first) == 0 and backup.is_file()
+    assert cli.main(["db", "restore", str(backup)], second) == 0
+    restored = open_store(server_url(second))
+    assert set(restored.load("Room 7", "Ana")["visited"]) >= {"gqa", "paged"}
+    restored.close()

@@ -143,6 +143,8 @@ def test_the_wheel_holds_the_app_its_data_and_the_command(wheel):
         "engine/core/block_allocator.py",
         "kernels/ops.py",
         "progress/store.py",
+        "progress/migrations/env.py",
+        "progress/migrations/versions/0001_baseline.py",
         "models/demo/config.json",
         "models/demo/model.safetensors",
     }

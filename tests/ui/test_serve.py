@@ -25,7 +25,7 @@ def test_every_app_module_imports():
         ),
     ],
 )
-def test_main_hands_over_to_streamlit_run(monkeypatch, argv, script, rest):
+def test_main_hands_over_to_streamlit_run(monkeypatch, tmp_path, argv, script, rest):
     from streamlit.web import cli
 
     seen = []
@@ -34,7 +34,7 @@ def test_main_hands_over_to_streamlit_run(monkeypatch, argv, script, rest):
     monkeypatch.setattr(serve, "install_middleware", lambda: True)
     monkeypatch.setattr(cli, "main", lambda: seen.append(list(sys.argv)))
     monkeypatch.setattr(sys, "argv", ["serve"])
-    assert serve.main(argv, {"KVLAB_WARM": "0"}) == 0
+    assert serve.main(argv, {"KVLAB_WARM": "0", "KVLAB_DATA_DIR": str(tmp_path)}) == 0
     assert seen == [["streamlit", "run", str(script), *rest]]
 
 
@@ -58,7 +58,7 @@ def test_a_bad_setting_stops_the_start_with_its_message(monkeypatch, capsys):
     assert "Traceback" not in err and seen == []
 
 
-def test_the_lessons_are_warmed_before_streamlit_starts(monkeypatch):
+def test_the_lessons_are_warmed_before_streamlit_starts(monkeypatch, tmp_path):
     from ui import warm
 
     order: list[str] = []
@@ -67,10 +67,10 @@ def test_the_lessons_are_warmed_before_streamlit_starts(monkeypatch):
     from streamlit.web import cli
 
     monkeypatch.setattr(cli, "main", lambda: order.append("streamlit"))
-    assert serve.main([], {}) == 0
+    assert serve.main([], {"KVLAB_DATA_DIR": str(tmp_path)}) == 0
     assert order == ["warm", "streamlit"] and seen == []
     order.clear()
-    serve.main([], {"KVLAB_WARM": "off"})
+    serve.main([], {"KVLAB_WARM": "off", "KVLAB_DATA_DIR": str(tmp_path)})
     assert order == ["streamlit"]
 
 
@@ -78,7 +78,7 @@ def test_the_cookie_secret_comes_from_its_file(monkeypatch, tmp_path):
     _no_server(monkeypatch)
     secret = tmp_path / "cookie"
     secret.write_text("same-on-every-replica\n")
-    env = {"KVLAB_WARM": "0", "KVLAB_COOKIE_SECRET_FILE": str(secret)}
+    env = {"KVLAB_WARM": "0", "KVLAB_COOKIE_SECRET_FILE": str(secret), "KVLAB_DATA_DIR": str(tmp_path)}
     assert serve.main([], env) == 0
     assert env["STREAMLIT_SERVER_COOKIE_SECRET"] == "same-on-every-replica"
 
@@ -147,3 +147,23 @@ def test_a_metrics_port_another_program_holds_stops_the_start(monkeypatch, capsy
         assert serve.main([], {"KVLAB_WARM": "0", "KVLAB_METRICS_PORT": str(port)}) == 2
     err = capsys.readouterr().err
     assert f"kvlab: KVLAB_METRICS_PORT={port} cannot be served on 127.0.0.1" in err and seen == []
+
+
+def test_a_new_database_is_created_at_this_releases_schema_before_the_start(monkeypatch, tmp_path):
+    from progress import migrate
+
+    seen = _no_server(monkeypatch)
+    assert serve.main([], {"KVLAB_WARM": "0", "KVLAB_DATA_DIR": str(tmp_path)}) == 0
+    assert migrate.current(f"sqlite:///{tmp_path}/progress.sqlite3") == migrate.head() and len(seen) == 1
+
+
+def test_a_database_the_server_cannot_use_stops_the_start(monkeypatch, capsys):
+    """A wrong password or a database that is not there: the start stops with the reason, never a password,
+    instead of every learner's save failing later."""
+    seen = _no_server(monkeypatch)
+    monkeypatch.setattr(serve, "preload", lambda: pytest.fail("preloaded despite an unusable database"))
+    url = "postgresql+psycopg://kvlab:hunter2@127.0.0.1:1/kvlab"  # port 1: nothing listens there
+    assert serve.main([], {"KVLAB_WARM": "0", "KVLAB_DATABASE_URL": url}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvlab: the progress database cannot be used: ") and "KVLAB_DATABASE_URL" in err
+    assert "hunter2" not in err and "Traceback" not in err and seen == []
