@@ -93,7 +93,7 @@ def test_a_complete_configuration(env):
         ({"KVLAB_OIDC_NAME_CLAIMS": "name, given name"}, "KVLAB_OIDC_NAME_CLAIMS 'given name' is not a claim name"),
         ({"KVLAB_OIDC_SCOPES": "profile email"}, "lacks openid"),
         ({"KVLAB_OIDC_PROMPT": "always"}, "KVLAB_OIDC_PROMPT 'always' is not one of"),
-        ({"KVLAB_OIDC_ONLY": "maybe"}, "KVLAB_OIDC_ONLY='maybe' must be 1 or 0"),
+        ({"KVLAB_OIDC_ONLY": "maybe"}, "KVLAB_OIDC_ONLY='maybe' is not a yes/no value; set it to 1 or 0"),
         (
             {"KVLAB_OIDC_CLIENT_SECRET_FILE": "", "KVLAB_OIDC_CLIENT_SECRET": "a\tb"},
             "CLIENT_SECRET \\(hidden\\) holds control",
