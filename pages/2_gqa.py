@@ -13,6 +13,7 @@ from ui.figure_cache import figure
 from ui.kv_precision import kv_precision_section
 from ui.linked_view import linked_view
 from ui.memo import memo
+from ui.own_config import own_config_box
 from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
 from ui.router import lesson_section
@@ -52,6 +53,7 @@ def _calculator() -> None:
     c3, c4 = st.columns(2)
     context = c3.number_input("Context length per user (tokens)", 1, 10_000_000, step=1024, key=view.keys["context"])
     users = c4.number_input("Concurrent users", 1, 100_000, step=1, key=view.keys["users"])
+    own_config_box(PAGE, kv_dtype, int(context))  # the learner's own model, read as the catalog's are
 
     fp = run_or_stop(lab.footprint, model, groups, kv_dtype, int(context), int(users), hint="use whole numbers >= 1")
     m1, m2, m3 = metric_row(3)

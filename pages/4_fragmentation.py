@@ -13,6 +13,7 @@ from ui.errors import run_or_stop
 from ui.figure_cache import figure, frozen_figure
 from ui.linked_view import linked_view
 from ui.memo import memo
+from ui.own_config import own_config_box
 from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
 from ui.router import lesson_section
@@ -56,6 +57,7 @@ def _calculator() -> None:
     rate = c5.slider("Requests per second", 0.5, lab.MAX_RATE, step=0.5, key=view.keys["rate"])
     num_requests = c6.slider("Requests in the trace", 20, lab.MAX_REQUESTS, step=20, key=view.keys["requests"])
     view.publish()
+    own_config_box(PAGE, "bf16", int(max_len))  # the learner's own model: what one max_model_len reservation holds
 
     with st.spinner("Replaying the trace through three static servers and a paged one …"):
         rep = run_or_stop(

@@ -7,7 +7,6 @@ import streamlit as st
 
 from lessons.diagnosis import read_vllm_metrics
 from lessons.diagnosis.metrics import MAX_SCRAPE_BYTES, metrics_rows
-from lessons.labs import choices
 from lessons.labs import pressure as lab
 from lessons.run_limit import RunAllowance
 from ui import charts_pressure
@@ -18,6 +17,7 @@ from ui.figure_cache import figure, frozen_figure
 from ui.inert import prose_md
 from ui.linked_view import linked_view
 from ui.memo import memo
+from ui.pressure_gpu import gpu_scale_section
 from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
 from ui.router import lesson_section
@@ -43,11 +43,6 @@ def _run(rate: float, prompt_len: int, num_blocks: int, max_num_seqs: int, budge
 
 def _of(t: lab.Traffic, burst: bool = False) -> lab.PressureRun:
     return _run(t.rate, t.prompt_len, t.num_blocks, t.max_num_seqs, t.budget, burst)
-
-
-@memo(max_entries=16)
-def _gpu(gpu: str) -> lab.GpuSweep:
-    return lab.gpu_sweep(gpu)
 
 
 @memo(max_entries=64)
@@ -182,28 +177,7 @@ def _calculator() -> None:
     if budgets is not None:
         _budget_section(budgets, prompt_len, max_num_seqs)
 
-    st.subheader("At GPU scale (simulated)")
-    prose(PAGE, "At GPU scale")
-    gpu = st.selectbox(
-        "GPU (simulator)",
-        lab.GPU_CHOICES,
-        key=view.keys["gpu"],
-        format_func=choices.gpu_name,
-        help=f"{lab.GPU_REQUESTS} ShareGPT-like requests of {lab.GPU_MODEL}, max_model_len {lab.GPU_MAX_MODEL_LEN:,}, "
-        f"gpu_memory_utilization {lab.GPU_UTILIZATION}.",
-    )
-    view.publish()
-    sim = _gpu(gpu)
-    show_chart(
-        figure(charts_pressure.gpu_sweep, sim.points, f"Simulated: {sim.model_name} on {sim.gpu_name}"),
-        f"The simulator (lessons.sim over the engine's BlockManager and preemption rule, roofline step time; not "
-        f"measured): {sim.capacity_tokens:,} KV tokens, the same trace at each request rate. Preemptions (hatched "
-        "bars), p95 queue time (solid) and peak KV usage (dashed).",
-        sim.rows(),
-        f"pressure-gpu-{gpu}",
-        "pr_gpu",
-        summary=sim.summary(),
-    )
+    gpu_scale_section(PAGE, view)
 
 
 def _metrics() -> None:
