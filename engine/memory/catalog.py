@@ -18,7 +18,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from engine.memory.specs import GpuSpec, ModelSpec, custom_model, model_from_config
+from engine.memory.hf_config import model_from_config
+from engine.memory.published import PUBLISHED
+from engine.memory.specs import GpuSpec, ModelSpec, custom_model
 from engine.memory.units import GiB, MiB
 
 _DEMO_CONFIG = Path(__file__).resolve().parents[2] / "models" / "demo" / "config.json"
@@ -118,6 +120,12 @@ def _load_demo() -> ModelSpec:
         return fallback  # a half-written config during training must not break every page
 
 
+def _today(key: str) -> ModelSpec:
+    """A catalog entry read from its published config.json (engine/memory/published.py), as a learner's paste is."""
+    entry = PUBLISHED[key]
+    return model_from_config(entry.config(), name=entry.name, source=entry.repo)
+
+
 # fmt: off
 # name, HF repo of the config.json, layers, hidden, heads, kv_heads, intermediate, vocab, max_position_embeddings,
 # published parameter count. Qwen2.5 configs carry sliding_window but use_sliding_window=false, so None here.
@@ -142,6 +150,8 @@ MODELS: Catalog[ModelSpec] = Catalog("model", {
                        tie_word_embeddings=True),
     "qwen2.5-7b": _m("Qwen2.5-7B", "Qwen/Qwen2.5-7B", 28, 3584, 28, 4, 18944, 152064, 131072, 7.616e9),
     "qwen2.5-72b": _m("Qwen2.5-72B", "Qwen/Qwen2.5-72B", 80, 8192, 64, 8, 29568, 152064, 131072, 72.706e9),
+    # Today's models, per-layer KV kinds and MoE shapes read from their published config.json.
+    **{key: _today(key) for key in PUBLISHED},
     "demo": _load_demo(),
 }, hint=" (or build one with custom_model)")
 

@@ -81,9 +81,15 @@ def weight_bytes(model: ModelSpec | str, dtype: str | float = "bf16", tensor_par
 
 
 def kv_bytes_per_token(model: ModelSpec | str, kv_dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
-    """KV bytes one token occupies on each GPU; KV heads split over TP and are replicated past num_kv_heads."""
+    """KV bytes each further token adds on each GPU; KV heads split over TP and are replicated past num_kv_heads.
+
+    Dense models: every layer's K and V. Per-kind models (`ModelSpec.layer_kinds`): what a token adds at long
+    context, the layers that keep every token (full attention, MLA); an MLA latent is the same on every TP rank.
+    """
     m = resolve_model(model)
     _check_tp(m, tensor_parallel)
+    if m.layers:
+        return m.kv_bytes_per_token(dtype_bytes(kv_dtype), tensor_parallel)
     heads_per_gpu = max(1, m.num_kv_heads // tensor_parallel)
     return kv_bytes(m.num_layers, heads_per_gpu, m.head_dim, dtype_bytes(kv_dtype))
 

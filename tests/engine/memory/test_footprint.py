@@ -19,8 +19,9 @@ from engine.memory.footprint import (
     serving_footprint,
     weight_bytes,
 )
+from engine.memory.hf_config import model_from_config
 from engine.memory.roofline import StepTimeModel, roofline
-from engine.memory.specs import custom_model, estimate_params, model_from_config
+from engine.memory.specs import custom_model, estimate_params
 from engine.memory.units import GiB, kv_bytes
 
 KiB = 1024
@@ -38,6 +39,15 @@ CATALOG_KEYS = [
     "qwen2.5-0.5b",
     "qwen2.5-7b",
     "qwen2.5-72b",
+    "deepseek-v3",
+    "kimi-k2",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "gemma-3-27b",
+    "qwen3-8b",
+    "qwen3-235b-a22b",
+    "qwen3-next-80b-a3b",
+    "llama-4-scout",
     "demo",
 ]
 
