@@ -7,6 +7,7 @@ import streamlit as st
 
 from lessons.diagnosis import read_vllm_metrics
 from lessons.diagnosis.metrics import MAX_SCRAPE_BYTES, metrics_rows
+from lessons.labs import choices
 from lessons.labs import pressure as lab
 from lessons.run_limit import RunAllowance
 from ui import charts_pressure
@@ -177,7 +178,18 @@ def _calculator() -> None:
     if budgets is not None:
         _budget_section(budgets, prompt_len, max_num_seqs)
 
-    gpu_scale_section(PAGE, view)
+    st.subheader("At GPU scale (simulated)")
+    prose(PAGE, "At GPU scale")
+    gpu = st.selectbox(
+        "GPU (simulator)",
+        lab.GPU_CHOICES,
+        key=view.keys["gpu"],
+        format_func=choices.gpu_name,
+        help=f"{lab.GPU_REQUESTS} ShareGPT-like requests of {lab.GPU_MODEL}, max_model_len {lab.GPU_MAX_MODEL_LEN:,}, "
+        f"gpu_memory_utilization {lab.GPU_UTILIZATION}.",
+    )
+    view.publish()
+    gpu_scale_section(PAGE, gpu)  # the simulated sweep and the learner's own config.json
 
 
 def _metrics() -> None:

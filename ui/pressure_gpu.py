@@ -1,19 +1,17 @@
-"""Lesson 6's "At GPU scale (simulated)" section: the simulator's rate sweep on a chosen GPU, and the learner's
-own config.json beside it (ui/own_config.py). A section module so the page stays a list of sections."""
+"""Lesson 6's "At GPU scale (simulated)" section below its GPU select box: the simulator's rate sweep on that GPU,
+and the learner's own config.json beside it (ui/own_config.py). A section module so the page stays a list of
+sections."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from lessons.labs import choices
 from lessons.labs import pressure as lab
 from ui import charts_pressure
 from ui.chart_view import show_chart
 from ui.figure_cache import figure
-from ui.linked_view import LinkedView
 from ui.memo import memo
 from ui.own_config import own_config_box
-from ui.prose import prose
 
 
 @memo(max_entries=16)
@@ -22,19 +20,8 @@ def gpu_sweep(gpu: str) -> lab.GpuSweep:
     return lab.gpu_sweep(gpu)
 
 
-def gpu_scale_section(page: str, view: LinkedView) -> None:
-    """The GPU select box (a linked setting: `view` publishes it), the simulated sweep's chart and the paste box."""
-    st.subheader("At GPU scale (simulated)")
-    prose(page, "At GPU scale")
-    gpu = st.selectbox(
-        "GPU (simulator)",
-        lab.GPU_CHOICES,
-        key=view.keys["gpu"],
-        format_func=choices.gpu_name,
-        help=f"{lab.GPU_REQUESTS} ShareGPT-like requests of {lab.GPU_MODEL}, max_model_len {lab.GPU_MAX_MODEL_LEN:,}, "
-        f"gpu_memory_utilization {lab.GPU_UTILIZATION}.",
-    )
-    view.publish()
+def gpu_scale_section(page: str, gpu: str) -> None:
+    """The simulated sweep's chart on the GPU the page's (linked) select box chose, and the paste box."""
     sim = gpu_sweep(gpu)
     show_chart(
         figure(charts_pressure.gpu_sweep, sim.points, f"Simulated: {sim.model_name} on {sim.gpu_name}"),

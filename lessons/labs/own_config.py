@@ -13,7 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.memory import kv_bytes_per_token, model_from_config
+from engine.memory import (
+    ChunkedLocal,
+    LatentAttention,
+    LayerKind,
+    LinearState,
+    SlidingWindow,
+    kv_bytes_per_token,
+    kv_request_bytes,
+    model_from_config,
+)
 from engine.memory.specs import ModelSpec
 from engine.memory.units import KiB, MiB
 
@@ -36,11 +45,12 @@ class OwnModel:
         return self.spec.attention_kind
 
     def layer_kinds(self) -> str:
-        """The layers by KV-cache kind, in words ("36 full attention" / "30 full, 6 sliding window of 4,096")."""
-        n, window = self.spec.num_layers, self.spec.sliding_window
-        if window is None:
-            return f"{n} full attention"
-        return f"{n} sliding window of {window:,} tokens"
+        """The layers by KV-cache kind, in words and in layer order ("18 full attention, 18 sliding window of 128")."""
+        counts: dict[str, int] = {}
+        for kind in self.spec.layer_kinds:
+            label = _kind_label(kind)
+            counts[label] = counts.get(label, 0) + 1
+        return ", ".join(f"{n} {label}" for label, n in counts.items())
 
     def kv_bytes_per_token(self, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
         """What each further token adds to the cache on one GPU (engine.memory.kv_bytes_per_token)."""
@@ -54,16 +64,30 @@ class OwnModel:
             {"figure": "layers (num_hidden_layers)", "value": f"{s.num_layers:,}"},
             {"figure": "attention", "value": self.attention_kind},
             {"figure": "query heads", "value": f"{s.num_heads:,}"},
-            {"figure": "KV heads cached", "value": f"{s.num_kv_heads:,}"},
-            {"figure": "head dim", "value": f"{s.head_dim:,}"},
+            *self._cache_rows(),
             {"figure": "layer kinds", "value": self.layer_kinds()},
             {"figure": f"KV per token ({kv_dtype})", "value": f"{per_token:,} bytes = {per_token / KiB:,.1f} KiB"},
             {"figure": "longest context (max_position_embeddings)", "value": f"{s.max_context:,} tokens"},
         ]
         if context is not None:
-            held = per_token * context
+            held = kv_request_bytes(s, context, kv_dtype)  # whole blocks per layer kind, as vLLM V1 allocates
             rows.append({"figure": f"KV of one {context:,}-token request", "value": f"{held / MiB:,.1f} MiB"})
         return rows
+
+    def _cache_rows(self) -> list[dict[str, Any]]:
+        """What each token's cache entry is made of: KV heads and head dim, or an MLA model's latent."""
+        s = self.spec
+        if s.is_mla:
+            lat = next(k for k in s.layer_kinds if isinstance(k, LatentAttention))
+            latent = f"{lat.kv_lora_rank} kv_lora_rank + {lat.qk_rope_head_dim} qk_rope_head_dim = {lat.latent_dim}"
+            return [
+                {"figure": "latent per token and layer (MLA)", "value": latent},
+                {"figure": "num_key_value_heads (not cached by MLA)", "value": f"{s.num_kv_heads:,}"},
+            ]
+        return [
+            {"figure": "KV heads cached", "value": f"{s.num_kv_heads:,}"},
+            {"figure": "head dim", "value": f"{s.head_dim:,}"},
+        ]
 
     def summary(self, kv_dtype: str = "bf16") -> str:
         """The parsed model in one sentence (course text and computed numbers only, no pasted text)."""
@@ -74,11 +98,25 @@ class OwnModel:
         )
 
 
+def _kind_label(kind: LayerKind) -> str:
+    """One layer's KV kind in the course's words."""
+    if isinstance(kind, SlidingWindow):
+        return f"sliding window of {kind.window:,}"
+    if isinstance(kind, ChunkedLocal):
+        return f"chunked local of {kind.chunk:,}"
+    if isinstance(kind, LatentAttention):
+        return f"MLA latent of {kind.latent_dim}"
+    if isinstance(kind, LinearState):
+        return "linear attention (fixed state)"
+    return "full attention"
+
+
 def read_config(text: object) -> OwnModel | None:
     """The learner's pasted config.json as an `OwnModel`; None when the box is empty.
 
-    A paste of MAX_CONFIG_CHARS or more (the box cuts a longer paste at its limit, so a full box was cut), text that is not a JSON object, or a config the memory model cannot read
-    exactly is a ValueError naming what is wrong (the field, for a broken config) and the fix."""
+    A paste of MAX_CONFIG_CHARS or more (the box cuts a longer paste at its limit, so a full box was cut), text
+    that is not a JSON object, or a config the memory model cannot read exactly is a ValueError naming what is
+    wrong (the field, for a broken config) and the fix."""
     if text is None:
         return None
     if not isinstance(text, str):

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from engine.memory import published
 from lessons.labs import own_config
 
 # meta-llama/Meta-Llama-3-8B config.json (the fields the memory model reads)
@@ -98,3 +99,45 @@ def test_the_paste_never_names_the_model_the_page_shows():
     shown = model.summary() + json.dumps(model.rows(context=4))
     assert model.spec.name == own_config.OWN_NAME
     assert "script" not in shown and "bold" not in shown and ":red" not in shown
+
+
+# Today's published configs, pasted as text (engine/memory/published.py holds them as the repos publish them).
+# Expected numbers by hand from each config's fields.
+TODAY = [
+    # DeepSeek-V3: 61 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 bytes, one latent, no V
+    (published.deepseek_v3, "MLA", "61 MLA latent of 576", 61 * 576 * 2),
+    # gpt-oss-120b: 18 full layers keep every token: 2 x 18 x 8 KV heads x 64 x 2 bytes
+    (published.gpt_oss_120b, "GQA", "18 sliding window of 128, 18 full attention", 2 * 18 * 8 * 64 * 2),
+    # Gemma 3 27B: 10 global layers of 62: 2 x 10 x 16 x 128 x 2
+    (published.gemma_3_27b, "GQA", "52 sliding window of 1,024, 10 full attention", 2 * 10 * 16 * 128 * 2),
+    # Qwen3-Next-80B-A3B: 12 full-attention layers of 48 (2 KV heads x 256), the rest Gated DeltaNet
+    (published.qwen3_next_80b_a3b, "GQA", "36 linear attention (fixed state), 12 full attention", 2 * 12 * 2 * 256 * 2),
+]
+
+
+@pytest.mark.parametrize(("config", "kind", "kinds", "per_token"), TODAY, ids=lambda v: getattr(v, "__name__", ""))
+def test_todays_configs_read_back_by_kind(config, kind, kinds, per_token):
+    model = own_config.read_config(json.dumps(config()))
+    assert model.attention_kind == kind and model.kv_bytes_per_token() == per_token
+    assert model.layer_kinds() == kinds
+    assert f"{per_token / 1024:,.1f} KiB of KV per token in bf16" in model.summary()
+
+
+def test_an_mla_config_shows_its_latent_not_its_heads():
+    model = own_config.read_config(json.dumps(published.deepseek_v3()))
+    rows = {r["figure"]: r["value"] for r in model.rows(context=32_768)}
+    assert rows["latent per token and layer (MLA)"] == "512 kv_lora_rank + 64 qk_rope_head_dim = 576"
+    assert rows["num_key_value_heads (not cached by MLA)"] == "128"
+    assert rows["KV of one 32,768-token request"] == f"{32_768 * 61 * 576 * 2 / 2**20:,.1f} MiB"  # 2,196.0 MiB
+    assert model.kv_bytes_per_token("fp8") == 35_136
+
+
+def test_a_broken_todays_config_names_its_field():
+    broken = published.deepseek_v3()
+    del broken["kv_lora_rank"]
+    with pytest.raises(ValueError, match="kv_lora_rank"):
+        own_config.read_config(json.dumps(broken))
+    wrong = published.gpt_oss_120b()
+    wrong["layer_types"] = wrong["layer_types"][:-1]
+    with pytest.raises(ValueError, match="layer_types"):
+        own_config.read_config(json.dumps(wrong))
