@@ -11,6 +11,7 @@ from ui.chart_view import show_chart
 from ui.downloads import show_table
 from ui.errors import run_or_stop
 from ui.figure_cache import figure, frozen_figure
+from ui.hybrid_section import hybrid_section
 from ui.linked_view import linked_view
 from ui.memo import memo
 from ui.own_config import own_config_box
@@ -137,7 +138,12 @@ def _calculator() -> None:
     )
 
 
+def _hybrid() -> None:
+    hybrid_section(PAGE)
+
+
 lesson_section(_calculator)
+lesson_section(_hybrid)  # its own fragment: the hybrid chart takes none of the calculator's settings
 
 sources(PAGE)
 lesson_check(PAGE)
