@@ -23,6 +23,9 @@ from kernels.validate import is_whole
 
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+# Families whose transformers config ties the lm_head to the embedding when config.json does not say (Gemma 3's
+# published text_config leaves tie_word_embeddings out; Gemma3TextConfig defaults it to true).
+TIED_BY_DEFAULT = ("gemma3", "gemma3_text")
 _MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 _LINEAR_FIELDS = (
     "linear_num_key_heads",
@@ -230,6 +233,7 @@ def model_from_config(
         window = None  # the per-layer kinds carry it
     elif window is not None and not (is_whole(window) and window > 0):
         raise ValueError(f"config.json: sliding_window must be a positive integer or null, got {window!r}")
+    tied_default = model_type in TIED_BY_DEFAULT
     intermediate = f.first("intermediate_size", "intermediate_size_mlp")
     if model_type in ("llama4_text", "llama4"):
         intermediate = f.opt("intermediate_size_mlp", intermediate)  # dense layers; experts use intermediate_size
@@ -245,7 +249,7 @@ def model_from_config(
         vocab_size=f.opt("vocab_size", 32000),
         max_context=f.opt("max_position_embeddings", 4096),
         sliding_window=window,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", outer.get("tie_word_embeddings", False))),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", outer.get("tie_word_embeddings", tied_default))),
         source=source,
         layers=layers,
         weight_format=_weight_format(_Fields(outer)) if "quantization_config" in outer else _weight_format(f),

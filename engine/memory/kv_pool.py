@@ -158,6 +158,20 @@ def kv_request_bytes(
     return _cdiv(num_tokens, block_size) * block_size * per_token  # dense: the old formula, in whole blocks
 
 
+def admission_blocks(
+    model: ModelSpec | str,
+    max_model_len: int,
+    block_size: int = 16,
+    in_flight_tokens: int = DEFAULT_IN_FLIGHT_TOKENS,
+    kv_dtype: str | float = "bf16",
+    tensor_parallel: int = 1,
+) -> int:
+    """Block ids vLLM plans one max_model_len request to hold: the sum of each group's admission cap."""
+    m = resolve_model(model)
+    block = attention_block_size(m, block_size, kv_dtype, tensor_parallel)
+    return sum(g.kind.admission_blocks(max_model_len, block, in_flight_tokens) for g in kv_groups(m))
+
+
 def max_concurrency(
     model: ModelSpec | str,
     num_blocks: int,
@@ -173,7 +187,4 @@ def max_concurrency(
     (``get_max_concurrency_for_kv_cache_config``): a sliding group's cap is ``cdiv(min(window - 1 + in flight,
     max_model_len), block) + 1`` even for a short max_model_len, as vLLM counts it.
     """
-    m = resolve_model(model)
-    block = attention_block_size(m, block_size, kv_dtype, tensor_parallel)
-    per_request = sum(g.kind.admission_blocks(max_model_len, block, in_flight_tokens) for g in kv_groups(m))
-    return num_blocks / per_request
+    return num_blocks / admission_blocks(model, max_model_len, block_size, in_flight_tokens, kv_dtype, tensor_parallel)

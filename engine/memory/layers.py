@@ -66,6 +66,10 @@ class FullAttention:
     def __post_init__(self) -> None:
         _positive(f"{self.kind} layer", num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
 
+    def attention_params(self, hidden_size: int, num_heads: int) -> int:
+        """Weights of this layer's attention: q and o (query heads), k and v (KV heads) projections."""
+        return 2 * hidden_size * num_heads * self.head_dim + 2 * hidden_size * self.num_kv_heads * self.head_dim
+
     def bytes_per_token(self, dtype_bytes: float, tensor_parallel: int = 1) -> int:
         """K and V bytes one token adds to this layer on one GPU."""
         return int(2 * heads_per_gpu(self.num_kv_heads, tensor_parallel) * self.head_dim * dtype_bytes)
@@ -95,6 +99,10 @@ class SlidingWindow:
 
     def __post_init__(self) -> None:
         _positive(f"{self.kind} layer", num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, window=self.window)
+
+    def attention_params(self, hidden_size: int, num_heads: int) -> int:
+        """Weights of this layer's attention: q and o (query heads), k and v (KV heads) projections."""
+        return 2 * hidden_size * num_heads * self.head_dim + 2 * hidden_size * self.num_kv_heads * self.head_dim
 
     def bytes_per_token(self, dtype_bytes: float, tensor_parallel: int = 1) -> int:
         """K and V bytes one token inside the window costs this layer on one GPU."""
@@ -126,6 +134,10 @@ class ChunkedLocal:
 
     def __post_init__(self) -> None:
         _positive(f"{self.kind} layer", num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, chunk=self.chunk)
+
+    def attention_params(self, hidden_size: int, num_heads: int) -> int:
+        """Weights of this layer's attention: q and o (query heads), k and v (KV heads) projections."""
+        return 2 * hidden_size * num_heads * self.head_dim + 2 * hidden_size * self.num_kv_heads * self.head_dim
 
     def bytes_per_token(self, dtype_bytes: float, tensor_parallel: int = 1) -> int:
         """K and V bytes one token inside the current chunk costs this layer on one GPU."""
@@ -176,6 +188,18 @@ class LatentAttention:
         """Values cached per token: kv_lora_rank + qk_rope_head_dim (576 for DeepSeek-V3)."""
         return self.kv_lora_rank + self.qk_rope_head_dim
 
+    def attention_params(self, hidden_size: int, num_heads: int) -> int:
+        """Weights of MLA's projections (vllm/model_executor/models/deepseek_v2.py): q (through the q_lora_rank
+        bottleneck when there is one), kv_a to the latent, kv_b from it to per-head K (nope) and V, o, two norms."""
+        qk = num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        if self.q_lora_rank is None:
+            q = hidden_size * qk
+        else:
+            q = hidden_size * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qk
+        kv_a = hidden_size * self.latent_dim + self.kv_lora_rank
+        kv_b = self.kv_lora_rank * num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv_a + kv_b + num_heads * self.v_head_dim * hidden_size
+
     def bytes_per_token(self, dtype_bytes: float, tensor_parallel: int = 1) -> int:
         """The latent's bytes: one "head", no V, the same on every tensor-parallel rank."""
         return int(self.latent_dim * dtype_bytes)
@@ -219,6 +243,14 @@ class LinearState:
     def conv_dim(self) -> int:
         """Channels of the short convolution over q, k and v: 2 * k_heads * k_dim + v_heads * v_dim."""
         return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+
+    def attention_params(self, hidden_size: int, num_heads: int) -> int:
+        """Weights of a Gated DeltaNet layer (transformers' Qwen3NextGatedDeltaNet): in_proj_qkvz, in_proj_ba, the
+        depthwise conv, out_proj, and per-head A_log and dt_bias and the gated norm."""
+        qkvz = hidden_size * (2 * self.num_k_heads * self.head_k_dim + 2 * self.num_v_heads * self.head_v_dim)
+        ba = hidden_size * 2 * self.num_v_heads
+        out = self.num_v_heads * self.head_v_dim * hidden_size
+        return qkvz + ba + self.conv_dim * self.conv_kernel + out + 2 * self.num_v_heads + self.head_v_dim
 
     def bytes_per_token(self, dtype_bytes: float, tensor_parallel: int = 1) -> int:
         """Bytes one token adds (none: the state does not grow)."""

@@ -144,11 +144,24 @@ class ModelSpec:
 
     @property
     def active_params(self) -> int:
-        """Parameters read per token: all of them for dense models, the routed experts' share for MoE."""
+        """Parameters read per token: all of them for dense models; for MoE, all but the routed experts not chosen
+        (experts_per_token of num_experts in each MoE layer; shared experts and dense layers always run)."""
         if self.num_experts == 1:
             return self.num_params
-        expert = 3 * self.hidden_size * self.intermediate_size * self.num_layers
-        return self.num_params - (self.num_experts - self.experts_per_token) * expert
+        return self.num_params - (self.num_experts - self.experts_per_token) * self.expert_params
+
+    @property
+    def expert_intermediate_size(self) -> int:
+        """One routed expert's MLP width: moe_intermediate_size, else intermediate_size (Mixtral, gpt-oss)."""
+        return self.intermediate_size if self.moe_intermediate_size is None else self.moe_intermediate_size
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert summed over the MoE layers (0 for a dense model)."""
+        if self.num_experts == 1:
+            return 0
+        moe_layers = self.num_layers - self.num_dense_layers
+        return 3 * self.hidden_size * self.expert_intermediate_size * moe_layers
 
     def kv_bytes_per_token(self, dtype_bytes: float = 2, tensor_parallel: int = 1) -> int:
         """KV bytes each further token adds at long context, on one GPU.
@@ -217,15 +230,28 @@ class GpuSpec:
         return self.bf16_flops / self.bandwidth_bytes_per_s
 
 
+def param_parts(spec: ModelSpec) -> dict[str, int]:
+    """Parameters by part, from the architecture: embeddings, attention (per layer kind), router, routed experts,
+    MLP (dense layers and shared experts), norms. Gated (SwiGLU) MLPs: 3 * hidden * width per MLP; biases, Qwen3's
+    q/k norms, gpt-oss's attention sinks and Qwen3-Next's output gate are left out (under 0.2 % of each model)."""
+    h = spec.hidden_size
+    attention = sum(k.attention_params(h, spec.num_heads) for k in spec.layer_kinds)
+    moe_layers = spec.num_layers - spec.num_dense_layers if spec.num_experts > 1 else 0
+    mlp = 3 * h * spec.intermediate_size * (spec.num_layers - moe_layers)
+    mlp += 3 * h * spec.shared_expert_intermediate_size * moe_layers
+    return {
+        "embeddings": spec.vocab_size * h * (1 if spec.tie_word_embeddings else 2),
+        "attention": attention,
+        "router": h * spec.num_experts * moe_layers,
+        "experts": 3 * h * spec.expert_intermediate_size * spec.num_experts * moe_layers,
+        "mlp": mlp,
+        "norms": 2 * h * spec.num_layers + h,
+    }
+
+
 def estimate_params(spec: ModelSpec) -> int:
-    """Parameter count implied by the architecture (Llama-style: q/k/v/o, gated MLP, RMSNorm, embeddings)."""
-    h, hd = spec.hidden_size, spec.head_dim
-    attn = h * spec.num_heads * hd * 2 + h * spec.num_kv_heads * hd * 2  # q, o + k, v projections
-    mlp = 3 * h * spec.intermediate_size * spec.num_experts
-    router = h * spec.num_experts if spec.num_experts > 1 else 0
-    per_layer = attn + mlp + router + 2 * h  # two RMSNorm weights
-    embeddings = spec.vocab_size * h * (1 if spec.tie_word_embeddings else 2)
-    return spec.num_layers * per_layer + embeddings + h
+    """Parameter count implied by the architecture: the sum of `param_parts` (Llama-style for a dense model)."""
+    return sum(param_parts(spec).values())
 
 
 def custom_model(

@@ -82,6 +82,7 @@ GEMMA_3_27B = {
         "num_hidden_layers": 62,
         "num_key_value_heads": 16,
         "sliding_window": 1024,
+        "vocab_size": 262208,  # left out of the published file: transformers' Gemma3TextConfig default
     },
 }
 # Qwen/Qwen3-Next-80B-A3B-Instruct config.json (trimmed)
@@ -326,3 +327,111 @@ def test_bad_request_lengths_name_the_value(bad):
 def test_a_broken_config_names_the_field(cfg, field):
     with pytest.raises(ValueError, match=field):
         model_from_config(cfg)
+
+
+# Model cards' parameter counts (total, active), and how much of the embeddings each card's "active" leaves out:
+# OpenAI's gpt-oss table counts the unembedding but not the embedding table; Qwen's "A3B"/"A22B" neither.
+PUBLISHED_PARAMS = [
+    (DEEPSEEK_V3, 671e9, 37e9),  # DeepSeek-V3 technical report (main model, without the 14B MTP module)
+    (KIMI_K2, 1.0e12, 32e9),  # Kimi K2 model card: "1 trillion total parameters, 32 billion activated"
+    (GPT_OSS_120B, 116.83e9, 5.13e9),  # gpt-oss model card, table 1
+    (GPT_OSS_20B, 20.91e9, 3.61e9),
+    (QWEN3_235B, 235e9, 22e9),
+    (QWEN3_NEXT, 80e9, 3e9),
+    (LLAMA_4_SCOUT, 109e9, 17e9),  # Meta's card: 109B total (vision encoder included), 17B active
+    ({**GEMMA_3_27B}, 27e9, None),
+    (QWEN3_8B, 8.2e9, None),
+]
+
+
+@pytest.mark.parametrize("cfg,total,active", PUBLISHED_PARAMS)
+def test_parameter_counts_match_the_model_cards(cfg, total, active):
+    """Within 3 % of the card's total; the card's active count lies between ours with and without embeddings."""
+    m = model_from_config(cfg)
+    assert m.num_params == pytest.approx(total, rel=0.03)
+    if active is None:
+        assert m.active_params == m.num_params
+        return
+    text = cfg.get("text_config", cfg)
+    tables = text["vocab_size"] * text["hidden_size"] * 2
+    assert m.active_params - tables <= active * 1.06 and active <= m.active_params * 1.02
+
+
+def test_deepseek_v3_active_parameters_from_its_config():
+    c = DEEPSEEK_V3
+    m = model_from_config(c)
+    expert = 3 * c["hidden_size"] * c["moe_intermediate_size"]
+    moe_layers = c["num_hidden_layers"] - c["first_k_dense_replace"]
+    idle = (c["n_routed_experts"] - c["num_experts_per_tok"]) * expert * moe_layers
+    assert m.num_params - m.active_params == idle
+
+
+def test_weights_as_shipped_count_their_format_and_scales():
+    from engine.memory.footprint import weight_bytes
+
+    ds = model_from_config(DEEPSEEK_V3)
+    # fp8 everywhere but embeddings, router and norms (bf16); one fp32 scale per 128x128 tile
+    tables = 2 * DEEPSEEK_V3["vocab_size"] * DEEPSEEK_V3["hidden_size"]
+    assert weight_bytes(ds, "auto") == pytest.approx(ds.num_params - tables + 2 * tables, rel=0.002)
+    assert weight_bytes(ds, "auto") > ds.num_params  # scales and bf16 tables on top of one byte each
+    oss = model_from_config(GPT_OSS_120B)
+    c = GPT_OSS_120B
+    experts = 3 * c["hidden_size"] * c["intermediate_size"] * c["num_local_experts"] * c["num_hidden_layers"]
+    expected = experts * (4 + 8 / 32) / 8 + (oss.num_params - experts) * 2  # MXFP4: 4 bits + an 8-bit scale per 32
+    assert weight_bytes(oss, "auto") == pytest.approx(expected, rel=1e-9)
+    assert weight_bytes(oss, "auto") / 1e9 == pytest.approx(65.2, abs=0.5)  # the repo's safetensors: ~65 GB
+    assert weight_bytes("llama-3-8b", "auto") == weight_bytes("llama-3-8b", "bf16")  # bf16 checkpoints unchanged
+
+
+def test_tensor_parallel_replicates_the_mla_latent_on_every_gpu():
+    from engine.memory.parallel import kv_head_replicas, kv_heads_per_gpu
+
+    m = model_from_config(DEEPSEEK_V3)
+    for tp in (1, 2, 8, 16):
+        assert kv_heads_per_gpu(m, tp) == 1 and kv_head_replicas(m, tp) == tp
+        assert kv_bytes_per_token(m, "bf16", tp) == mla_bytes(DEEPSEEK_V3, 2)
+    gqa = model_from_config(GPT_OSS_120B)
+    assert kv_heads_per_gpu(gqa, 8) == 1 and kv_bytes_per_token(gqa, "bf16", 8) * 8 == kv_bytes_per_token(gqa)
+
+
+def test_the_hybrid_pool_and_its_concurrency_line_follow_vllms_groups():
+    from engine.memory import serving_footprint
+
+    cfg = GPT_OSS_120B
+    fp = serving_footprint(model_from_config(cfg), "h100-sxm", max_model_len=32768, max_num_batched_tokens=2048)
+    page = 16 * full_layer_bytes(cfg)
+    assert fp.pool_block_bytes == 18 * page  # the larger group: 18 layers
+    assert fp.num_blocks == fp.kv_budget_bytes // (18 * page)
+    per_request = cdiv(32768, 16) + cdiv(min(128 - 1 + 2048, 32768), 16) + 1  # full group + sliding group
+    assert fp.vllm_concurrency() == pytest.approx(fp.num_blocks / per_request)
+    assert fp.max_concurrency() == fp.num_blocks // per_request
+    assert fp.kv_token_capacity == int(fp.num_blocks / per_request * 32768)
+    # the all-full formula would hold about half the requests
+    assert fp.vllm_concurrency() > 1.8 * fp.kv_budget_bytes / (32768 * 36 * full_layer_bytes(cfg))
+    assert fp.max_context(fp.max_concurrency()) >= 32768
+
+
+def test_a_hybrid_too_long_for_its_pool_gets_vllms_startup_error():
+    from engine.memory import serving_footprint
+
+    fp = serving_footprint(
+        model_from_config(GPT_OSS_120B), "h100-sxm", max_model_len=131072, kv_cache_memory_bytes=1 << 30
+    )
+    assert fp.startup_error is not None and "max seq len (131072)" in fp.startup_error
+
+
+@pytest.mark.parametrize(
+    "key,board_gb,bandwidth_tb_s",
+    [("b200", 180, 8.0), ("h20", 96, 4.0), ("mi300x", 192, 5.3), ("rtx-5090", 32, 1.792)],
+)
+def test_todays_gpus_carry_their_datasheet_numbers(key, board_gb, bandwidth_tb_s):
+    from engine.memory import GPUS
+
+    g = GPUS[key]
+    assert g.memory_bytes / 1e9 == pytest.approx(board_gb, rel=0.08)  # nvidia-smi's MiB vs the datasheet's GB
+    assert g.bandwidth_bytes_per_s == pytest.approx(bandwidth_tb_s * 1e12)
+    assert g.total_bytes <= g.memory_bytes
+    if g.cuda_memory_bytes is None:
+        assert g.cuda_source == ""  # no public log found: the board's figure stands in
+    else:
+        assert "#" in g.cuda_source and "GiB" in g.cuda_source
