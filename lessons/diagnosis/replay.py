@@ -42,7 +42,7 @@ def footprint_for(scenario: Scenario, cfg: ServeConfig) -> ServingFootprint:
         return serving_footprint(
             cfg.model,
             cfg.gpu,
-            weight_dtype="fp8" if cfg.quantization == "fp8" else "bf16",
+            weight_dtype="fp8" if cfg.quantization == "fp8" else "auto",  # "auto": the checkpoint as shipped
             kv_dtype="fp8" if cfg.kv_cache_dtype == "fp8" else "bf16",
             gpu_memory_utilization=util,
             max_model_len=cfg.context_len,
