@@ -7,8 +7,10 @@ course began with, 2 × layers × KV heads × head dim × bytes per token, charg
 "all-full" line. vLLM V1 gives each layer kind its own `KVCacheSpec` (vllm/v1/kv_cache_interface.py): a
 `SlidingWindowSpec` layer keeps only its window (``window - 1`` tokens plus the tokens in flight, in whole
 blocks, + 1 block), so past the window a request's sliding layers stop growing and only the full layers pay
-per token: the "per kind" line, `engine.memory.kv_request_bytes`. The two lines are equal while the request
-fits in the window and the tokens in flight, and part after it.
+per token: the "per kind" line, `engine.memory.kv_request_bytes`. While the request fits in the window and the
+tokens in flight the two lines are close (the per-kind one can cost a little more: vLLM's KV-cache groups hold
+equal numbers of layers, so Gemma 3's 52 sliding layers fill six groups of ten, eight slots padded); past it the
+per-kind line falls below and the two part.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class HybridCurve:
     name: str
     kv_dtype: str
     points: tuple[HybridPoint, ...]
-    parts_at: int  # the shortest request (tokens) for which the per-kind allocation is smaller
+    parts_at: int  # the shortest request (tokens) for which the per-kind allocation is smaller (the lines part)
     full_layers: int  # layers that keep every token
     window: int  # the sliding layers' window (tokens)
     per_token_all_full: int  # bytes per token, every layer charged
@@ -141,8 +143,9 @@ def summary(curves: tuple[HybridCurve, ...]) -> str:
     for c in curves:
         last = c.points[-1]
         parts.append(
-            f"{c.name}'s lines part at {c.parts_at:,} tokens (its {c.window:,}-token window plus "
-            f"{DEFAULT_IN_FLIGHT_TOKENS:,} tokens in flight); at {last.tokens:,} tokens the all-full formula says "
+            f"{c.name}'s per-kind line falls below the all-full one at {c.parts_at:,} tokens (past its "
+            f"{c.window:,}-token window plus {DEFAULT_IN_FLIGHT_TOKENS:,} tokens in flight); at {last.tokens:,} "
+            "tokens the all-full formula says "
             f"{last.all_full_bytes / GiB:,.2f} GiB per request, vLLM allocates {last.per_kind_bytes / GiB:,.2f} GiB "
             f"({last.ratio:,.1f}× less): past the window only its {c.full_layers} full layers grow, "
             f"{c.per_token_long / KiB:,.0f} KiB per token instead of {c.per_token_all_full / KiB:,.0f}."

@@ -64,8 +64,8 @@ def test_lesson_4_draws_the_hybrid_chart(app_test):
     at = app_test("fragmentation", timeout=120)
     at.run()
     assert not at.exception
-    summary = next(m.value for m in at.markdown if "lines part at" in m.value)
-    assert "gpt-oss-120b's lines part at 2,193 tokens" in summary
+    summary = next(m.value for m in at.markdown if "falls below the all-full one at" in m.value)
+    assert "gpt-oss-120b's per-kind line falls below the all-full one at 2,193 tokens" in summary
     rows = next(
         d.value for d in open_chart_tables(at).dataframe if "per kind, as vLLM allocates (GiB)" in d.value.columns
     )

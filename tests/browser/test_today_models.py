@@ -46,9 +46,9 @@ def test_the_paste_box_reads_a_config_back(page, shoot):
 
 def test_lesson_4_draws_the_hybrid_chart(page, shoot):
     open_view(page, "/fragmentation")
-    summary = page.get_by_text("gpt-oss-120b's lines part at 2,193 tokens")
+    summary = page.get_by_text("gpt-oss-120b's per-kind line falls below the all-full one at 2,193 tokens")
     summary.wait_for(timeout=60_000)
-    summary.scroll_into_view_if_needed()  # the chart sits just above its summary
-    page.mouse.wheel(0, -300)
+    chart = page.locator('[data-testid="stPlotlyChart"]').last  # the page's last chart is the hybrid one
+    chart.evaluate("e => e.scrollIntoView({block: 'start'})")
     assert error_texts(page) == []
     shoot(page, "lesson-fragmentation-hybrid")

@@ -62,7 +62,10 @@ def test_the_chart_series_rows_and_summary_agree():
     last = rows[len(hybrid.CONTEXTS) - 1]
     assert last["all layers full (GiB)"] == pytest.approx(131_072 * GPT_OSS_ALL / GIB)
     text = hybrid.summary(curves)
-    assert "gpt-oss-120b's lines part at 2,193 tokens" in text and "36 KiB per token instead of 72" in text
+    assert (
+        "gpt-oss-120b's per-kind line falls below the all-full one at 2,193 tokens" in text
+        and "36 KiB per token instead of 72" in text
+    )
     assert "80 KiB per token instead of 496" in text
 
 
