@@ -127,8 +127,8 @@ def series(curves: tuple[HybridCurve, ...]) -> dict[str, list[float]]:
     """The chart's lines, GiB per request at CONTEXTS: each model's all-full and per-kind line."""
     out: dict[str, list[float]] = {}
     for c in curves:
-        out[f"{c.name}: all layers full"] = [p.all_full_bytes / GiB for p in c.points]
-        out[f"{c.name}: per kind (vLLM)"] = [p.per_kind_bytes / GiB for p in c.points]
+        out[f"{c.name}: all full"] = [p.all_full_bytes / GiB for p in c.points]
+        out[f"{c.name}: per kind"] = [p.per_kind_bytes / GiB for p in c.points]
     return out
 
 
