@@ -435,3 +435,20 @@ def test_todays_gpus_carry_their_datasheet_numbers(key, board_gb, bandwidth_tb_s
         assert g.cuda_source == ""  # no public log found: the board's figure stands in
     else:
         assert "#" in g.cuda_source and "GiB" in g.cuda_source
+
+
+def test_decode_reads_only_the_chosen_experts_and_the_kv_in_view():
+    from engine.memory.roofline import kv_read_bytes, roofline
+
+    c = DEEPSEEK_V3
+    m = model_from_config(c)
+    ops = {o.name: o for o in roofline(m, "h200", "decode", 1, 4096).ops}
+    h, moe_layers = c["hidden_size"], c["num_hidden_layers"] - c["first_k_dense_replace"]
+    per_token = 3 * h * (c["first_k_dense_replace"] * c["intermediate_size"])
+    per_token += 3 * h * c["moe_intermediate_size"] * (c["n_shared_experts"] + c["num_experts_per_tok"]) * moe_layers
+    assert ops["mlp"].flops == 2 * per_token
+    # gpt-oss: the sliding layers read their 128-token window, the full layers the whole context
+    g = GPT_OSS_120B
+    per_layer = full_layer_bytes(g)
+    assert kv_read_bytes(model_from_config(g), 4096) == 18 * per_layer * 4096 + 18 * per_layer * 128
+    assert kv_read_bytes("llama-3-8b", 4096) == 4096 * 131072
