@@ -227,6 +227,15 @@ def test_gemma_3_27b_keeps_ten_global_layers(cfg):
     assert kv_bytes_per_token(m) == full * full_layer_bytes(text) == 81_920
 
 
+def test_gemma_3_request_pays_for_vllms_padded_sliding_groups():
+    text, n, block, in_flight = GEMMA_3_27B["text_config"], 32 * 1024, 16, 2048
+    m = model_from_config(GEMMA_3_27B)
+    sliding_groups = cdiv(52, 10)  # 52 sliding layers in groups of 10 (the 10 global layers): the last one padded
+    sliding = cdiv(min(text["sliding_window"] - 1 + in_flight, n), block) + 1
+    expected = (cdiv(n, block) + sliding_groups * sliding) * 10 * block * full_layer_bytes(text)
+    assert kv_request_bytes(m, n) == expected
+
+
 def test_gemma_3_layer_types_and_the_older_pattern_field_agree():
     text = GEMMA_3_27B["text_config"]
     types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(62)]
