@@ -52,6 +52,13 @@ def check_num_tokens(num_tokens: object) -> int:
     return int(num_tokens)
 
 
+def _check_sizes(block_size: object, in_flight_tokens: object) -> None:
+    if not is_whole(block_size) or block_size < 1:
+        raise ValueError(f"block_size={block_size!r} must be a positive whole number of tokens")
+    if not is_whole(in_flight_tokens) or in_flight_tokens < 1:
+        raise ValueError(f"in_flight_tokens={in_flight_tokens!r} must be a positive whole number of tokens")
+
+
 def kv_groups(model: ModelSpec | str) -> tuple[KVGroup, ...]:
     """The model's KV-cache groups, as vLLM V1 forms them (one group for a uniform model)."""
     kinds = resolve_model(model).layer_kinds
@@ -121,10 +128,7 @@ def blocks_per_request(
     """Block ids one request of num_tokens tokens holds at most, summed over the model's groups."""
     m = resolve_model(model)
     n = check_num_tokens(num_tokens)
-    if not is_whole(block_size) or block_size < 1:
-        raise ValueError(f"block_size={block_size!r} must be a positive whole number of tokens")
-    if not is_whole(in_flight_tokens) or in_flight_tokens < 1:
-        raise ValueError(f"in_flight_tokens={in_flight_tokens!r} must be a positive whole number of tokens")
+    _check_sizes(block_size, in_flight_tokens)
     block = attention_block_size(m, block_size, kv_dtype, tensor_parallel)
     return sum(g.kind.blocks_held(n, block, in_flight_tokens) for g in kv_groups(m)) if n else 0
 
@@ -147,6 +151,7 @@ def kv_request_bytes(
     """
     m = resolve_model(model)
     check_num_tokens(num_tokens)
+    _check_sizes(block_size, in_flight_tokens)
     if not is_whole(tensor_parallel) or tensor_parallel < 1 or m.num_heads % tensor_parallel:
         raise ValueError(
             f"tensor_parallel={tensor_parallel!r} must be a positive divisor of {m.name}'s {m.num_heads} heads"

@@ -136,7 +136,7 @@ def run_outcome(scenario: Scenario, fixes: dict[str, Any] | None = None) -> Outc
     trace = generate_trace(tr.dataset, tr.num_requests, tr.request_rate, seed=tr.seed, max_len=tr.required_context)
     sim = SimConfig(
         cfg.policy,
-        max(1, fp.kv_budget_bytes // fp.kv_bytes_per_token),
+        max(1, fp.kv_token_capacity if fp.per_kind else fp.kv_budget_bytes // fp.kv_bytes_per_token),
         block_size=cfg.block_size,
         max_model_len=cfg.context_len,
         max_num_seqs=cfg.max_num_seqs,

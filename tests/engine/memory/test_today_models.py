@@ -227,6 +227,15 @@ def test_gemma_3_27b_keeps_ten_global_layers(cfg):
     assert kv_bytes_per_token(m) == full * full_layer_bytes(text) == 81_920
 
 
+def test_gemma_3_request_pays_for_vllms_padded_sliding_groups():
+    text, n, block, in_flight = GEMMA_3_27B["text_config"], 32 * 1024, 16, 2048
+    m = model_from_config(GEMMA_3_27B)
+    sliding_groups = cdiv(52, 10)  # 52 sliding layers in groups of 10 (the 10 global layers): the last one padded
+    sliding = cdiv(min(text["sliding_window"] - 1 + in_flight, n), block) + 1
+    expected = (cdiv(n, block) + sliding_groups * sliding) * 10 * block * full_layer_bytes(text)
+    assert kv_request_bytes(m, n) == expected
+
+
 def test_gemma_3_layer_types_and_the_older_pattern_field_agree():
     text = GEMMA_3_27B["text_config"]
     types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(62)]
@@ -435,3 +444,20 @@ def test_todays_gpus_carry_their_datasheet_numbers(key, board_gb, bandwidth_tb_s
         assert g.cuda_source == ""  # no public log found: the board's figure stands in
     else:
         assert "#" in g.cuda_source and "GiB" in g.cuda_source
+
+
+def test_decode_reads_only_the_chosen_experts_and_the_kv_in_view():
+    from engine.memory.roofline import kv_read_bytes, roofline
+
+    c = DEEPSEEK_V3
+    m = model_from_config(c)
+    ops = {o.name: o for o in roofline(m, "h200", "decode", 1, 4096).ops}
+    h, moe_layers = c["hidden_size"], c["num_hidden_layers"] - c["first_k_dense_replace"]
+    per_token = 3 * h * (c["first_k_dense_replace"] * c["intermediate_size"])
+    per_token += 3 * h * c["moe_intermediate_size"] * (c["n_shared_experts"] + c["num_experts_per_tok"]) * moe_layers
+    assert ops["mlp"].flops == 2 * per_token
+    # gpt-oss: the sliding layers read their 128-token window, the full layers the whole context
+    g = GPT_OSS_120B
+    per_layer = full_layer_bytes(g)
+    assert kv_read_bytes(model_from_config(g), 4096) == 18 * per_layer * 4096 + 18 * per_layer * 128
+    assert kv_read_bytes("llama-3-8b", 4096) == 4096 * 131072
