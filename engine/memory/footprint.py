@@ -128,7 +128,10 @@ def kv_bytes_per_token(model: ModelSpec | str, kv_dtype: str | float = "bf16", t
 def kv_cache_bytes(
     model: ModelSpec | str, num_tokens: int, kv_dtype: str | float = "bf16", tensor_parallel: int = 1
 ) -> int:
-    """Bytes of KV cache for num_tokens tokens (summed over sequences) on each GPU."""
+    """Bytes of KV cache for num_tokens tokens (summed over sequences) on each GPU: tokens * kv_bytes_per_token.
+
+    For a hybrid model that is the long-context rate only; one request's bytes, windows and states included,
+    are `engine.memory.kv_request_bytes`."""
     return _check_tokens("num_tokens", num_tokens) * kv_bytes_per_token(model, kv_dtype, tensor_parallel)
 
 
@@ -261,7 +264,22 @@ class ServingFootprint:
             self.max_model_len,
             per_seq,
             self.block_bytes,
+            self._longest_admissible() if self.per_kind else None,
         )
+
+    def _longest_admissible(self) -> int:
+        """The longest max_model_len whose admission blocks, summed over groups, fit the pool less its null block."""
+        usable, lo, hi = self.num_blocks - 1, 0, self.max_model_len
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            fits = (
+                kv_pool.admission_blocks(
+                    self.model, mid, self.block_size, self.max_num_batched_tokens, self.kv_dtype, self.tensor_parallel
+                )
+                <= usable
+            )
+            lo, hi = (mid, hi) if fits else (lo, mid - 1)
+        return lo
 
     def max_concurrency(self, context_len: int | None = None) -> int:
         """Sequences of context_len tokens (None: max_model_len) that fit at once, in whole blocks.

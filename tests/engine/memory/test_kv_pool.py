@@ -83,3 +83,54 @@ def test_bad_block_size_or_in_flight_is_a_value_error(model, bad):
         kv_request_bytes(model, 100, block_size=bad)
     with pytest.raises(ValueError, match="in_flight_tokens"):
         kv_request_bytes(model, 100, in_flight_tokens=bad)
+
+
+_VALUES = st.one_of(st.none(), st.integers(-4, 300), st.booleans(), st.text(max_size=3), st.floats(allow_nan=True))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {
+            "num_hidden_layers": st.integers(1, 6),
+            "hidden_size": st.sampled_from([64, 96]),
+            "num_attention_heads": st.just(4),
+        },
+        optional={
+            "model_type": st.sampled_from(["gpt_oss", "gemma3", "qwen3_next", "llama4", "deepseek_v3", "qwen3", "x"]),
+            "layer_types": st.lists(
+                st.sampled_from(["full_attention", "sliding_attention", "chunked_attention", "linear_attention", "y"]),
+                max_size=7,
+            ),
+            "sliding_window": _VALUES,
+            "attention_chunk_size": _VALUES,
+            "kv_lora_rank": _VALUES,
+            "qk_rope_head_dim": _VALUES,
+            "qk_nope_head_dim": _VALUES,
+            "v_head_dim": _VALUES,
+            "linear_num_key_heads": _VALUES,
+            "linear_num_value_heads": _VALUES,
+            "linear_key_head_dim": _VALUES,
+            "linear_value_head_dim": _VALUES,
+            "linear_conv_kernel_dim": _VALUES,
+            "n_routed_experts": _VALUES,
+            "num_experts_per_tok": _VALUES,
+            "moe_intermediate_size": _VALUES,
+            "first_k_dense_replace": _VALUES,
+            "sliding_window_pattern": _VALUES,
+        },
+    )
+)
+def test_any_todays_config_gives_a_model_with_sane_kv_or_a_value_error(cfg):
+    from engine.memory import model_from_config
+
+    try:
+        m = model_from_config(cfg)
+    except ValueError as e:
+        assert str(e)
+        return
+    assert len(m.layer_kinds) == m.num_layers
+    for n in (0, 1, 100, 5000):
+        held = kv_request_bytes(m, n)
+        assert held >= 0 and isinstance(held, int)
+    assert kv_bytes_per_token(m) >= 0

@@ -461,3 +461,15 @@ def test_decode_reads_only_the_chosen_experts_and_the_kv_in_view():
     per_layer = full_layer_bytes(g)
     assert kv_read_bytes(model_from_config(g), 4096) == 18 * per_layer * 4096 + 18 * per_layer * 128
     assert kv_read_bytes("llama-3-8b", 4096) == 4096 * 131072
+
+
+def test_a_hybrids_startup_error_estimates_the_longest_length_that_fits():
+    from engine.memory import serving_footprint
+
+    cfg = GPT_OSS_120B
+    fp = serving_footprint(model_from_config(cfg), "h100-sxm", max_model_len=131072, kv_cache_memory_bytes=1 << 30)
+    usable = fp.num_blocks - 1
+    # the longest n whose full-group blocks plus the sliding group's cap fit the usable blocks
+    sliding = cdiv(min(128 - 1 + fp.max_num_batched_tokens, 131072), 16) + 1
+    longest = (usable - sliding) * 16
+    assert f"estimated maximum model length is {longest}." in fp.startup_error
