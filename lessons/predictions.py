@@ -31,6 +31,7 @@ from engine.core.sequence import Sequence
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import kv_bytes_per_token, kv_cache_bytes, weight_bytes
 from engine.memory.units import GiB, KiB
+from lessons.labs.mla import latent_of
 
 PAGES: tuple[str, ...] = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "pressure", "diagnosis")
 
@@ -142,32 +143,55 @@ def _bandwidth() -> Prediction:
 
 
 def _gqa() -> Prediction:
-    m = MODELS["llama-3-8b"]
-    kib = kv_bytes_per_token(m, "bf16") / KiB
-    mha = m.kv_bytes_per_token_mha(2) / KiB
+    m = MODELS["deepseek-v3"]
+    lat = latent_of(m)  # every DeepSeek-V3 layer caches the same latent
+    per_token = kv_bytes_per_token(m, "bf16")
+    kib = per_token / KiB
+    generic = 2 * m.num_layers * m.num_kv_heads * (m.hidden_size // m.num_heads) * 2 / KiB
+    qk = lat.qk_nope_head_dim + lat.qk_rope_head_dim
+    decompressed = m.num_layers * m.num_heads * (qk + lat.v_head_dim) * 2 / KiB
     return Prediction(
         "gqa",
-        f"How many **KiB** of KV cache does one token of {m.name} need in bf16 (all {m.num_layers} layers, "
-        f"keys and values)?",
+        f"{m.name}'s config.json reads: {m.num_layers} layers, {m.num_heads} attention heads, "
+        f"`num_key_value_heads` {m.num_kv_heads}, `kv_lora_rank` {lat.kv_lora_rank}, `qk_rope_head_dim` "
+        f"{lat.qk_rope_head_dim}, `qk_nope_head_dim` {lat.qk_nope_head_dim}, `v_head_dim` {lat.v_head_dim}. How many "
+        f"**KiB** of KV cache does one token take in bf16 as vLLM stores it (all layers)?",
         "KiB",
         kib,
         0.02,
-        f"2 (K and V) × {m.num_layers} layers × {m.num_kv_heads} KV heads × {m.head_dim} head dim × 2 bytes "
-        f"= {kib * KiB:,.0f} bytes = **{num(kib)} KiB**.",
-        f"only the {m.num_kv_heads} KV heads are cached; the {m.num_heads} query heads share them "
-        f"({m.num_queries_per_kv} per group), so counting query heads over-states KV by {m.num_queries_per_kv}×.",
+        f"MLA caches one latent per token and layer: {lat.kv_lora_rank} (kv_lora_rank) + {lat.qk_rope_head_dim} "
+        f"(qk_rope_head_dim) = {lat.latent_dim} values, no separate V; {m.num_layers} layers × {lat.latent_dim} × "
+        f"2 bytes = {per_token:,} bytes = **{num(kib, 1)} KiB** (vllm/v1/kv_cache_interface.py, MLAAttentionSpec).",
+        f"the {m.num_kv_heads} heads in the config describe the decompressed attention, which is never stored; "
+        f"a calculator that reads `num_key_value_heads` over-states the cache {generic / kib:.0f}×.",
         1e7,
         (
             Trap(
-                mha,
-                "counted query heads instead of KV heads",
-                f"you counted the {m.num_heads} query heads: the {m.num_queries_per_kv}× calculator error",
+                generic,
+                "read num_key_value_heads",
+                f"you multiplied `num_key_value_heads` ({m.num_kv_heads}) by a head dim: MLA caches no per-head "
+                f"K or V, only the {lat.latent_dim}-value latent",
             ),
-            Trap(kib / 2, "K or V, not both", "you counted K or V, not both: the formula starts with 2"),
+            Trap(
+                decompressed,
+                "cached every head's decompressed K and V",
+                "that is every head's decompressed K and V; the cache holds the latent they are rebuilt from",
+            ),
+            Trap(
+                2 * kib,
+                "stored the latent twice, as K and V",
+                "you counted the latent twice (K and V): MLA's value is the same latent, stored once",
+            ),
+            Trap(
+                m.num_layers * lat.kv_lora_rank * 2 / KiB,
+                "left out the RoPE key",
+                f"you left out the {lat.qk_rope_head_dim}-value RoPE key cached beside the latent",
+                0.01,  # 61 KiB, 11 % below the answer: a 1 % window stays clear of the close band
+            ),
             Trap(
                 kib / m.num_layers,
                 f"one layer, not all {m.num_layers}",
-                "that is one layer; every layer caches its own K and V",
+                "that is one layer; every layer caches its own latent",
             ),
         ),
     )

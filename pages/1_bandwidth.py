@@ -11,6 +11,7 @@ from ui.errors import run_or_stop, show_error
 from ui.figure_cache import figure
 from ui.linked_view import linked_view
 from ui.memo import memo
+from ui.own_config import own_config_box
 from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
 from ui.router import lesson_section
@@ -54,6 +55,7 @@ def _calculator() -> None:
         step=512,
         key=view.keys["context"],
     )
+    own_config_box(PAGE, "bf16", int(context))  # the learner's own model, read as the catalog's are
     problem = lab.context_problem(model, int(context))  # a context the model cannot read: explained below
     fit = None if problem else _fit(model, gpu, int(context), dtype)
     batch = c4.slider(

@@ -14,6 +14,8 @@ from ui.kv_precision import kv_precision_section
 from ui.linked_view import linked_view
 from ui.memo import memo
 from ui.mla_cache import mla_cache_section
+from ui.mla_section import mla_calculator, mla_section
+from ui.own_config import own_config_box
 from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
 from ui.router import lesson_section
@@ -43,6 +45,14 @@ def _calculator() -> None:
     model = c1.selectbox("Model shape", choices.MODEL_KEYS, key=view.keys["model"])
     shape = lab.model_shape(model)
     kv_dtype = c2.selectbox("KV cache precision", lab.KV_DTYPES, key=view.keys["kv_dtype"])
+    c3, c4 = st.columns(2)
+    context = c3.number_input("Context length per user (tokens)", 1, 10_000_000, step=1024, key=view.keys["context"])
+    users = c4.number_input("Concurrent users", 1, 100_000, step=1, key=view.keys["users"])
+    own_config_box(PAGE, kv_dtype, int(context))  # the learner's own model, read as the catalog's are
+    if shape.mla:  # an MLA model caches a latent, not KV heads: its own numbers, no group slider
+        view.publish()
+        mla_calculator(model, kv_dtype, int(context), int(users))
+        return
     # One slider per model: the valid group counts (divisors of the query heads) differ between models.
     groups = st.select_slider(
         f"KV groups G (KV heads) — divisors of {shape.num_heads} query heads; {shape.name} ships with "
@@ -50,9 +60,6 @@ def _calculator() -> None:
         options=shape.group_options,
         key=view.keys["groups"],  # gqa_groups_<model>; starts at the model's real KV-head count
     )
-    c3, c4 = st.columns(2)
-    context = c3.number_input("Context length per user (tokens)", 1, 10_000_000, step=1024, key=view.keys["context"])
-    users = c4.number_input("Concurrent users", 1, 100_000, step=1, key=view.keys["users"])
 
     fp = run_or_stop(lab.footprint, model, groups, kv_dtype, int(context), int(users), hint="use whole numbers >= 1")
     m1, m2, m3 = metric_row(3)
@@ -65,7 +72,7 @@ def _calculator() -> None:
         delta_color="off",
     )
     st.markdown(
-        f"**2 × {shape.num_layers} layers × {groups} KV heads × {shape.head_dim} head dim × "
+        f"**2 × {shape.growing_layers} layers × {groups} KV heads × {shape.head_dim} head dim × "
         f"{fp.element_bytes} bytes = "
         f"{fp.bytes_per_token:,} bytes per token.** A calculator that multiplies by the {shape.num_heads} *query* "
         "heads "
@@ -80,6 +87,13 @@ def _calculator() -> None:
             f"{fp.held_tokens:,} tokens (plus at most one partly used block), not all {fp.context_len:,} — the "
             "footprint "
             "above counts that cap (Jiang et al., 2023, Mistral 7B; vLLM V1 sizes windowed layers the same way)."
+        )
+    if shape.hybrid:
+        st.info(
+            f"{shape.name} is a hybrid: {shape.growing_layers} of its {shape.num_layers} layers keep every token; "
+            "the others keep a bounded amount per user whatever the context (a sliding window, a local chunk or a "
+            "recurrent state). The numbers above count the full layers, what each further token adds; lesson 4 "
+            "charts a whole request both ways."
         )
     if fp.beyond_training:
         st.warning(
@@ -166,6 +180,10 @@ def _calculator() -> None:
     )
 
 
+def _mla() -> None:
+    mla_section(PAGE)  # the engine's own latent cache, measured, follows as its own section (_mla_cache)
+
+
 def _kv_precision() -> None:
     kv_precision_section(PAGE)
 
@@ -178,11 +196,12 @@ def _mla_cache() -> None:
     mla_cache_section(PAGE)
 
 
-# Three fragments: the sections below the calculator take none of its settings, so a move in one re-runs it alone.
+# Fragments: the sections below the calculator take none of its settings, so a move in one re-runs it alone.
 lesson_section(_calculator)
+lesson_section(_mla)
+lesson_section(_mla_cache)
 lesson_section(_kv_precision)
 lesson_section(_tensor_parallel)
-lesson_section(_mla_cache)
 
 sources(PAGE)
 lesson_check(PAGE)

@@ -11,8 +11,10 @@ from ui.chart_view import show_chart
 from ui.downloads import show_table
 from ui.errors import run_or_stop
 from ui.figure_cache import figure, frozen_figure
+from ui.hybrid_section import hybrid_section
 from ui.linked_view import linked_view
 from ui.memo import memo
+from ui.own_config import own_config_box
 from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
 from ui.router import lesson_section
@@ -56,6 +58,7 @@ def _calculator() -> None:
     rate = c5.slider("Requests per second", 0.5, lab.MAX_RATE, step=0.5, key=view.keys["rate"])
     num_requests = c6.slider("Requests in the trace", 20, lab.MAX_REQUESTS, step=20, key=view.keys["requests"])
     view.publish()
+    own_config_box(PAGE, "bf16", int(max_len))  # the learner's own model: what one max_model_len reservation holds
 
     with st.spinner("Replaying the trace through three static servers and a paged one …"):
         rep = run_or_stop(
@@ -135,7 +138,12 @@ def _calculator() -> None:
     )
 
 
+def _hybrid() -> None:
+    hybrid_section(PAGE)
+
+
 lesson_section(_calculator)
+lesson_section(_hybrid)  # its own fragment: the hybrid chart takes none of the calculator's settings
 
 sources(PAGE)
 lesson_check(PAGE)

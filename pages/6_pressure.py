@@ -18,6 +18,7 @@ from ui.figure_cache import figure, frozen_figure
 from ui.inert import prose_md
 from ui.linked_view import linked_view
 from ui.memo import memo
+from ui.pressure_gpu import gpu_scale_section
 from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
 from ui.router import lesson_section
@@ -43,11 +44,6 @@ def _run(rate: float, prompt_len: int, num_blocks: int, max_num_seqs: int, budge
 
 def _of(t: lab.Traffic, burst: bool = False) -> lab.PressureRun:
     return _run(t.rate, t.prompt_len, t.num_blocks, t.max_num_seqs, t.budget, burst)
-
-
-@memo(max_entries=16)
-def _gpu(gpu: str) -> lab.GpuSweep:
-    return lab.gpu_sweep(gpu)
 
 
 @memo(max_entries=64)
@@ -193,17 +189,7 @@ def _calculator() -> None:
         f"gpu_memory_utilization {lab.GPU_UTILIZATION}.",
     )
     view.publish()
-    sim = _gpu(gpu)
-    show_chart(
-        figure(charts_pressure.gpu_sweep, sim.points, f"Simulated: {sim.model_name} on {sim.gpu_name}"),
-        f"The simulator (lessons.sim over the engine's BlockManager and preemption rule, roofline step time; not "
-        f"measured): {sim.capacity_tokens:,} KV tokens, the same trace at each request rate. Preemptions (hatched "
-        "bars), p95 queue time (solid) and peak KV usage (dashed).",
-        sim.rows(),
-        f"pressure-gpu-{gpu}",
-        "pr_gpu",
-        summary=sim.summary(),
-    )
+    gpu_scale_section(PAGE, gpu)  # the simulated sweep and the learner's own config.json
 
 
 def _metrics() -> None:

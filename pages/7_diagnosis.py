@@ -17,6 +17,7 @@ from ui.inert import prose_md
 from ui.kv_precision import kv_precision_section
 from ui.linked_view import linked_view
 from ui.memo import memo
+from ui.own_config import own_config_box
 from ui.progress import record_diagnosis
 from ui.prose import page_header, prose, sources
 from ui.quiz import lesson_check
@@ -153,6 +154,7 @@ def _own_server() -> None:
     """The paste box: a learner's own vLLM log (and OOM message) read into numbers, a bar and flag changes."""
     st.subheader("Diagnose your own server")
     prose(PAGE, "Your own server")
+    own_config_box(PAGE)  # the learner's own model: its KV per token, for the pool their log reports
     pasted = st.text_area(
         "Your vLLM start-up log",
         key="diag_paste_log",

@@ -1,7 +1,10 @@
 """The memory model's public API: the model and GPU catalog, their specs, and the footprint arithmetic.
 
 `from engine.memory import MODELS, GPUS` gives the catalog (engine/memory/catalog.py), whose entries are the
-`ModelSpec` / `GpuSpec` of engine/memory/specs.py. The byte counts (`kv_bytes_per_token`, `weight_bytes`,
+`ModelSpec` / `GpuSpec` of engine/memory/specs.py; a model is described per layer by KV-cache kind
+(engine/memory/layers.py, vLLM V1's specs) and `model_from_config` reads one from a config.json
+(engine/memory/hf_config.py). How vLLM V1 groups the layers over one block pool, and what one request holds
+(`kv_request_bytes`), is engine/memory/kv_pool.py. The byte counts (`kv_bytes_per_token`, `weight_bytes`,
 `activation_bytes`, `kv_blocks_from_budget`, `kv_budget_bytes`, `serving_footprint`) come from
 engine/memory/footprint.py, the one place the course and the engine compute them, on top of vLLM V1's
 start-up profiling (engine/memory/startup.py) and the units and dtype sizes of engine/memory/units.py. The
@@ -31,7 +34,26 @@ from engine.memory.footprint import (
     serving_footprint,
     weight_bytes,
 )
-from engine.memory.specs import GpuSpec, ModelSpec, custom_model, estimate_params, model_from_config
+from engine.memory.hf_config import model_from_config
+from engine.memory.kv_pool import (
+    KVGroup,
+    attention_block_size,
+    blocks_per_request,
+    kv_groups,
+    kv_request_bytes,
+    max_concurrency,
+    pool_bytes_per_block,
+)
+from engine.memory.layers import (
+    DEFAULT_IN_FLIGHT_TOKENS,
+    ChunkedLocal,
+    FullAttention,
+    LatentAttention,
+    LayerKind,
+    LinearState,
+    SlidingWindow,
+)
+from engine.memory.specs import WEIGHT_FORMATS, GpuSpec, ModelSpec, custom_model, estimate_params
 from engine.memory.startup import (
     CUDA_GRAPH_BYTES_PER_LAYER,
     check_startup_args,
@@ -46,20 +68,31 @@ from engine.memory.units import DTYPE_BYTES, GiB, KiB, MiB, dtype_bytes, kv_byte
 
 __all__ = [
     "CUDA_GRAPH_BYTES_PER_LAYER",
-    "DTYPE_BYTES",
-    "GPUS",
-    "MODELS",
-    "NCCL_EXTRA_BYTES",
-    "NON_TORCH_BYTES",
     "Catalog",
+    "ChunkedLocal",
+    "DEFAULT_IN_FLIGHT_TOKENS",
+    "DTYPE_BYTES",
+    "FullAttention",
+    "GPUS",
     "GiB",
     "GpuSpec",
+    "KVGroup",
     "KiB",
+    "LatentAttention",
+    "LayerKind",
+    "LinearState",
+    "MODELS",
     "MiB",
     "ModelSpec",
+    "NCCL_EXTRA_BYTES",
+    "NON_TORCH_BYTES",
     "ServingFootprint",
+    "SlidingWindow",
     "UnknownKeyError",
+    "WEIGHT_FORMATS",
     "activation_bytes",
+    "attention_block_size",
+    "blocks_per_request",
     "check_startup_args",
     "cuda_graph_bytes",
     "cudagraph_capture_sizes",
@@ -76,7 +109,11 @@ __all__ = [
     "kv_bytes",
     "kv_bytes_per_token",
     "kv_cache_bytes",
+    "kv_groups",
+    "kv_request_bytes",
+    "max_concurrency",
     "model_from_config",
+    "pool_bytes_per_block",
     "resolve_gpu",
     "resolve_model",
     "serving_footprint",

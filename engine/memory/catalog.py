@@ -5,8 +5,9 @@ is named in ``source``); ``num_params`` is the parameter count the model card / 
 GPU entries use datasheet bandwidth and dense (no sparsity) bf16 tensor throughput. ``memory_bytes`` is the total
 ``nvidia-smi`` reports (an "80 GB" A100 has 80 GiB, 81920 MiB, of HBM); ``cuda_memory_bytes`` is the smaller total
 CUDA reports (``torch.cuda.mem_get_info``, the figure in PyTorch's out-of-memory message and vLLM's logs), which is
-what vLLM sizes from, each with the public log it comes from. No public log of an H200's CUDA total was found, so
-its entry falls back to nvidia-smi's 143771 MiB.
+what vLLM sizes from, each with the public log it comes from. No public log of an H200's, a B200's or an H20's CUDA
+total naming the card was found, so those entries fall back to nvidia-smi's MiB figure. The MI300X's total is what
+ROCm reports through the same PyTorch call.
 
 `MODELS` and `GPUS` are read-only mappings: a lookup of an unknown key raises `UnknownKeyError` (both a
 KeyError and a ValueError) whose message lists the keys that exist.
@@ -18,7 +19,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from engine.memory.specs import GpuSpec, ModelSpec, custom_model, model_from_config
+from engine.memory.hf_config import model_from_config
+from engine.memory.published import PUBLISHED
+from engine.memory.specs import GpuSpec, ModelSpec, custom_model
 from engine.memory.units import GiB, MiB
 
 _DEMO_CONFIG = Path(__file__).resolve().parents[2] / "models" / "demo" / "config.json"
@@ -118,6 +121,12 @@ def _load_demo() -> ModelSpec:
         return fallback  # a half-written config during training must not break every page
 
 
+def _today(key: str) -> ModelSpec:
+    """A catalog entry read from its published config.json (engine/memory/published.py), as a learner's paste is."""
+    entry = PUBLISHED[key]
+    return model_from_config(entry.config(), name=entry.name, source=entry.repo)
+
+
 # fmt: off
 # name, HF repo of the config.json, layers, hidden, heads, kv_heads, intermediate, vocab, max_position_embeddings,
 # published parameter count. Qwen2.5 configs carry sliding_window but use_sliding_window=false, so None here.
@@ -142,6 +151,8 @@ MODELS: Catalog[ModelSpec] = Catalog("model", {
                        tie_word_embeddings=True),
     "qwen2.5-7b": _m("Qwen2.5-7B", "Qwen/Qwen2.5-7B", 28, 3584, 28, 4, 18944, 152064, 131072, 7.616e9),
     "qwen2.5-72b": _m("Qwen2.5-72B", "Qwen/Qwen2.5-72B", 80, 8192, 64, 8, 29568, 152064, 131072, 72.706e9),
+    # Today's models, per-layer KV kinds and MoE shapes read from their published config.json.
+    **{key: _today(key) for key in PUBLISHED},
     "demo": _load_demo(),
 }, hint=" (or build one with custom_model)")
 
@@ -159,6 +170,16 @@ GPUS: Catalog[GpuSpec] = Catalog("GPU", {
                         int(23.64 * GiB), "ali-vilab/VGen#104: RTX 4090, 'total capacity of 23.64 GiB'"),
     "rtx-3090": GpuSpec("RTX 3090 24GB", 24576 * MiB, 936e9, 71e12, "NVIDIA Ampere GA102 whitepaper",
                         int(23.58 * GiB), "vllm#10517: RTX 3090, vLLM's 'total_gpu_memory=23.58GiB'"),
+    # GPUs a class meets now. B200: HGX B200 per GPU (180 GB HBM3e, 8 TB/s, 2.25 PFLOPS dense bf16); nvidia-smi shows
+    # 183359 MiB. H20: the export Hopper (96 GB HBM3, 4.0 TB/s, 148 TFLOPS dense bf16), nvidia-smi 97871 MiB. No public
+    # log naming either card with CUDA's total was found, so both fall back to nvidia-smi's figure.
+    "b200": GpuSpec("B200 180GB SXM", 183359 * MiB, 8.0e12, 2250e12, "NVIDIA HGX B200 datasheet (2025)"),
+    "h20": GpuSpec("H20 96GB", 97871 * MiB, 4.0e12, 148e12, "NVIDIA H20 product brief (2024)"),
+    "mi300x": GpuSpec("MI300X 192GB", 196608 * MiB, 5.3e12, 1307.4e12, "AMD Instinct MI300X datasheet (2023)",
+                      int(191.98 * GiB), "vllm#7951: MI300X x8, 'total capacity of 191.98 GiB' (ROCm)"),
+    "rtx-5090": GpuSpec("RTX 5090 32GB", 32607 * MiB, 1.792e12, 209.5e12, "NVIDIA RTX Blackwell GPU architecture "
+                        "whitepaper (2025)", int(31.36 * GiB),
+                        "TrajectoryCrafter/TrajectoryCrafter#20: RTX 5090, 'total capacity of 31.36 GiB'"),
     # Illustrative laptop/desktop CPU: dual-channel DDR5 bandwidth, AVX-512/AMX-less bf16 matmul throughput.
     "cpu": GpuSpec("CPU (typical desktop)", 32 * GiB, 60e9, 1e12, "illustrative: dual-channel DDR5-4800"),
 })

@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.core.sliding_window import kv_blocks_per_seq
+from engine.memory import kv_pool
 from engine.memory.catalog import resolve_gpu, resolve_model
-from engine.memory.specs import GpuSpec, ModelSpec
+from engine.memory.specs import GpuSpec, ModelSpec, param_parts
 from engine.memory.startup import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     check_startup_args,
@@ -63,8 +64,36 @@ def embedding_params(model: ModelSpec | str) -> int:
     return m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
 
 
+# Bytes per parameter of the quantized parts of a checkpoint, scales included: DeepSeek's block-wise fp8 is one byte
+# per weight plus one fp32 scale per 128 x 128 tile (`weight_scale_inv`; exact when both dims are multiples of 128);
+# MXFP4 is 4 bits per weight plus one 8-bit (E8M0) scale per 32 weights (OCP Microscaling spec v1.0).
+FP8_BLOCK_BYTES = 1 + 4 / (128 * 128)
+MXFP4_BYTES = 0.5 + 1 / 32
+
+
+def shipped_weight_bytes(model: ModelSpec | str) -> int:
+    """Bytes of the checkpoint's weights as shipped (`ModelSpec.weight_format`, from quantization_config).
+
+    bf16: two bytes each. fp8_block (DeepSeek-V3, Kimi K2): every linear layer (attention projections, routed and
+    shared experts, dense MLPs) in fp8 with its tile scales; the embeddings, router and norms in bf16. mxfp4
+    (gpt-oss): the routed experts in MXFP4; attention, router and embeddings in bf16 (its `modules_to_not_convert`).
+    """
+    m = resolve_model(model)
+    parts = param_parts(m)
+    bf16 = dtype_bytes("bf16")
+    if m.weight_format == "fp8_block":
+        linear = parts["attention"] + parts["experts"] + parts["mlp"]
+        return int(linear * FP8_BLOCK_BYTES + (parts["embeddings"] + parts["router"] + parts["norms"]) * bf16)
+    if m.weight_format == "mxfp4":
+        return int(parts["experts"] * MXFP4_BYTES + (sum(parts.values()) - parts["experts"]) * bf16)
+    return int(m.num_params * bf16)
+
+
 def weight_bytes(model: ModelSpec | str, dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
     """Bytes of weights on each GPU: parameters * bytes per parameter / tensor-parallel degree.
+
+    dtype "auto" is the checkpoint as shipped (`shipped_weight_bytes`: fp8 for DeepSeek-V3, MXFP4 experts for
+    gpt-oss, bf16 for the rest), vLLM's default for a quantized checkpoint.
 
     Quantized weights (fewer than 2 bytes per parameter) cover the linear layers only: the embedding and the
     lm_head stay in bf16. vLLM's `--quantization fp8` quantizes `LinearBase` and MoE layers and returns no
@@ -73,6 +102,8 @@ def weight_bytes(model: ModelSpec | str, dtype: str | float = "bf16", tensor_par
     """
     m = resolve_model(model)
     _check_tp(m, tensor_parallel)
+    if dtype == "auto" and m.weight_format != "bf16":
+        return int(shipped_weight_bytes(m) / tensor_parallel)
     per_param = dtype_bytes(dtype)
     if per_param >= dtype_bytes("bf16"):
         return int(m.num_params * per_param / tensor_parallel)
@@ -81,9 +112,15 @@ def weight_bytes(model: ModelSpec | str, dtype: str | float = "bf16", tensor_par
 
 
 def kv_bytes_per_token(model: ModelSpec | str, kv_dtype: str | float = "bf16", tensor_parallel: int = 1) -> int:
-    """KV bytes one token occupies on each GPU; KV heads split over TP and are replicated past num_kv_heads."""
+    """KV bytes each further token adds on each GPU; KV heads split over TP and are replicated past num_kv_heads.
+
+    Dense models: every layer's K and V. Per-kind models (`ModelSpec.layer_kinds`): what a token adds at long
+    context, the layers that keep every token (full attention, MLA); an MLA latent is the same on every TP rank.
+    """
     m = resolve_model(model)
     _check_tp(m, tensor_parallel)
+    if m.layers:
+        return m.kv_bytes_per_token(dtype_bytes(kv_dtype), tensor_parallel)
     heads_per_gpu = max(1, m.num_kv_heads // tensor_parallel)
     return kv_bytes(m.num_layers, heads_per_gpu, m.head_dim, dtype_bytes(kv_dtype))
 
@@ -91,7 +128,10 @@ def kv_bytes_per_token(model: ModelSpec | str, kv_dtype: str | float = "bf16", t
 def kv_cache_bytes(
     model: ModelSpec | str, num_tokens: int, kv_dtype: str | float = "bf16", tensor_parallel: int = 1
 ) -> int:
-    """Bytes of KV cache for num_tokens tokens (summed over sequences) on each GPU."""
+    """Bytes of KV cache for num_tokens tokens (summed over sequences) on each GPU: tokens * kv_bytes_per_token.
+
+    For a hybrid model that is the long-context rate only; one request's bytes, windows and states included,
+    are `engine.memory.kv_request_bytes`."""
     return _check_tokens("num_tokens", num_tokens) * kv_bytes_per_token(model, kv_dtype, tensor_parallel)
 
 
@@ -165,6 +205,23 @@ class ServingFootprint:
     kv_dtype: str
     cuda_graph_bytes: int = 0
     total_bytes: int | None = None  # what CUDA reports as the device's total (None: the catalog's capacity)
+    block_bytes: int | None = None  # one block id's bytes in the shared pool (None: block_size * kv_bytes_per_token)
+
+    @property
+    def pool_block_bytes(self) -> int:
+        """Bytes one block id costs: every layer's page for a uniform model, the largest KV-cache group's for a
+        hybrid (engine/memory/kv_pool.py)."""
+        return self.block_size * self.kv_bytes_per_token if self.block_bytes is None else self.block_bytes
+
+    @property
+    def per_kind(self) -> bool:
+        """Whether the model's layers are sized per KV kind (explicit layer kinds: hybrids, MLA, state)."""
+        return bool(self.model.layers)
+
+    def _request_blocks(self, context_len: int) -> int:
+        return kv_pool.blocks_per_request(
+            self.model, context_len, self.block_size, self.max_num_batched_tokens, self.kv_dtype, self.tensor_parallel
+        )
 
     @property
     def capacity_bytes(self) -> int:
@@ -173,15 +230,30 @@ class ServingFootprint:
 
     @property
     def kv_token_capacity(self) -> int:
-        """Tokens the KV pool holds (all sequences together): num_blocks * block_size."""
+        """Tokens the KV pool holds (all sequences together): num_blocks * block_size.
+
+        Per-kind models: vLLM's "GPU KV cache size" line, int(max concurrency * max_model_len)
+        (``get_kv_cache_capacity`` in vllm/v1/core/kv_cache_utils.py)."""
+        if self.per_kind:
+            return int(self.vllm_concurrency() * self.max_model_len)
         return self.num_blocks * self.block_size
 
     @property
     def startup_error(self) -> str | None:
         """The error vLLM V1 would raise at start-up with this configuration (its wording), or None."""
-        per_seq = kv_blocks_per_seq(
-            self.max_model_len, self.block_size, self.model.sliding_window, self.max_num_batched_tokens
-        )
+        if self.per_kind:  # vLLM checks the sum over groups of each group's admission cap
+            per_seq = kv_pool.admission_blocks(
+                self.model,
+                self.max_model_len,
+                self.block_size,
+                self.max_num_batched_tokens,
+                self.kv_dtype,
+                self.tensor_parallel,
+            )
+        else:
+            per_seq = kv_blocks_per_seq(
+                self.max_model_len, self.block_size, self.model.sliding_window, self.max_num_batched_tokens
+            )
         return startup_error_text(
             self.capacity_bytes,
             self.other_process_bytes,
@@ -191,19 +263,50 @@ class ServingFootprint:
             self.kv_bytes_per_token,
             self.max_model_len,
             per_seq,
+            self.block_bytes,
+            self._longest_admissible() if self.per_kind else None,
         )
+
+    def _longest_admissible(self) -> int:
+        """The longest max_model_len whose admission blocks, summed over groups, fit the pool less its null block."""
+        usable, lo, hi = self.num_blocks - 1, 0, self.max_model_len
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            fits = (
+                kv_pool.admission_blocks(
+                    self.model, mid, self.block_size, self.max_num_batched_tokens, self.kv_dtype, self.tensor_parallel
+                )
+                <= usable
+            )
+            lo, hi = (mid, hi) if fits else (lo, mid - 1)
+        return lo
 
     def max_concurrency(self, context_len: int | None = None) -> int:
         """Sequences of context_len tokens (None: max_model_len) that fit at once, in whole blocks.
 
         A sliding-window model's sequence holds at most its window's blocks (`kv_blocks_per_seq`)."""
         length = self._context_len(context_len)
+        if self.per_kind:
+            return self.num_blocks // self._request_blocks(length)
         per_seq = kv_blocks_per_seq(length, self.block_size, self.model.sliding_window, self.max_num_batched_tokens)
         return self.num_blocks // per_seq
 
     def vllm_concurrency(self, context_len: int | None = None) -> float:
-        """vLLM's log figure "Maximum concurrency for N tokens per request: X.XXx" (tokens / N)."""
-        return self.kv_token_capacity / self._context_len(context_len)
+        """vLLM's log figure "Maximum concurrency for N tokens per request: X.XXx" (tokens / N).
+
+        Per-kind models follow ``get_max_concurrency_for_kv_cache_config``: the pool's blocks over the sum of each
+        KV-cache group's admission cap for one N-token request."""
+        if self.per_kind:
+            return kv_pool.max_concurrency(
+                self.model,
+                self.num_blocks,
+                self._context_len(context_len),
+                self.block_size,
+                self.max_num_batched_tokens,
+                self.kv_dtype,
+                self.tensor_parallel,
+            )
+        return self.num_blocks * self.block_size / self._context_len(context_len)
 
     def _context_len(self, context_len: int | None) -> int:
         if context_len is None:
@@ -214,11 +317,17 @@ class ServingFootprint:
         """Longest context each of `concurrency` simultaneous sequences can reach (whole blocks each)."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency}")
+        if self.per_kind:  # the longest context whose blocks, summed over groups, fit each share of the pool
+            share, lo, hi = self.num_blocks // concurrency, 0, 1 << 40
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if self._request_blocks(mid) <= share else (lo, mid - 1)
+            return lo
         return (self.num_blocks // concurrency) * self.block_size
 
     def breakdown(self) -> list[dict[str, float | str]]:
         """Rows (part, bytes, GiB) adding up to the capacity; the last is negative ("over capacity") if oversold."""
-        kv_used = self.num_blocks * self.block_size * self.kv_bytes_per_token
+        kv_used = self.num_blocks * self.pool_block_bytes
         parts = [
             ("weights", self.weights_bytes),
             ("activations (profiled peak)", self.activation_bytes),
@@ -236,7 +345,7 @@ def serving_footprint(
     model: ModelSpec | str,
     gpu: GpuSpec | str,
     *,
-    weight_dtype: str = "bf16",
+    weight_dtype: str = "auto",
     kv_dtype: str = "bf16",
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     max_model_len: int | None = None,
@@ -251,7 +360,9 @@ def serving_footprint(
 ) -> ServingFootprint:
     """vLLM V1's start-up arithmetic: KV blocks = (total * util - weights - activations - non-torch - graphs) / block.
 
-    max_model_len defaults to the model's max context; max_num_batched_tokens to V1's `vllm serve` default (with
+    weight_dtype "auto" (the default) sizes the checkpoint as shipped (`shipped_weight_bytes`; bf16 for a bf16
+    checkpoint). max_model_len defaults to the model's max context; max_num_batched_tokens to V1's `vllm serve`
+    default (with
     chunked prefill, on by default, the activation peak does not depend on max_model_len; without it pass
     `startup.token_budget(..., enable_chunked_prefill=False)`, at least max_model_len). cuda_graph_bytes: vLLM's
     CUDA-graph estimate when it profiles graphs. kv_cache_memory_bytes, when set, is the KV size itself (vLLM's
@@ -279,6 +390,7 @@ def serving_footprint(
     weights = weight_bytes(m, weight_dtype, tensor_parallel)
     acts = activation_bytes(m, max_num_batched_tokens, "bf16", tensor_parallel)
     per_token = kv_bytes_per_token(m, kv_dtype, tensor_parallel)
+    block_bytes = kv_pool.pool_bytes_per_block(m, kv_dtype, block_size, tensor_parallel) if m.layers else None
     total = g.total_bytes if total_bytes is None else total_bytes
     budget = (
         kv_cache_memory_bytes
@@ -307,7 +419,11 @@ def serving_footprint(
         kv_bytes_per_token=per_token,
         naive_kv_bytes_per_token=m.kv_bytes_per_token_mha(dtype_bytes(kv_dtype)),
         block_size=block_size,
-        num_blocks=kv_blocks_from_budget(budget, per_token, block_size),
+        num_blocks=(
+            kv_blocks_from_budget(budget, per_token, block_size)
+            if block_bytes is None
+            else max(0, int(budget // block_bytes))
+        ),
         max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens,
         tensor_parallel=tensor_parallel,
@@ -315,4 +431,5 @@ def serving_footprint(
         kv_dtype=kv_dtype,
         cuda_graph_bytes=cuda_graph_bytes,
         total_bytes=total_bytes,
+        block_bytes=block_bytes,
     )

@@ -4,7 +4,10 @@ vLLM's `QKVParallelLinear` (vllm/model_executor/layers/linear.py) gives each of 
 heads; while `tp` is below the KV-head count each GPU gets `num_kv_heads / tp` KV heads, and from `tp ==
 num_kv_heads` on each GPU keeps exactly one, every KV head copied on `tp / num_kv_heads` GPUs
 (`num_kv_head_replicas`). Both divisions must be exact. `ModelConfig.get_num_kv_heads` sizes each GPU's KV
-cache from the same `max(1, num_kv_heads // tp)`.
+cache from the same `max(1, num_kv_heads // tp)`. An MLA model (DeepSeek-V2/V3, Kimi K2) is the exception: its
+cache is one latent per token, which `get_num_kv_heads` counts as 1 head whatever the TP, so every GPU holds the
+whole latent (TP splits the query heads and the projections, never the cache), and the config's
+`num_key_value_heads` is not checked against TP.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ def check_tensor_parallel(model: ModelSpec, tensor_parallel: object) -> int:
             f"{model.name} has {model.num_heads} query heads, not divisible by TP {tensor_parallel}: "
             f"vLLM refuses it; pick a divisor of {model.num_heads}"
         )
+    if model.is_mla:
+        return tensor_parallel
     kv = model.num_kv_heads
     if (tensor_parallel < kv and kv % tensor_parallel) or (tensor_parallel >= kv and tensor_parallel % kv):
         raise ValueError(
@@ -32,10 +37,12 @@ def check_tensor_parallel(model: ModelSpec, tensor_parallel: object) -> int:
 
 
 def kv_heads_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
-    """KV heads each GPU stores: num_kv_heads / TP, and never fewer than one."""
-    return max(1, model.num_kv_heads // check_tensor_parallel(model, tensor_parallel))
+    """KV heads each GPU stores: num_kv_heads / TP, and never fewer than one (MLA: the one latent)."""
+    tp = check_tensor_parallel(model, tensor_parallel)
+    return 1 if model.is_mla else max(1, model.num_kv_heads // tp)
 
 
 def kv_head_replicas(model: ModelSpec, tensor_parallel: int) -> int:
-    """GPUs that hold a copy of each KV head (1: every head lives on one GPU)."""
-    return max(1, check_tensor_parallel(model, tensor_parallel) // model.num_kv_heads)
+    """GPUs that hold a copy of each KV head (1: every head lives on one GPU; MLA: the latent is on every GPU)."""
+    tp = check_tensor_parallel(model, tensor_parallel)
+    return tp if model.is_mla else max(1, tp // model.num_kv_heads)

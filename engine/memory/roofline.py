@@ -133,23 +133,37 @@ def roofline(
     new = batch_size * (context_len if phase == "prefill" else 1)  # tokens going through the weights
     # keys each new token attends to, summed: causal triangle in prefill, the whole context in decode
     pairs = batch_size * (context_len * (context_len + 1) / 2 if phase == "prefill" else context_len)
-    kv_tokens = batch_size * context_len
-    attn = OpCost(
-        "attention", 4 * L * q_dim * pairs, L * kv_tokens * 2 * kv_dim * kb + L * new * 2 * q_dim * ab
-    )  # KV read + q in / out
-    proj_w = L * h * (2 * q_dim + 2 * kv_dim)
+    kv_read = batch_size * kv_read_bytes(m, context_len, kb)
+    attn = OpCost("attention", 4 * L * q_dim * pairs, kv_read + L * new * 2 * q_dim * ab)  # KV read + q in / out
+    proj_w = sum(kind.attention_params(h, m.num_heads) for kind in m.layer_kinds)  # q/k/v/o or MLA's projections
     proj = OpCost("qkv/o projections", 2 * new * proj_w, proj_w * wb + L * new * (2 * h + 2 * q_dim + 2 * kv_dim) * ab)
     k = m.experts_per_token
     experts_read = m.num_experts * (1 - (1 - k / m.num_experts) ** new) if m.num_experts > 1 else 1.0
+    moe_layers = L - m.num_dense_layers if m.num_experts > 1 else 0
+    dense_w = 3 * h * inter * (L - moe_layers)  # dense MLPs (every layer of a dense model)
+    expert_w, shared_w = 3 * h * m.expert_intermediate_size, 3 * h * m.shared_expert_intermediate_size * moe_layers
     mlp = OpCost(
         "mlp",
-        2 * new * L * 3 * h * inter * k,
-        L * 3 * h * inter * experts_read * wb + L * new * (2 * h + 3 * inter) * ab,
+        2 * new * (dense_w + shared_w + moe_layers * expert_w * k),
+        (dense_w + shared_w + moe_layers * expert_w * experts_read) * wb + L * new * (2 * h + 3 * inter) * ab,
     )
     logits = batch_size  # only the last position of each sequence needs logits
     hb = max(wb, dtype_bytes("bf16"))  # quantization leaves the lm_head in bf16 (engine/memory/footprint.py)
     head = OpCost("lm_head", 2 * logits * h * m.vocab_size, h * m.vocab_size * hb + logits * m.vocab_size * 4)
     return Roofline(phase, m, g, batch_size, context_len, (attn, proj, mlp, head))
+
+
+def kv_read_bytes(model: ModelSpec | str, context_len: int, kv_dtype_bytes: float = 2) -> float:
+    """KV bytes one decode step of one sequence reads: each layer's tokens in view, or its state.
+
+    Full attention and MLA read the whole context; a sliding layer its window; a chunked layer at most one chunk;
+    a linear layer its fixed state. A dense model: layers * context * 2 * kv_heads * head_dim * bytes."""
+    m = resolve_model(model)
+    total = 0.0
+    for kind in m.layer_kinds:
+        seen = min(context_len, getattr(kind, "window", None) or getattr(kind, "chunk", None) or context_len)
+        total += kind.bytes_per_token(kv_dtype_bytes) * seen + kind.state_bytes(2)
+    return total
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,21 +1,28 @@
-"""What a model and a GPU are to the memory model: the spec dataclasses, and models built from config.json.
+"""What a model and a GPU are to the memory model: the spec dataclasses, and learner-defined models.
 
 A `ModelSpec` holds the architecture numbers of one decoder-only transformer, as a Hugging Face
 ``config.json`` states them; a `GpuSpec` holds one accelerator's capacity, HBM bandwidth and dense bf16
-throughput. KV bytes per token follow the GQA formula ``2 * layers * kv_heads * head_dim * bytes``
-(engine/memory/units.py's `kv_bytes`, the one formula everyone calls); the common calculator bug is to use
-the number of *query* heads instead, which :meth:`ModelSpec.kv_bytes_per_token_mha` returns so a page can
-show the difference (4x for Llama-3-8B). The published entries built from these classes are engine/memory/catalog.py.
+throughput. A model's KV cache is described per layer, by kind, as vLLM V1 does (`ModelSpec.layer_kinds`, the
+kinds of engine/memory/layers.py: full attention, sliding window, chunked local, MLA, linear state); a dense
+model's KV bytes per token stay the GQA formula ``2 * layers * kv_heads * head_dim * bytes`` (engine/memory/units.py's
+`kv_bytes`). The common calculator bug is to use the number of *query* heads instead, which
+:meth:`ModelSpec.kv_bytes_per_token_mha` returns so a page can show the difference (4x for Llama-3-8B).
+Models read from a config.json come from engine/memory/hf_config.py; the published entries are
+engine/memory/catalog.py.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.memory import units
+from engine.memory.layers import FullAttention, LatentAttention, LayerKind, SlidingWindow
 from kernels.validate import is_whole
+
+# How a checkpoint ships its weights (`quantization_config` in config.json): plain bf16, DeepSeek's block-wise fp8
+# (128 x 128 tiles, one fp32 scale each), or gpt-oss's MXFP4 experts (4-bit values, one 8-bit scale per 32).
+WEIGHT_FORMATS = ("bf16", "fp8_block", "mxfp4")
 
 _POSITIVE_FIELDS = (
     "num_layers",
@@ -55,6 +62,11 @@ class ModelSpec:
     num_experts: int = 1
     experts_per_token: int = 1
     tie_word_embeddings: bool = False
+    layers: tuple[LayerKind, ...] = ()  # one KV kind per layer; () = every layer as num_kv_heads / sliding_window say
+    moe_intermediate_size: int | None = None  # one routed expert's MLP width (None: intermediate_size)
+    shared_expert_intermediate_size: int = 0  # the always-on shared experts' MLP width, summed (0: none)
+    num_dense_layers: int = 0  # layers with a dense MLP in an MoE model (DeepSeek's first_k_dense_replace)
+    weight_format: str = "bf16"  # the checkpoint's weights as shipped: "bf16", "fp8_block" or "mxfp4"
 
     def __post_init__(self) -> None:
         for field in _POSITIVE_FIELDS:
@@ -72,10 +84,55 @@ class ModelSpec:
             )
         if self.sliding_window is not None and not _is_positive_int(self.sliding_window):
             raise ValueError(f"model {self.name!r}: sliding_window must be positive or None, got {self.sliding_window}")
+        if self.layers and len(self.layers) != self.num_layers:
+            raise ValueError(
+                f"model {self.name!r}: {len(self.layers)} layer kinds for num_layers={self.num_layers}; "
+                "give one kind per layer"
+            )
+        if self.moe_intermediate_size is not None and not _is_positive_int(self.moe_intermediate_size):
+            width = self.moe_intermediate_size
+            raise ValueError(f"model {self.name!r}: moe_intermediate_size must be a positive integer, got {width!r}")
+        if not is_whole(self.shared_expert_intermediate_size) or self.shared_expert_intermediate_size < 0:
+            raise ValueError(
+                f"model {self.name!r}: shared_expert_intermediate_size must be a whole number >= 0, "
+                f"got {self.shared_expert_intermediate_size!r}"
+            )
+        if not is_whole(self.num_dense_layers) or not 0 <= self.num_dense_layers <= self.num_layers:
+            raise ValueError(
+                f"model {self.name!r}: num_dense_layers={self.num_dense_layers!r} must be in 0..num_layers"
+            )
+        if self.weight_format not in WEIGHT_FORMATS:
+            raise ValueError(
+                f"model {self.name!r}: weight_format={self.weight_format!r} is not one of {list(WEIGHT_FORMATS)}"
+            )
+
+    @property
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """The KV-cache kind of every layer, in order (vllm/v1/kv_cache_interface.py's specs, engine/memory/layers.py).
+
+        Without explicit `layers`: full attention everywhere, or a sliding window everywhere when `sliding_window`
+        is set (Mistral-7B v0.1)."""
+        if self.layers:
+            return self.layers
+        if self.sliding_window is None:
+            return (FullAttention(self.num_kv_heads, self.head_dim),) * self.num_layers
+        return (SlidingWindow(self.num_kv_heads, self.head_dim, self.sliding_window),) * self.num_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether the layers are of more than one KV kind (gpt-oss, Gemma 3, Llama 4, Qwen3-Next)."""
+        return len({type(k) for k in self.layer_kinds}) > 1
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether the model caches an MLA latent (DeepSeek-V2/V3, Kimi K2) instead of per-head K and V."""
+        return any(isinstance(k, LatentAttention) for k in self.layer_kinds)
 
     @property
     def attention_kind(self) -> str:
-        """ "MHA" (one KV head per query head), "MQA" (a single KV head) or "GQA" (in between)."""
+        """ "MLA" (a latent per token), "MHA" (one KV head per query head), "MQA" (one KV head) or "GQA" (between)."""
+        if self.is_mla:
+            return "MLA"
         if self.num_kv_heads == self.num_heads:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
@@ -87,23 +144,52 @@ class ModelSpec:
 
     @property
     def active_params(self) -> int:
-        """Parameters read per token: all of them for dense models, the routed experts' share for MoE."""
+        """Parameters read per token: all of them for dense models; for MoE, all but the routed experts not chosen
+        (experts_per_token of num_experts in each MoE layer; shared experts and dense layers always run)."""
         if self.num_experts == 1:
             return self.num_params
-        expert = 3 * self.hidden_size * self.intermediate_size * self.num_layers
-        return self.num_params - (self.num_experts - self.experts_per_token) * expert
+        return self.num_params - (self.num_experts - self.experts_per_token) * self.expert_params
 
-    def kv_bytes_per_token(self, dtype_bytes: float = 2) -> int:
-        """K and V bytes one token adds to the cache: 2 * layers * kv_heads * head_dim * bytes per element."""
-        return units.kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, units.dtype_bytes(dtype_bytes))
+    @property
+    def expert_intermediate_size(self) -> int:
+        """One routed expert's MLP width: moe_intermediate_size, else intermediate_size (Mixtral, gpt-oss)."""
+        return self.intermediate_size if self.moe_intermediate_size is None else self.moe_intermediate_size
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert summed over the MoE layers (0 for a dense model)."""
+        if self.num_experts == 1:
+            return 0
+        moe_layers = self.num_layers - self.num_dense_layers
+        return 3 * self.hidden_size * self.expert_intermediate_size * moe_layers
+
+    def kv_bytes_per_token(self, dtype_bytes: float = 2, tensor_parallel: int = 1) -> int:
+        """KV bytes each further token adds at long context, on one GPU.
+
+        Dense models: 2 * layers * kv_heads * head_dim * bytes per element. Per-kind models: the layers that keep
+        every token (full attention, MLA); sliding, chunked and linear layers stop growing. A model none of whose
+        layers keeps every token (Mistral-7B: a window everywhere) is charged every layer's per-token bytes,
+        what a token inside the window costs.
+        """
+        size = units.dtype_bytes(dtype_bytes)
+        if not self.layers and tensor_parallel == 1:
+            return units.kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, size)
+        kinds = self.layer_kinds
+        growing = [k for k in kinds if k.keeps_every_token] or kinds
+        return sum(k.bytes_per_token(size, tensor_parallel) for k in growing)
 
     def kv_bytes_per_token_mha(self, dtype_bytes: float = 2) -> int:
         """The naive number that assumes one KV head per query head (the classic calculator bug for GQA)."""
         return units.kv_bytes(self.num_layers, self.num_heads, self.head_dim, units.dtype_bytes(dtype_bytes))
 
     def with_kv_heads(self, num_kv_heads: int) -> ModelSpec:
-        """The same model with a different number of KV heads (MHA -> GQA -> MQA slider)."""
-        return replace(self, name=f"{self.name} (kv_heads={num_kv_heads})", num_kv_heads=num_kv_heads)
+        """The same model with a different number of KV heads (MHA -> GQA -> MQA slider); MLA has none to change."""
+        if self.is_mla:
+            raise ValueError(
+                f"{self.name} uses MLA: it caches one latent per token, not KV heads; there are no KV heads to change"
+            )
+        layers = tuple(replace(k, num_kv_heads=num_kv_heads) if hasattr(k, "num_kv_heads") else k for k in self.layers)
+        return replace(self, name=f"{self.name} (kv_heads={num_kv_heads})", num_kv_heads=num_kv_heads, layers=layers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,66 +230,28 @@ class GpuSpec:
         return self.bf16_flops / self.bandwidth_bytes_per_s
 
 
+def param_parts(spec: ModelSpec) -> dict[str, int]:
+    """Parameters by part, from the architecture: embeddings, attention (per layer kind), router, routed experts,
+    MLP (dense layers and shared experts), norms. Gated (SwiGLU) MLPs: 3 * hidden * width per MLP; biases, Qwen3's
+    q/k norms, gpt-oss's attention sinks and Qwen3-Next's output gate are left out (under 0.2 % of each model)."""
+    h = spec.hidden_size
+    attention = sum(k.attention_params(h, spec.num_heads) for k in spec.layer_kinds)
+    moe_layers = spec.num_layers - spec.num_dense_layers if spec.num_experts > 1 else 0
+    mlp = 3 * h * spec.intermediate_size * (spec.num_layers - moe_layers)
+    mlp += 3 * h * spec.shared_expert_intermediate_size * moe_layers
+    return {
+        "embeddings": spec.vocab_size * h * (1 if spec.tie_word_embeddings else 2),
+        "attention": attention,
+        "router": h * spec.num_experts * moe_layers,
+        "experts": 3 * h * spec.expert_intermediate_size * spec.num_experts * moe_layers,
+        "mlp": mlp,
+        "norms": 2 * h * spec.num_layers + h,
+    }
+
+
 def estimate_params(spec: ModelSpec) -> int:
-    """Parameter count implied by the architecture (Llama-style: q/k/v/o, gated MLP, RMSNorm, embeddings)."""
-    h, hd = spec.hidden_size, spec.head_dim
-    attn = h * spec.num_heads * hd * 2 + h * spec.num_kv_heads * hd * 2  # q, o + k, v projections
-    mlp = 3 * h * spec.intermediate_size * spec.num_experts
-    router = h * spec.num_experts if spec.num_experts > 1 else 0
-    per_layer = attn + mlp + router + 2 * h  # two RMSNorm weights
-    embeddings = spec.vocab_size * h * (1 if spec.tie_word_embeddings else 2)
-    return spec.num_layers * per_layer + embeddings + h
-
-
-def _decoder_config(config: str | dict[str, Any]) -> dict[str, Any]:
-    """The language model's part of a config.json (dict or JSON text), with its required keys checked."""
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except json.JSONDecodeError as e:
-            raise ValueError(
-                f"config is not valid JSON ({e.msg} at line {e.lineno}); paste the whole config.json"
-            ) from None
-    if not isinstance(config, dict):
-        raise ValueError(f"config.json must be a JSON object, got {type(config).__name__}")
-    cfg = config.get("text_config", config)  # multimodal wrappers nest the language model's config
-    required = ("num_hidden_layers", "hidden_size", "num_attention_heads")
-    missing = [k for k in required if k not in cfg]
-    if missing:
-        raise ValueError(f"config.json lacks {missing}; a decoder config needs {list(required)}")
-    for key in required:
-        if not _is_positive_int(cfg[key]):
-            raise ValueError(f"config.json: {key} must be a positive integer, got {cfg[key]!r}")
-    return cfg
-
-
-def model_from_config(
-    config: str | dict[str, Any], name: str = "custom", source: str = "pasted config.json"
-) -> ModelSpec:
-    """Build a ModelSpec from a Hugging Face config.json (a dict or its JSON text), validating every field."""
-    cfg = _decoder_config(config)
-
-    def opt(key: str, default: Any) -> Any:  # JSON null means "not set", as in transformers
-        value = cfg.get(key)
-        return default if value is None else value
-
-    window = opt("sliding_window", None) if cfg.get("use_sliding_window", True) else None
-    return custom_model(
-        name=name,
-        num_layers=cfg["num_hidden_layers"],
-        hidden_size=cfg["hidden_size"],
-        num_heads=cfg["num_attention_heads"],
-        num_kv_heads=opt("num_key_value_heads", None),
-        head_dim=opt("head_dim", None),
-        intermediate_size=opt("intermediate_size", None),
-        vocab_size=opt("vocab_size", 32000),
-        max_context=opt("max_position_embeddings", 4096),
-        sliding_window=window,
-        num_experts=opt("num_local_experts", 1),
-        experts_per_token=opt("num_experts_per_tok", 1),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        source=source,
-    )
+    """Parameter count implied by the architecture: the sum of `param_parts` (Llama-style for a dense model)."""
+    return sum(param_parts(spec).values())
 
 
 def custom_model(
@@ -222,8 +270,11 @@ def custom_model(
     experts_per_token: int = 1,
     tie_word_embeddings: bool = False,
     source: str = "custom",
+    **arch: Any,
 ) -> ModelSpec:
-    """A learner-defined model; KV heads default to MHA, head_dim to hidden/heads, params are estimated."""
+    """A learner-defined model; KV heads default to MHA, head_dim to hidden/heads, params are estimated.
+
+    `arch` passes the per-kind and MoE fields of `ModelSpec` through (layers, moe_intermediate_size, ...)."""
     for field, value in (("num_layers", num_layers), ("hidden_size", hidden_size), ("num_heads", num_heads)):
         if not _is_positive_int(value):
             raise ValueError(f"custom model {name!r}: {field} must be a positive integer, got {value!r}")
@@ -253,5 +304,6 @@ def custom_model(
         num_experts=num_experts,
         experts_per_token=experts_per_token,
         tie_word_embeddings=tie_word_embeddings,
+        **arch,
     )
     return spec if num_params else replace(spec, num_params=estimate_params(spec))

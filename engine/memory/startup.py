@@ -128,6 +128,8 @@ def startup_error_text(
     kv_bytes_per_token: int,
     max_model_len: int,
     blocks_per_seq: int | None = None,
+    block_bytes: int | None = None,
+    max_len_estimate: int | None = None,
 ) -> str | None:
     """The ValueError vLLM v0.29 raises at start-up for these numbers (its own wording), or None when it starts.
 
@@ -136,7 +138,10 @@ def startup_error_text(
     (``_check_enough_kv_cache_memory`` in vllm/v1/core/kv_cache_utils.py). That last check plans against the
     pool minus the one null block vLLM's block pool keeps back, and its "estimated maximum model length" is what
     the remaining blocks hold. blocks_per_seq: the most blocks one max_model_len sequence holds (a sliding
-    window caps it; None: full attention, ceil(max_model_len / block_size)).
+    window caps it; None: full attention, ceil(max_model_len / block_size)). block_bytes: what one block id costs
+    the pool (a hybrid model's `kv_pool.pool_bytes_per_block`; None: block_size * kv_bytes_per_token).
+    max_len_estimate: the longest max_model_len whose blocks fit (vLLM binary-searches it for hybrids,
+    ``_estimate_max_model_len_from_groups``; None: what the remaining blocks hold).
     """
     budget, free = capacity_bytes * gpu_memory_utilization, capacity_bytes - other_process_bytes
     if free < budget:
@@ -154,10 +159,11 @@ def startup_error_text(
     usable = num_blocks - 1  # the null block
     blocks = -(-max_model_len // block_size) if blocks_per_seq is None else blocks_per_seq
     if blocks > usable:
-        block_bytes = block_size * kv_bytes_per_token
+        block_bytes = block_size * kv_bytes_per_token if block_bytes is None else block_bytes
         needed, available = blocks * block_bytes, usable * block_bytes
         estimate = (
-            f"Based on the available memory, the estimated maximum model length is {usable * block_size}. "
+            f"Based on the available memory, the estimated maximum model length is "
+            f"{usable * block_size if max_len_estimate is None else max_len_estimate}. "
             if usable > 0
             else ""
         )

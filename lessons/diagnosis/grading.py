@@ -19,7 +19,12 @@ from lessons.diagnosis.scenarios import Grade, Outcome, Scenario, vllm_command
 
 def tp_kv_note(model: ModelSpec, before_tp: int, after_tp: int) -> str:
     """What a wider tensor-parallel split does to each GPU's KV per token: thins it, or no longer (copied heads)."""
-    a, b = kv_heads_per_gpu(model, before_tp), kv_heads_per_gpu(model, after_tp)
+    a, b = kv_heads_per_gpu(model, before_tp), kv_heads_per_gpu(model, after_tp)  # both TP sizes checked
+    if model.is_mla:
+        return (
+            f"{model.name} uses MLA: it caches one latent per token and layer, and every GPU holds all of it, so "
+            f"at TP {after_tp} KV per token per GPU stays the same and only the weight memory freed grows the pool"
+        )
     if b < a:
         return (
             f"{model.name}'s {model.num_kv_heads} KV heads split {a} -> {b} per GPU, so each GPU stores {a // b}x "

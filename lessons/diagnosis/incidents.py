@@ -17,6 +17,7 @@ from dataclasses import replace
 from engine.memory.catalog import GPUS
 from engine.memory.units import GiB
 from lessons.diagnosis.incident_graphs import SEVEN_B_CLASS, cuda_graphs
+from lessons.diagnosis.incident_mla import mla_tp
 from lessons.diagnosis.replay import footprint_for
 from lessons.diagnosis.scenarios import Diagnosis, Scenario, ServeConfig, Traffic
 
@@ -275,6 +276,7 @@ INCIDENTS: dict[str, Callable[[random.Random | None, int | None], Scenario]] = {
     "default-128k": default_128k,
     "util-neighbour": util_neighbour,
     "cuda-graphs": cuda_graphs,
+    "mla-tp": mla_tp,
 }
 
 

@@ -42,7 +42,7 @@ def footprint_for(scenario: Scenario, cfg: ServeConfig) -> ServingFootprint:
         return serving_footprint(
             cfg.model,
             cfg.gpu,
-            weight_dtype="fp8" if cfg.quantization == "fp8" else "bf16",
+            weight_dtype="fp8" if cfg.quantization == "fp8" else "auto",  # "auto": the checkpoint as shipped
             kv_dtype="fp8" if cfg.kv_cache_dtype == "fp8" else "bf16",
             gpu_memory_utilization=util,
             max_model_len=cfg.context_len,
@@ -136,7 +136,7 @@ def run_outcome(scenario: Scenario, fixes: dict[str, Any] | None = None) -> Outc
     trace = generate_trace(tr.dataset, tr.num_requests, tr.request_rate, seed=tr.seed, max_len=tr.required_context)
     sim = SimConfig(
         cfg.policy,
-        max(1, fp.kv_budget_bytes // fp.kv_bytes_per_token),
+        max(1, fp.kv_token_capacity if fp.per_kind else fp.kv_budget_bytes // fp.kv_bytes_per_token),
         block_size=cfg.block_size,
         max_model_len=cfg.context_len,
         max_num_seqs=cfg.max_num_seqs,

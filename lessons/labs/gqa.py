@@ -86,11 +86,23 @@ class ModelShape:
     head_dim: int
     max_context: int  # the longest context it was trained for
     sliding_window: int | None  # tokens a query sees back (Mistral v0.1), None for full attention
+    mla: bool = False  # caches an MLA latent (DeepSeek-V3): no KV heads to group (lessons/labs/mla.py)
+    full_layers: int = 0  # layers whose KV grows with every token (a hybrid's full layers); 0: all of them
 
     @property
     def group_options(self) -> list[int]:
         """The valid KV-group counts: the divisors of the query heads (1 = MQA, num_heads = MHA)."""
         return group_options(self.num_heads)
+
+    @property
+    def growing_layers(self) -> int:
+        """Layers whose KV grows with every token: all of them, or a hybrid's full-attention layers."""
+        return self.full_layers or self.num_layers
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether only some layers keep every token (gpt-oss, Gemma 3: the rest slide over a window)."""
+        return self.growing_layers < self.num_layers
 
     @property
     def decode_context(self) -> int:
@@ -115,6 +127,8 @@ def model_shape(model: str) -> ModelShape:
         s.head_dim,
         s.max_context,
         s.sliding_window,
+        s.is_mla,
+        sum(1 for k in s.layer_kinds if k.keeps_every_token) if s.is_hybrid else 0,
     )
 
 
@@ -197,9 +211,10 @@ def footprint(model: str, groups: int, kv_dtype: str = "bf16", context_len: int 
     spec = _spec(model, groups)
     b = dtype_bytes(kv_dtype)
     held = context_len if spec.sliding_window is None else min(context_len, spec.sliding_window)
-    mha = spec.kv_bytes_per_token_mha(b)
+    per_token = spec.kv_bytes_per_token(b)  # a hybrid: its full layers, what each further token adds
+    naive = per_token * spec.num_heads // groups  # the same layers, counted with query heads
     shape = model_shape(model)
-    return KvFootprint(shape, groups, int(b), spec.kv_bytes_per_token(b), mha, context_len, users, held)
+    return KvFootprint(shape, groups, int(b), per_token, naive, context_len, users, held)
 
 
 @dataclass(frozen=True)

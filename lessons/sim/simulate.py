@@ -68,8 +68,9 @@ def simulate_model(
 ) -> SimResult:
     """Simulate a model on a GPU: KV capacity from vLLM's memory arithmetic, step time from the roofline.
 
-    Every policy gets the same KV bytes (the footprint's budget / bytes per token), so a comparison between
-    them is about how the memory is managed, not how much there is. kv_read_factor > 1 makes each step's KV
+    Every policy gets the same KV bytes (the footprint's budget / bytes per token; for a hybrid or MLA model the
+    token capacity vLLM reports for that budget), so a comparison between them is about how the memory is managed,
+    not how much there is. kv_read_factor > 1 makes each step's KV
     reads that much slower than the bandwidth roof (a kernel's measured cost, e.g. of small blocks).
     """
     fp = footprint or serving_footprint(
@@ -82,7 +83,10 @@ def simulate_model(
         block_size=block_size,
         tensor_parallel=tensor_parallel,
     )
-    capacity = max(1, fp.kv_budget_bytes // fp.kv_bytes_per_token)
+    # A per-kind model (hybrid, MLA, state) holds what vLLM's "GPU KV cache size" line says at this max_model_len:
+    # its groups' blocks per request turned back into tokens (engine/memory/kv_pool.py); the simulated pool then
+    # charges each token one slot at that rate. A dense model's budget is simply bytes / bytes per token.
+    capacity = max(1, fp.kv_token_capacity if fp.per_kind else fp.kv_budget_bytes // fp.kv_bytes_per_token)
     step_time = StepTimeModel.for_model(fp.model, fp.gpu, weight_dtype, kv_dtype, tensor_parallel, kv_read_factor)
     cfg = SimConfig(
         policy,
@@ -95,5 +99,7 @@ def simulate_model(
         step_time=step_time,
     )
     result = simulate(trace, cfg)
-    result.extra.update(kv_bytes_per_token=fp.kv_bytes_per_token, kv_budget_bytes=fp.kv_budget_bytes)
+    result.extra.update(
+        kv_bytes_per_token=fp.kv_bytes_per_token, kv_budget_bytes=fp.kv_budget_bytes, capacity_tokens=capacity
+    )
     return result

@@ -135,3 +135,17 @@ def test_a_payload_typed_as_the_sign_in_name_is_refused_as_text(guarded):
         wait_for_runs(guarded, before)
         sidebar.locator('[data-testid="stAlertContentError"]').first.wait_for()
         assert_inert(guarded)
+
+
+def test_a_payload_in_a_pasted_config_json_is_shown_as_text(guarded):
+    open_view(guarded, "gqa", {})
+    box = guarded.get_by_label("Your model's config.json", exact=False)
+    box.scroll_into_view_if_needed()
+    box.fill(
+        '{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": "' + PAYLOAD.replace('"', "") + '"}'
+    )
+    press_and_wait(guarded, box, "Control+Enter", timeout_ms=120_000)
+    alert = guarded.locator('[data-testid="stAlertContentError"]', has_text="num_attention_heads")
+    alert.first.wait_for()
+    assert alert.first.locator("code", has_text=f"https://{EVIL}/x").count() == 1, alert.first.inner_text()
+    assert_inert(guarded)

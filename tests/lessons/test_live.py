@@ -92,13 +92,13 @@ def test_bins_read_like_a_teacher_would_draw_them():
 
 
 def test_bins_hide_the_answer_until_the_reveal_then_cover_it():
-    values = [500, 510, 520, 600]
+    values = [1600, 1708, 1720, 2000]  # DeepSeek-V3's num_key_value_heads slip, not its 68.6 KiB latent
     before = live.class_round("gqa", values, revealed=False)
     assert before.bins == live.histogram(values) and before.answer is None and before.groups == ()
-    assert before.bins[0].low > 128
+    assert before.bins[0].low > 68.625
     after = live.class_round("gqa", values, revealed=True)
-    assert after.answer == 128 and after.bins == live.histogram(values, 128)
-    assert after.bins[0].low <= 128 < after.bins[0].high and sum(b.count for b in after.bins) == 4
+    assert after.answer == 68.625 and after.bins == live.histogram(values, 68.625)
+    assert after.bins[0].low <= 68.625 < after.bins[0].high and sum(b.count for b in after.bins) == 4
     empty = live.class_round("gqa", [], revealed=True)
     assert empty.bins == () and empty.answers == 0
     assert empty.groups == (live.SlipGroup("close", "close (within 2%)", 0, 0.0),)
@@ -168,29 +168,33 @@ def test_a_class_round_is_hashable_and_equal_for_equal_answers():
 
 
 def test_the_summary_says_the_round_and_the_answer_only_once_revealed():
-    values = [500, 510, 520, 600, 64]
+    values = [1700, 1708, 1720, 1900, 137.25]
     hidden = live.class_round("gqa", values, False).summary()
     assert (
-        hidden == "5 answers, most often 500–550 KiB (3); the engine's answer is hidden until the teacher reveals it."
+        hidden
+        == "5 answers, most often 1,000–2,000 KiB (4); the engine's answer is hidden until the teacher reveals it."
     )
     shown = live.class_round("gqa", values, True).summary()
-    assert "the engine: 128 KiB" in shown and "; K or V, not both: 1 (20%)" in shown and "close: 0 (0%)" in shown
+    assert "the engine: 68.62 KiB" in shown and "; stored the latent twice, as K and V: 1 (20%)" in shown
+    assert "close: 0 (0%)" in shown and "read num_key_value_heads: 3 (60%)" in shown and "other: 1 (20%)" in shown
     assert live.class_round("paged", [], False).summary().startswith("No answers yet;")
 
 
 def test_the_learner_line_before_and_after_the_reveal():
-    values = [512, 512, 128, 64, 7]
+    values = [1708, 1708, 68.6, 137.25, 7]
     before = live.class_round("gqa", values, False)
-    line = live.learner_line("gqa", 512, before)
-    assert line == "You said 512 KiB. The engine's answer stays hidden until the teacher reveals it (5 answers so far)."
-    assert "128" not in live.learner_line("gqa", None, before)
+    line = live.learner_line("gqa", 1708, before)
+    assert (
+        line == "You said 1,708 KiB. The engine's answer stays hidden until the teacher reveals it (5 answers so far)."
+    )
+    assert "68.6" not in live.learner_line("gqa", None, before)
     after = live.class_round("gqa", values, True)
-    assert live.learner_line("gqa", 512, after) == (
-        "You said 512 KiB: counted query heads instead of KV heads, like 2 of 5 answers (40%). "
-        "The engine: 128 KiB. The class: 5 answers, 1 close (20%)."
+    assert live.learner_line("gqa", 1708, after) == (  # the slip a class meets on MLA models
+        "You said 1,708 KiB: read num_key_value_heads, like 2 of 5 answers (40%). "
+        "The engine: 68.62 KiB. The class: 5 answers, 1 close (20%)."
     )
     assert live.learner_line("gqa", 7, after).startswith("You said 7 KiB: none of the known slips, like 1 of 5")
-    assert live.learner_line("gqa", None, after).startswith("No answer from you this round. The engine: 128 KiB.")
+    assert live.learner_line("gqa", None, after).startswith("No answer from you this round. The engine: 68.62 KiB.")
     share = live.class_round("packing", [53.125, 40], True)
     assert live.learner_line("packing", 53.125, share).startswith("You said 53.1%: close (within 5%), like 1 of 2")
     assert live.learner_line("paged", 63, live.class_round("paged", [], True)).endswith("The class: no answers.")

@@ -14,7 +14,9 @@ KiB, GiB = 1024, 1024**3
 # Each answer worked out by hand from published numbers (config.json files, the H100 datasheet), not the engine.
 EXPECTED = {
     "bandwidth": 8.030e9 * 2 / 3.35e12 * 1e3,  # Llama-3-8B bf16 weights / H100 SXM bandwidth, in ms (4.79)
-    "gqa": 2 * 32 * 8 * 128 * 2 / KiB,  # Llama-3-8B: 32 layers, 8 KV heads, head dim 128, bf16 -> 128 KiB
+    # DeepSeek-V3 (deepseek-ai/DeepSeek-V3 config.json): 61 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2
+    # bytes, one latent per token and layer, no V (vLLM's MLAAttentionSpec) -> 70,272 bytes = 68.625 KiB
+    "gqa": 61 * (512 + 64) * 2 / KiB,
     "packing": 100 * (4 * 32 - (8 + 16 + 4 + 32)) / (4 * 32),  # 53.125 % of the padded slots
     "fragmentation": 2048 - (200 + 300),  # 1,548 slots past the request's final length
     "paged": math.ceil(1000 / 16),  # 63 blocks
@@ -50,10 +52,12 @@ def test_feedback_says_how_far_off_and_shows_the_working(page):
 
 
 def test_distance_in_units_percent_and_factor():
-    r = predictions.check("gqa", 120)
-    assert not r.close and "8 KiB (6%) too low" in r.feedback and "128 KiB" in r.feedback
-    assert "384 KiB too high (4.0× off)" in predictions.check("gqa", 512).feedback
-    assert predictions.check("gqa", 128).feedback.startswith("Close — you predicted 128 KiB; the engine says 128 KiB.")
+    r = predictions.check("gqa", 64)
+    assert not r.close and "4.625 KiB (7%) too low" in r.feedback and "68.62 KiB" in r.feedback
+    assert "68.625 KiB too high (2.0× off)" in predictions.check("gqa", 137.25).feedback
+    assert predictions.check("gqa", 68.6).feedback.startswith(
+        "Close — you predicted 68.6 KiB; the engine says 68.62 KiB: 0.025 KiB (0%) too low, within tolerance."
+    )
     near = predictions.check("bandwidth", 5.0)  # within 15 % of 4.79 ms
     assert near.close and "within tolerance" in near.feedback
 
@@ -61,9 +65,11 @@ def test_distance_in_units_percent_and_factor():
 @pytest.mark.parametrize(
     ("page", "value", "slip"),
     [
-        ("gqa", 512, "query heads"),  # MHA count: the calculator error
-        ("gqa", 64, "K or V, not both"),
-        ("gqa", 4, "one layer"),
+        ("gqa", 2 * 61 * 128 * (7168 // 128) * 2 / KiB, "num_key_value_heads"),  # 1,708 KiB: the config's trap
+        ("gqa", 61 * 128 * (128 + 64 + 128) * 2 / KiB, "decompressed K and V"),  # 4,880 KiB
+        ("gqa", 2 * 61 * 576 * 2 / KiB, "counted the latent twice"),
+        ("gqa", 61 * 512 * 2 / KiB, "RoPE key"),  # 61 KiB
+        ("gqa", 576 * 2 / KiB, "one layer"),
         ("paged", 62, "rounded down"),
         ("packing", 100 - EXPECTED["packing"], "share of real tokens"),
         ("fragmentation", 1848, "left out the generated tokens"),
@@ -84,8 +90,8 @@ def test_common_mistakes_are_named(page, value, slip):
 
 def test_the_feedback_of_the_older_traps_reads_as_before():
     said = {
-        ("gqa", 512): "you counted the 32 query heads: the 4× calculator error",
-        ("gqa", 64): "you counted K or V, not both: the formula starts with 2",
+        ("gqa", 1708): "you multiplied `num_key_value_heads` (128) by a head dim: MLA caches no per-head K or V, "
+        "only the 576-value latent",
         ("paged", 62): "rounded down: the last, partial block still takes a whole block",
         ("pressure", 5): "you divided tokens (384 ÷ 72) and forgot that blocks are whole",
         ("diagnosis", 64): "you counted query heads, not KV heads",

@@ -10,7 +10,7 @@ def test_rows_show_visits_scores_and_predictions():
     progress = {
         "visited": ["gqa"],
         "quiz": {q.id: {"answer": q.correct_option, "correct": True}},
-        "predict": {"gqa": predictions.check("gqa", 128).record(), "paged": predictions.check("paged", 62).record()},
+        "predict": {"gqa": predictions.check("gqa", 68.6).record(), "paged": predictions.check("paged", 62).record()},
     }
     rows = dict(zip(LESSON_IDS, progress_rows(progress, LESSON_IDS), strict=True))
     assert rows["gqa"] == {

@@ -10,7 +10,8 @@ from lessons import live
 from tests.ui import test_chart_colours as colours
 from ui import charts_live
 
-VALUES = [300, 310, 350, 420, 512, 512, 64, 0]  # gqa answers: the engine's 128 KiB is none of them
+VALUES = [300, 310, 350, 420, 1708, 1708, 137.25, 0]  # gqa answers: the engine's 68.625 KiB is none of them
+ANSWER = 61 * 576 * 2 / 1024  # DeepSeek-V3's MLA latent per token in bf16 (lesson 2's prediction), in KiB
 
 
 def bars(fig):
@@ -55,12 +56,12 @@ def test_after_the_reveal_a_line_marks_the_answer_inside_its_bar():
     fig = charts_live.class_histogram(cr)
     (line,) = fig.layout.shapes
     (label,) = fig.layout.annotations
-    assert line.x0 == line.x1 == label.x == charts_live.answer_x(cr.bins, 128)
-    i = charts_live.bin_index(cr.bins, 128)
-    assert cr.bins[i].low <= 128 < cr.bins[i].high and i - 0.5 <= line.x0 <= i + 0.5
-    assert label.text == "engine: 128 KiB"
+    assert line.x0 == line.x1 == label.x == charts_live.answer_x(cr.bins, ANSWER)
+    i = charts_live.bin_index(cr.bins, ANSWER)
+    assert cr.bins[i].low <= ANSWER < cr.bins[i].high and i - 0.5 <= line.x0 <= i + 0.5
+    assert label.text == "engine: 68.62 KiB"
     low, high = cr.bins[i].low, cr.bins[i].high
-    assert line.x0 == pytest.approx(i - 0.5 + (128 - low) / (high - low))  # as far along its bar as between the edges
+    assert line.x0 == pytest.approx(i - 0.5 + (ANSWER - low) / (high - low))  # as far along its bar as between edges
     assert charts_live.histogram_summary(cr).endswith(
         f"is in the {live.range_text(cr.bins[i], 'KiB')} range with 0 answers."
     )
@@ -93,29 +94,34 @@ def test_figures_are_deterministic_for_equal_rounds():
 
 
 def test_the_slip_chart_writes_share_and_count_on_each_bar_close_in_its_own_colour():
-    cr = live.class_round("gqa", [128, 512, 512, 64, 7], revealed=True)
+    cr = live.class_round("gqa", [68.6, 1708, 1708, 137.25, 7], revealed=True)
     (bar,) = bars(charts_live.slip_chart(cr))
-    assert list(bar.y) == ["close (within 2%)", "counted query heads instead of KV heads", "K or V, not both", "other"]
+    assert list(bar.y) == [
+        "close (within 2%)",
+        "read num_key_value_heads",
+        "stored the latent twice, as K and V",
+        "other",
+    ]
     assert list(bar.text) == ["20% (1)", "40% (2)", "20% (1)", "20% (1)"]
     assert list(bar.x) == [20.0, 40.0, 20.0, 20.0] and bar.orientation == "h"
     fills = list(zip(bar.marker.color, bar.marker.pattern.shape, strict=True))
     assert fills[0] not in fills[1:] and fills[0][0] not in [c for c, _ in fills[1:]]
     assert charts_live.slip_summary(cr) == (
-        "Of 5 answers, close (within 2%): 1 (20%); counted query heads instead of KV heads: 2 (40%); "
-        "K or V, not both: 1 (20%); other: 1 (20%)."
+        "Of 5 answers, close (within 2%): 1 (20%); read num_key_value_heads: 2 (40%); "
+        "stored the latent twice, as K and V: 1 (20%); other: 1 (20%)."
     )
 
 
 def test_no_answers_and_no_reveal_get_a_note_not_an_empty_plot():
     hidden = live.class_round("gqa", VALUES, revealed=False)
     fig = charts_live.slip_chart(hidden)
-    assert not fig.data and "reveals" in fig.layout.annotations[0].text and "128" not in fig.to_json()
+    assert not fig.data and "reveals" in fig.layout.annotations[0].text and "68.6" not in fig.to_json()
     assert "once the teacher reveals" in charts_live.slip_summary(hidden)
     empty = live.class_round("paged", [], revealed=True)
     assert not charts_live.class_histogram(empty).data and not charts_live.slip_chart(empty).data
     assert charts_live.histogram_summary(empty) == "No answers yet."
-    with pytest.raises(ValueError, match="value 1000.0 is in none of the"):
-        charts_live.answer_x(hidden.bins, 1000.0)
+    with pytest.raises(ValueError, match="value 5000.0 is in none of the"):  # the bins end at 2,000 KiB
+        charts_live.answer_x(hidden.bins, 5000.0)
 
 
 @pytest.mark.parametrize("revealed", [False, True])

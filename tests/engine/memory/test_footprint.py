@@ -19,8 +19,9 @@ from engine.memory.footprint import (
     serving_footprint,
     weight_bytes,
 )
+from engine.memory.hf_config import model_from_config
 from engine.memory.roofline import StepTimeModel, roofline
-from engine.memory.specs import custom_model, estimate_params, model_from_config
+from engine.memory.specs import custom_model, estimate_params
 from engine.memory.units import GiB, kv_bytes
 
 KiB = 1024
@@ -38,6 +39,15 @@ CATALOG_KEYS = [
     "qwen2.5-0.5b",
     "qwen2.5-7b",
     "qwen2.5-72b",
+    "deepseek-v3",
+    "kimi-k2",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "gemma-3-27b",
+    "qwen3-8b",
+    "qwen3-235b-a22b",
+    "qwen3-next-80b-a3b",
+    "llama-4-scout",
     "demo",
 ]
 
@@ -66,13 +76,14 @@ PUBLISHED_ARCH = {
 def test_catalog_keys_are_the_public_contract():
     assert list(MODELS) == CATALOG_KEYS
     assert {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "l4", "rtx-4090", "rtx-3090", "cpu"} <= set(GPUS)
+    assert {"b200", "h20", "mi300x", "rtx-5090"} <= set(GPUS)
 
 
 def test_catalogs_are_read_only_and_name_the_known_keys_on_a_miss():
     with pytest.raises(KeyError, match="unknown model 'gpt-5'; known models: llama-2-7b, .*, demo"):
         MODELS["gpt-5"]
     with pytest.raises(ValueError, match="known GPUs: a100-40gb"):  # the same error is a ValueError too
-        GPUS["b200"]
+        GPUS["tpu-v5e"]
     with pytest.raises(UnknownKeyError):
         MODELS[["unhashable"]]
     with pytest.raises(TypeError):
@@ -218,7 +229,7 @@ def test_bad_config_json_and_unknown_names_are_rejected():
     with pytest.raises(ValueError, match="llama-3-8b"):  # the error lists the known names
         get_model("llama-9")
     with pytest.raises(ValueError, match="h100-sxm"):
-        get_gpu("b200")
+        get_gpu("tpu-v5e")
 
 
 def test_vllm_10517_kv_blocks():

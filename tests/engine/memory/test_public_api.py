@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 
 import engine.memory
-from engine.memory import catalog, footprint, specs, startup, units
+from engine.memory import catalog, footprint, hf_config, kv_pool, layers, specs, startup, units
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -44,7 +44,9 @@ def _defined_at_top_level(module) -> set[str]:
 
 
 def test_each_public_name_is_its_defining_modules_object():
-    homes = {m: _defined_at_top_level(m) for m in (catalog, footprint, specs, startup, units)}
+    homes = {
+        m: _defined_at_top_level(m) for m in (catalog, footprint, hf_config, kv_pool, layers, specs, startup, units)
+    }
     for name in engine.memory.__all__:
         defined_in = [m for m, names in homes.items() if name in names]
         assert len(defined_in) == 1, f"{name}: defined in {[m.__name__ for m in defined_in]}"

@@ -23,6 +23,7 @@ WRONG_FIXES = {
     "default-128k": ({"kv_cache_dtype": "fp8"}, "KV cache is needed, which is larger than the available"),
     "util-neighbour": ({"gpu_memory_utilization": 0.95}, "less than desired GPU memory utilization"),
     "cuda-graphs": ({"max_model_len": 16384}, "below the 32768 tokens the product promises"),  # fits, cuts contracts
+    "mla-tp": ({"gpu_memory_utilization": 0.95}, "KV cache is needed, which is larger than the available"),
 }
 LOG_SIGNATURES = {
     "chat-oom": "CUDA out of memory",
@@ -30,6 +31,7 @@ LOG_SIGNATURES = {
     "default-128k": "KV cache is needed, which is larger than the available KV cache memory",
     "util-neighbour": "less than desired GPU memory utilization",
     "cuda-graphs": "Estimated CUDA graph memory: 0.46 GiB total",  # recalibrated on LMCache/LMCache#3430
+    "mla-tp": "the estimated maximum model length is",
 }
 
 
@@ -43,7 +45,7 @@ def test_there_are_at_least_three_incidents_with_right_and_wrong_diagnoses():
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("sid", ["chat-oom", "mha-rag", "default-128k", "util-neighbour", "cuda-graphs"])
+@pytest.mark.parametrize("sid", ["chat-oom", "mha-rag", "default-128k", "util-neighbour", "cuda-graphs", "mla-tp"])
 def test_do_nothing_fails_and_reference_fix_resolves(sid, seed):
     sc = get_scenario(sid, seed)
     nothing = grade(sc, [], {})
@@ -285,3 +287,23 @@ def test_qwen25_instruct_checkpoints_advertise_32k():
 def test_block_sizes_offered_suit_flashattention():
     assert all(b % 16 == 0 for b in FIX_PARAMS["block_size"])  # FlashAttention: MultipleOf(16)
     assert 16 in FIX_PARAMS["block_size"] and 0.92 in FIX_PARAMS["gpu_memory_utilization"]
+
+
+def test_mla_tp_numbers_follow_the_latent_not_the_gpu_count():
+    # DeepSeek-V3 / R1 config.json: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64: 70,272 bytes per token in bf16,
+    # on every one of the 8 GPUs (vLLM's get_num_kv_heads returns 1 for MLA at any TP)
+    sc = get_scenario("mla-tp")
+    before = run_outcome(sc)
+    fp = before.footprint
+    assert sc.config.tensor_parallel_size == 8 and fp.kv_bytes_per_token == 61 * 576 * 2
+    assert fp.kv_token_capacity <= fp.kv_budget_bytes // (61 * 576 * 2)  # one GPU's budget, not eight
+    need = sc.config.context_len * 61 * 576 * 2  # 163,840 tokens: the checkpoint's max_position_embeddings
+    assert sc.config.context_len == 163_840 and fp.kv_budget_bytes < need
+    assert f"({need / 2**30:.2f} GiB KV cache is needed" in before.startup_error
+    right = next(d for d in sc.diagnoses if d.correct)
+    assert f"{fp.kv_token_capacity:,} tokens" in right.explanation and f"{need / 2**30:.2f} GiB" in right.explanation
+    heads = next(d for d in sc.diagnoses if d.id == "kv-heads")
+    assert not heads.correct and "1,708 KiB per token, 25x too much" in heads.explanation  # 2 x 61 x 128 x 56 x 2
+    assert grade(sc, ["latent-replicated"], {"kv_cache_dtype": "fp8"}).resolved  # 35,136 B/token: 163,840 fit
+    assert run_outcome(sc, {"kv_cache_dtype": "fp8"}).footprint.kv_bytes_per_token == 61 * 576
+    assert "--tensor-parallel-size 8" in vllm_command(sc)

@@ -100,3 +100,10 @@ def test_the_section_prose_cites_its_sources():
     prose = content.load_section("tensor_parallel")
     assert "QKVParallelLinear" in prose.sections["Sources"] and "#10511" in prose.sections["Sources"]
     assert "TP 16" in prose.sections[content.INTRO]
+
+
+def test_the_graders_tp_note_says_an_mla_latent_does_not_shrink_with_tp():
+    note = tp_kv_note(MODELS["deepseek-v3"], 1, 8)
+    assert "MLA" in note and "every GPU holds all of it" in note and "stays the same" in note
+    with pytest.raises(ValueError, match="query heads"):
+        tp_kv_note(MODELS["deepseek-v3"], 1, 3)  # 128 query heads: TP 3 is refused as for any model

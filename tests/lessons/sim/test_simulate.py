@@ -265,3 +265,18 @@ def test_kv_read_factor_charges_only_the_kv_reads():
     fast = simulate_model(trace, "llama-2-13b", "a100-40gb", "paged", max_model_len=2048).summary
     charged = simulate_model(trace, "llama-2-13b", "a100-40gb", "paged", max_model_len=2048, kv_read_factor=3.0)
     assert charged.summary.duration_s > fast.duration_s and charged.summary.generated_tokens == fast.generated_tokens
+
+
+def test_a_hybrid_model_gets_the_token_capacity_vllm_reports_for_its_budget():
+    from engine.memory import serving_footprint
+
+    trace = generate_trace("sharegpt", 50, seed=3)
+    n = 65536
+    fp = serving_footprint("gpt-oss-120b", "h100-sxm", max_model_len=n, block_size=16)
+    res = simulate_model(trace, "gpt-oss-120b", "h100-sxm", "paged", max_model_len=n, footprint=fp)
+    # vLLM: pool blocks / (full blocks + sliding blocks) per n-token request, times n tokens
+    per_request = n // 16 + (-(-min(128 - 1 + fp.max_num_batched_tokens, n) // 16) + 1)
+    assert res.extra["capacity_tokens"] == int(fp.num_blocks / per_request * n)
+    # the all-36-layers formula would give the budget over 73,728 bytes per token: far less at long context
+    assert res.extra["capacity_tokens"] > 1.5 * fp.kv_budget_bytes // (2 * 36 * 8 * 64 * 2)
+    assert res.summary.num_finished == 50
