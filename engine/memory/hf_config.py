@@ -81,6 +81,15 @@ class _Fields:
                 return self.cfg[key]
         return default
 
+    def count(self, key: str, default: Any = None) -> Any:
+        """A whole number >= 0 the config may set (an MoE count or width), or the default when it does not."""
+        value = self.opt(key)
+        if value is None:
+            return default
+        if not is_whole(value) or value < 0:
+            raise ValueError(f"config.json: {key} must be a whole number >= 0, got {value!r}")
+        return int(value)
+
     def positive(self, key: str, why: str) -> int:
         if key not in self.cfg or self.cfg[key] is None:
             raise ValueError(f"config.json: {key} is missing; {why} needs it")
@@ -176,22 +185,29 @@ def _weight_format(f: _Fields) -> str:
 def _moe(f: _Fields, model_type: str, num_layers: int, intermediate: int | None) -> dict[str, Any]:
     """Experts, experts per token, routed / shared expert widths and the dense layers of an MoE config."""
     num_experts = f.first("n_routed_experts", "num_local_experts", "num_experts", default=1)
+    if not is_whole(num_experts) or num_experts < 1:
+        raise ValueError(
+            f"config.json: the number of experts (n_routed_experts / num_local_experts / num_experts) must be a "
+            f"positive integer, got {num_experts!r}"
+        )
     if num_experts == 1:
         return {"num_experts": 1, "experts_per_token": f.first("num_experts_per_tok", "experts_per_token", default=1)}
     top_k = f.first("num_experts_per_tok", "experts_per_token", default=1)
-    expert = f.opt("moe_intermediate_size", intermediate)
+    expert = f.count("moe_intermediate_size", intermediate)
     shared = 0
     dense = 0
-    if f.opt("n_shared_experts"):  # DeepSeek: n shared experts, each as wide as a routed one
-        shared = f.opt("n_shared_experts") * expert
-    shared = f.opt("shared_expert_intermediate_size", shared)  # Qwen2-MoE / Qwen3-Next: one width for all
+    if f.count("n_shared_experts"):  # DeepSeek: n shared experts, each as wide as a routed one
+        shared = f.count("n_shared_experts") * expert
+    shared = f.count("shared_expert_intermediate_size", shared)  # Qwen2-MoE / Qwen3-Next: one width for all
     if model_type in ("llama4_text", "llama4"):  # one shared expert as wide as a routed one
         shared = expert
         moe_layers = f.opt("moe_layers")
-        step = f.opt("interleave_moe_layer_step", 1)
+        step = f.count("interleave_moe_layer_step", 1)
+        if step < 1:
+            raise ValueError(f"config.json: interleave_moe_layer_step must be at least 1, got {step}")
         n_moe = len(moe_layers) if isinstance(moe_layers, list) else len(range(step - 1, num_layers, step))
         dense = num_layers - n_moe
-    dense = f.opt("first_k_dense_replace", dense)
+    dense = f.count("first_k_dense_replace", dense)
     mlp_only = f.opt("mlp_only_layers", [])
     if isinstance(mlp_only, list):
         dense += len(mlp_only)

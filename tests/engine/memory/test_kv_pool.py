@@ -17,6 +17,7 @@ from engine.memory import (
     kv_bytes_per_token,
     kv_groups,
     kv_request_bytes,
+    model_from_config,
     pool_bytes_per_block,
 )
 
@@ -134,3 +135,22 @@ def test_any_todays_config_gives_a_model_with_sane_kv_or_a_value_error(cfg):
         held = kv_request_bytes(m, n)
         assert held >= 0 and isinstance(held, int)
     assert kv_bytes_per_token(m) >= 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("first_k_dense_replace", ""),
+        ("first_k_dense_replace", -1),
+        ("n_shared_experts", 1.5),
+        ("moe_intermediate_size", "wide"),
+        ("n_routed_experts", 0),
+    ],
+)
+def test_a_bad_moe_count_is_a_value_error_naming_it(field, value):
+    """Hypothesis found first_k_dense_replace='' reaching arithmetic as a TypeError; each count is checked first."""
+    cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "n_routed_experts": 8}
+    cfg["num_experts_per_tok"] = 2
+    cfg[field] = value
+    with pytest.raises(ValueError, match="experts|" + field):
+        model_from_config(cfg)
