@@ -25,7 +25,7 @@ DEFAULT_WINDOW = 16
 PROMPT_TOKENS, NEW_TOKENS, CHUNK = 160, 40, 32  # one request: prompt chunks of 32, then 40 decodes
 VOCAB = 256
 
-__all__ = ["DEFAULT_WINDOW", "WINDOWS", "HybridRun", "HybridStep", "hybrid_run"]
+__all__ = ["DEFAULT_WINDOW", "WINDOWS", "HybridRun", "HybridStep", "hybrid_run", "tiny_hybrid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,8 @@ class HybridRun:
         )
 
 
-def _tiny_hybrid(window: int) -> tuple[CausalLM, ModelConfig]:
+def tiny_hybrid(window: int) -> tuple[CausalLM, ModelConfig]:
+    """The lesson's random tiny Qwen2 (seed 0): layer 0 full attention, layer 1 sliding within `window` tokens."""
     config = ModelConfig(
         vocab_size=VOCAB,
         hidden_size=32,
@@ -115,7 +116,7 @@ def hybrid_run(block_size: int, window: int = DEFAULT_WINDOW) -> HybridRun:
     """Serve one 160-token prompt plus 40 new tokens on the real engine and trace each group's blocks."""
     if window not in WINDOWS:
         raise ValueError(f"window={window!r} is not offered; pick one of {', '.join(map(str, WINDOWS))} tokens")
-    model, config = _tiny_hybrid(window)
+    model, config = tiny_hybrid(window)
     num_blocks = blocks_per_seq(kv_cache_groups(config.layer_sliding_windows), 256, block_size, CHUNK)
     llm = LLM(
         "hybrid",
