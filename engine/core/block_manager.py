@@ -346,11 +346,13 @@ class BlockManager:
         new: list[int] = []
         copies: list[tuple[int, int]] = []
         num_freed = 0
-        for table, shared, skipped in zip(seq.block_tables, plan.shared, plan.skipped, strict=True):
+        # Every group's window lets go first: the plan counted those blocks as free for all groups' growth.
+        for table, skipped in zip(seq.block_tables, plan.skipped, strict=True):
             for i in skipped:
                 alloc.free(table[i])
                 table[i] = FREED
             num_freed += len(skipped)
+        for table, shared in zip(seq.block_tables, plan.shared, strict=True):
             for i in shared:
                 old, block_id = table[i], alloc.allocate()
                 table[i] = block_id

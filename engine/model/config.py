@@ -127,6 +127,11 @@ class ModelConfig:
             raise ValueError(f"sliding_window={self.sliding_window} must be >= 1 or None")
         if self.layer_types is not None:
             self.layer_types = check_layer_types(self.layer_types, self.num_hidden_layers)
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise ValueError(
+                    f"layer {self.layer_types.index('sliding_attention')} is 'sliding_attention' but sliding_window "
+                    "is None; give the window in tokens, or make the layer 'full_attention'"
+                )
 
     @property
     def layer_sliding_windows(self) -> tuple[int | None, ...]:

@@ -194,3 +194,13 @@ def test_layer_types_of_the_wrong_length_are_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="layer_types has 3 entries but the model has num_hidden_layers=2"):
         LLM(str(tmp_path), device="cpu", num_gpu_blocks=16)
+
+
+def test_a_config_built_in_code_with_a_sliding_layer_needs_a_window():
+    tiny = dict(vocab_size=16, hidden_size=8, intermediate_size=8, num_hidden_layers=2, num_attention_heads=2)
+    with pytest.raises(ValueError, match="layer 1 is 'sliding_attention' but sliding_window is None"):
+        ModelConfig(**tiny, num_key_value_heads=1, layer_types=("full_attention", "sliding_attention"))
+    ok = ModelConfig(
+        **tiny, num_key_value_heads=1, sliding_window=4, layer_types=("full_attention", "sliding_attention")
+    )
+    assert ok.layer_sliding_windows == (None, 4) and ok.is_hybrid

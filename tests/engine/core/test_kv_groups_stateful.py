@@ -172,6 +172,21 @@ class GroupsMachine(RuleBasedStateMachine):
                 assert len(groups) == 1
 
 
+def test_growth_that_fits_only_with_the_windows_blocks_goes_ahead():
+    """A full pool: the full group's next block must come from what the sliding group's window lets go
+    (the plan counts those as free, so they are freed before any group allocates)."""
+    bm = BlockManager(8, 1, groups=kv_cache_groups([None, 3]))
+    seq = Sequence(0, [1, 2, 3, 4], block_size=1)
+    assert bm.allocate_slots(seq) is not None and bm.num_free_blocks == 0  # 4 blocks in each group
+    seq.num_computed_tokens = 4
+    seq.append_token(5)
+    got = bm.allocate_slots(seq, 1)  # position 4 sees 2..4: blocks 0 and 1 of the sliding group go back
+    assert got is not None and got.num_freed_blocks == 2 and len(got.new_blocks) == 2
+    full, sliding = seq.block_tables
+    assert FREED not in full and len(full) == 5 and sliding[:2] == [FREED, FREED]
+    assert bm.num_free_blocks == 0 and not set(full) & set(sliding)
+
+
 TestGroupsMachine = GroupsMachine.TestCase
 TestGroupsMachine.settings = settings(
     max_examples=150, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
