@@ -15,11 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.core.kv_groups import KVCacheGroup, blocks_per_seq, group_size, kv_cache_groups
 from engine.core.scheduler import SchedulerConfig
 from engine.core.sequence import check_block_size
 from engine.core.sliding_window import kv_blocks_per_seq
 from engine.memory import ModelSpec, kv_blocks_from_budget, kv_budget_bytes, kv_bytes_per_token, model_from_config
 from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
+from engine.memory.units import kv_bytes
 from engine.model.config import ModelConfig
 from engine.worker.device import resolve_device
 from engine.worker.kv_cache import CacheConfig
@@ -118,7 +120,12 @@ class EngineConfig:
         such a model the pool needs only one window's blocks."""
         dtype = kv_cache_dtype(self.kv_cache_dtype, model_dtype)
         spec = model_spec(model)  # the memory model's view of this model: KV bytes, activations
-        per_token = cache_bytes_per_token(model, spec, dtype)
+        groups = kv_cache_groups(model.layer_sliding_windows)
+        hybrid = len(groups) > 1
+        if hybrid:  # one slot of the shared pool: K+V of one layer per pool tensor (engine/core/kv_groups.py)
+            per_token = kv_bytes(group_size(groups), model.num_key_value_heads, model.head_dim, dtype.itemsize)
+        else:
+            per_token = cache_bytes_per_token(model, spec, dtype)
         limit = model.max_model_len
         if self.max_model_len is not None and self.max_model_len > limit:
             raise ValueError(f"max_model_len={self.max_model_len} must be in 1..{limit} (max_position_embeddings)")
@@ -132,16 +139,25 @@ class EngineConfig:
                     f"at least one block ({per_token * self.block_size} bytes)"
                 )
         else:
-            num_blocks = auto_num_blocks(spec, dtype.itemsize, self, self.max_model_len or limit, per_token)
-        window = model.sliding_window
+            num_blocks = auto_num_blocks(spec, dtype.itemsize, self, self.max_model_len or limit, groups, per_token)
+        window = groups[0].sliding_window
         wanted = self.max_model_len or limit
-        need = kv_blocks_per_seq(wanted, self.block_size, window, self.max_num_batched_tokens)
+        need = blocks_per_seq(groups, wanted, self.block_size, self.max_num_batched_tokens)
         capacity = num_blocks * self.block_size
         pool_tokens = None
         if need <= num_blocks:
             max_model_len = wanted
         elif self.max_model_len is None:
-            max_model_len = pool_tokens = min(limit, capacity)
+            max_model_len = pool_tokens = (
+                longest_fitting(groups, num_blocks, self, limit) if hybrid else min(limit, capacity)
+            )
+        elif hybrid:
+            raise ValueError(
+                f"max_model_len={self.max_model_len} does not fit in the KV cache: a sequence that long holds "
+                f"{need} blocks over its {len(groups)} KV-cache groups ({group_summary(groups)}) but the pool has "
+                f"{num_blocks}; lower max_model_len or give the cache more memory (kv_cache_memory_bytes, "
+                "num_gpu_blocks)"
+            )
         else:
             windowed = f"; with the {window}-token sliding window a sequence needs {need} blocks" if window else ""
             raise ValueError(
@@ -158,6 +174,7 @@ class EngineConfig:
             pool_tokens if pool_tokens is not None and pool_tokens < limit else None,
             window,
             self.enable_prefix_caching,
+            groups if hybrid else (),
         )
 
 
@@ -173,17 +190,43 @@ def cache_bytes_per_token(model: ModelConfig, spec: ModelSpec, dtype: torch.dtyp
     return model.mla.cache_bytes_per_token(model.num_hidden_layers, dtype.itemsize)
 
 
+def group_summary(groups: tuple[KVCacheGroup, ...]) -> str:
+    """ "1 full, 1 sliding (window 16)": the groups a message names."""
+    full = sum(g.sliding_window is None for g in groups)
+    windows = sorted({g.sliding_window for g in groups if g.sliding_window is not None})
+    sliding = len(groups) - full
+    return f"{full} full, {sliding} sliding (window {', '.join(map(str, windows))})"
+
+
+def longest_fitting(groups: tuple[KVCacheGroup, ...], num_blocks: int, config: EngineConfig, limit: int) -> int:
+    """The longest sequence (<= limit) whose blocks over all groups fit in num_blocks (0 when none does)."""
+    lo, hi = 0, limit
+    while lo < hi:  # blocks_per_seq grows with the length: bisect
+        mid = (lo + hi + 1) // 2
+        if blocks_per_seq(groups, mid, config.block_size, config.max_num_batched_tokens) <= num_blocks:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def auto_num_blocks(
-    spec: ModelSpec, element_size: int, config: EngineConfig, max_model_len: int, per_token: int | None = None
+    spec: ModelSpec,
+    element_size: int,
+    config: EngineConfig,
+    max_model_len: int,
+    groups: tuple[KVCacheGroup, ...] | None = None,
+    slot_bytes: int | None = None,
 ) -> int:
     """KV blocks for a cache of `element_size`-byte elements: the device's budget, capped by the batch limits.
 
     On CUDA, `gpu_memory_utilization` of the device's memory minus what is already in use (weights, other
     processes), one step's activation peak and CUDA_OVERHEAD_BYTES; on CPU, CPU_KV_BUDGET_BYTES. Either is
     capped at what `max_num_seqs` sequences of `max_model_len` tokens can use (for a sliding-window model, of
-    the blocks one sequence can hold at most). per_token: the cache's bytes per token when they are not the
-    memory model's K/V formula (an MLA latent cache)."""
-    per_token = kv_bytes_per_token(spec, element_size) if per_token is None else per_token
+    the blocks one sequence can hold at most). groups / slot_bytes: the loaded model's KV-cache groups and the
+    bytes of one pool slot (or an MLA latent cache's bytes per token), when they differ from what the memory
+    model's spec says."""
+    per_token = kv_bytes_per_token(spec, element_size) if slot_bytes is None else slot_bytes
     device, block_size = config.device, config.block_size
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -202,7 +245,9 @@ def auto_num_blocks(
     # More than max_num_seqs full-length sequences can never be resident at once; a bigger pool would only
     # cost memory and make every allocator snapshot the playground draws longer.
     per_seq = max_model_len
-    if spec.sliding_window is not None:  # a windowed sequence never holds more than its window's blocks
+    if groups is not None:  # each group holds its own blocks; a sliding one never more than its window's
+        per_seq = blocks_per_seq(groups, max_model_len, block_size, config.max_num_batched_tokens) * block_size
+    elif spec.sliding_window is not None:  # a windowed sequence never holds more than its window's blocks
         blocks = kv_blocks_per_seq(max_model_len, block_size, spec.sliding_window, config.max_num_batched_tokens)
         per_seq = blocks * block_size
     budget = min(budget, config.max_num_seqs * per_seq * per_token)

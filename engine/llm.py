@@ -117,7 +117,11 @@ class LLM:
         )
         self.runner = ModelRunner(self.model, cache, self.device, self.backend)
         self.block_manager = BlockManager(
-            cache.num_blocks, cache.block_size, cache.enable_prefix_caching, cache.sliding_window
+            cache.num_blocks,
+            cache.block_size,
+            cache.enable_prefix_caching,
+            None if cache.kv_groups else cache.sliding_window,
+            cache.kv_groups or None,
         )
         self.scheduler = Scheduler(cfg.scheduler_config(cache), self.block_manager)
         eos = set(self.config.eos_token_ids)

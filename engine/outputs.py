@@ -11,7 +11,7 @@ charts. It holds plain Python values (copies), so drawing it later never races w
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.core.block_usage import BlockInfo, BlockUsage
@@ -109,6 +109,19 @@ class StepTrace:
     num_free_blocks: int
     num_preemptions_total: int = 0  # the scheduler's preemptions so far (vLLM's vllm:num_preemptions counter)
     num_recomputed_tokens_total: int = 0  # tokens computed again after preemptions so far
+    # Per KV-cache group (engine/core/kv_groups.py): its window (None: full attention), and each running
+    # request's table in it (FREED entries: blocks a sliding window gave back). One group for a one-kind model.
+    group_windows: tuple[int | None, ...] = (None,)
+    group_block_tables: dict[int, list[list[int]]] = field(default_factory=dict)
+
+    @property
+    def group_held_blocks(self) -> list[int]:
+        """Blocks each KV-cache group holds after the step, over all running requests (FREED entries excluded)."""
+        held = [0] * len(self.group_windows)
+        for tables in self.group_block_tables.values():
+            for g, table in enumerate(tables):
+                held[g] += sum(1 for b in table if b >= 0)
+        return held
 
     @property
     def num_batched_tokens(self) -> int:
@@ -161,4 +174,6 @@ class StepTrace:
             num_free_blocks=bm.num_free_blocks,
             num_preemptions_total=scheduler.num_preemptions,
             num_recomputed_tokens_total=scheduler.num_recomputed_tokens,
+            group_windows=bm.group_windows,
+            group_block_tables={s.seq_id: [list(t) for t in s.block_tables] for s in scheduler.running},
         )

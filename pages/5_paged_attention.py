@@ -11,6 +11,7 @@ from ui.chart_view import metric_row, show_chart
 from ui.downloads import show_table
 from ui.errors import run_or_stop
 from ui.figure_cache import frozen_figure
+from ui.hybrid_view import hybrid_section
 from ui.linked_view import linked_view
 from ui.memo import memo
 from ui.prose import page_header, prose, sources
@@ -198,6 +199,8 @@ def _calculator() -> None:
         f"{window.window:,}-token window the engine frees the blocks behind it, so one sequence holds the same few "
         "blocks at any length (engine/core/sliding_window.py, which counts them the same way as vLLM V1)."
     )
+
+    hybrid_section(block_size)
 
     st.subheader("Sharing: the paper's copy-on-write and V1's prefix cache")
     prose(PAGE, "Sharing")

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from lessons.diagnosis.scenarios import MemoryPart
 from lessons.labs.fragmentation import PolicyShare
+from lessons.labs.hybrid_engine import HybridRun
 from lessons.labs.paged import BlockSizeRow
 from lessons.labs.paged_kernel import VllmAccepts
 from lessons.labs.pool import BlockState, PoolBlock
@@ -301,6 +302,28 @@ def block_size_throughput(
     return layout(fig, title, "block size (tokens)", "tokens/s (simulated, kernel cost charged)", height=420)
 
 
+def hybrid_groups(run: HybridRun, title: str = "Blocks each KV-cache group holds, step by step") -> go.Figure:
+    """Lines over the request's length: the full group's blocks, the sliding group's and the pool's free ones
+    (lessons.labs.hybrid_engine.HybridRun, traced on the real engine)."""
+    x = [s.context for s in run.steps]
+    fig = go.Figure()
+    series = (
+        ("full-attention group (keeps every block)", [s.full_blocks for s in run.steps], "circle"),
+        (f"sliding group (window {run.window})", [s.sliding_blocks for s in run.steps], "square"),
+        ("free blocks in the shared pool", [s.free_blocks for s in run.steps], "diamond"),
+    )
+    for i, (name, y, symbol) in enumerate(series):
+        fig.add_scatter(
+            name=name,
+            x=x,
+            y=y,
+            mode="lines+markers",
+            line={"color": MARKS[i], "dash": DASHES[i]},
+            marker={"symbol": symbol},
+        )
+    return layout(fig, title, "tokens in the cache", f"blocks ({run.block_size} tokens each)")
+
+
 def waste_by_policy(shares: Sequence[PolicyShare], title: str = "Where held KV memory goes, by policy") -> go.Figure:
     """One horizontal stacked bar per server: stored / reserved / internal / external % of held KV slots.
 
@@ -341,6 +364,7 @@ __all__ = [
     "block_size_throughput_summary",
     "block_table_picture",
     "block_tables_summary",
+    "hybrid_groups",
     "memory_breakdown",
     "memory_summary",
     "pool_summary",

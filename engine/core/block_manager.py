@@ -12,6 +12,14 @@ seq.num_computed_tokens after the step; the manager sets it only at admission, t
 With a sliding window (engine/core/sliding_window.py) an allocation counts the blocks no query of the
 sequence can see any more as free, and frees them (their table entries become `FREED`) only if it goes
 ahead. Snapshots and usage numbers are engine/core/block_usage.py.
+
+A model whose layers attend differently has several KV-cache groups (engine/core/kv_groups.py, vLLM V1's
+hybrid KV-cache manager): each sequence then has a block table per group (`seq.block_tables`), all drawn
+from this one pool, every block owned by one group. An allocation costs the sum over groups, so admission and
+preemption count every group's blocks; a full group keeps all of them, a sliding one gives back what fell
+out of its window. Prefix-cache keys carry the group (`group_key`); `get_computed_blocks` hashes the
+prompt once and finds the longest hit every group has (a sliding group needs only its window's blocks), and
+the scheduler passes it to `allocate_slots`, as vLLM's `get_computed_blocks` -> `allocate_slots` does.
 """
 
 from __future__ import annotations
@@ -23,13 +31,20 @@ from dataclasses import dataclass
 from engine.core.admission import fits
 from engine.core.block_allocator import BlockAllocator, OutOfBlocksError, compute_block_hash
 from engine.core.block_usage import BlockInfo, BlockUsage, pool_usage, snapshot_blocks
+from engine.core.kv_groups import KVCacheGroup
 from engine.core.sequence import Sequence
 from engine.core.sliding_window import FREED, first_needed_block, skipped_blocks
 from kernels.validate import check_int
 
-__all__ = ["BlockManager", "SlotAllocation"]
+__all__ = ["BlockManager", "ComputedBlocks", "SlotAllocation", "group_key"]
 
 FullBlock = tuple[int, int, tuple[int, ...]]  # (index in the block table, chained hash, token ids)
+
+
+def group_key(block_hash: int, group: int) -> int:
+    """The prefix-cache key of a block of KV-cache group `group`: the same tokens are a different block in each
+    group (vLLM keys its cache by (hash, group id)); group 0 keeps the plain chained hash."""
+    return block_hash if group == 0 else hash((block_hash, -1 - group))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,19 +60,35 @@ class SlotAllocation:
 NOTHING_NEW = SlotAllocation()  # a decode that stays inside its last block: most steps, one shared answer
 
 
+@dataclass(frozen=True, slots=True)
+class ComputedBlocks:
+    """A sequence's prefix-cache hit, looked up once per admission (vLLM V1's `get_computed_blocks`) and handed to
+    `allocate_slots`, so the prompt's block hashes are computed once.
+
+    num_tokens: leading tokens found (whole blocks); blocks[g]: the hit blocks group g keeps (those its window
+    still needs), dropped[g]: the leading hit blocks behind its window; hashes: the chained hashes of the
+    prompt's full blocks, reused when they are published; num_seq_tokens: the sequence's length at lookup."""
+
+    num_tokens: int
+    blocks: tuple[tuple[int, ...], ...]
+    dropped: tuple[int, ...]
+    hashes: tuple[int, ...]
+    num_seq_tokens: int
+
+
 @dataclass(slots=True)
 class _Growth:
     """How a held sequence's next tokens get their slots (a plan: nothing is allocated yet)."""
 
     end: int  # positions covered once the step is written
-    shared: list[int]  # table indices of shared blocks the step writes into (copy-on-write)
-    grow: int  # blocks to append
-    skipped: list[int]  # table indices behind the window, freed if the allocation goes ahead
+    shared: list[list[int]]  # per group: table indices of shared blocks the step writes into (copy-on-write)
+    grow: int  # blocks to append to every group's table
+    skipped: list[list[int]]  # per group: table indices behind its window, freed if the allocation goes ahead
     gained: int  # free blocks those give back (the ones nobody else holds)
 
     @property
     def cost(self) -> int:
-        return len(self.shared) + self.grow
+        return sum(map(len, self.shared)) + self.grow * len(self.shared)
 
 
 @dataclass(slots=True)
@@ -65,11 +96,9 @@ class _Admission:
     """How a sequence that holds no blocks gets its first slots (a plan: nothing is allocated yet)."""
 
     num_new_tokens: int
-    hits: list[int]  # cached blocks holding the prompt's leading full blocks
-    hashes: list[int]  # their chained hashes
-    dropped: int  # leading hits already behind the window: their entries are FREED, never revived
-    fresh: int  # blocks to allocate after the hits
-    cost: int  # free blocks consumed: fresh ones plus revived cached-free hits
+    computed: ComputedBlocks
+    fresh: int  # blocks to allocate after the hits, per group
+    cost: int  # free blocks consumed: fresh ones in every group plus revived cached-free hits
     gained: int = 0
 
 
@@ -77,18 +106,35 @@ class BlockManager:
     """Block tables, prefix hits and copy-on-write for sequences over one BlockAllocator."""
 
     def __init__(
-        self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False, sliding_window: int | None = None
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = False,
+        sliding_window: int | None = None,
+        groups: Seq[KVCacheGroup] | None = None,
     ) -> None:
-        """sliding_window: the model's attention window W (None: every query sees every earlier token)."""
+        """sliding_window: the model's attention window W when every layer has it (None: every query sees every
+        earlier token); groups: the KV-cache groups of a model whose layers attend differently
+        (engine/core/kv_groups.py), each with its own block table over this one pool (then no sliding_window)."""
         if sliding_window is not None:  # the loaded ModelConfig checked the engine's; a lesson passes its own
             check_int("sliding_window", sliding_window, hint="or None")
+        if groups is not None and sliding_window is not None:
+            raise ValueError("give sliding_window (one kind of layer) or groups (several kinds), not both")
+        windows = (sliding_window,) if groups is None else tuple(g.sliding_window for g in groups)
+        if not windows:
+            raise ValueError("groups is empty; a model has at least one KV-cache group")
+        for w in windows:
+            if w is not None:
+                check_int("sliding_window", w, hint="or None")
         self.allocator = BlockAllocator(num_blocks, block_size, enable_prefix_caching)
         self.block_size = block_size
         self.num_blocks = num_blocks
+        self.group_windows: tuple[int | None, ...] = windows  # one per KV-cache group
         self.sliding_window = sliding_window
         self.sequences: dict[int, Sequence] = {}  # sequences holding blocks
         self._num_slots: dict[int, int] = {}  # seq_id -> positions covered by its last allocation
-        self._hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of its leading published blocks
+        self._hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of its leading full blocks, computed once
+        self._published: dict[int, int] = {}  # seq_id -> leading full blocks already offered to the prefix cache
         # Prefix-cache counters in tokens, as vLLM counts them (vllm:prefix_cache_queries / _hits): every admission
         # with prefix caching on queries its tokens and hits the ones found in cached full blocks.
         self.prefix_cache_queries = 0
@@ -96,6 +142,11 @@ class BlockManager:
 
     def __repr__(self) -> str:
         return f"BlockManager({self.allocator!r}, num_sequences={len(self.sequences)})"
+
+    @property
+    def num_groups(self) -> int:
+        """KV-cache groups: block tables per sequence (1 unless the model mixes attention kinds)."""
+        return len(self.group_windows)
 
     @property
     def num_free_blocks(self) -> int:
@@ -112,7 +163,7 @@ class BlockManager:
         held = self.sequences.get(seq.seq_id)
         if held is None:
             assert seq.block_size == self.block_size, (seq.block_size, self.block_size)  # both from one config
-            if seq.block_table:
+            if any(seq.block_tables):
                 raise ValueError(
                     f"sequence {seq.seq_id} has block_table {seq.block_table} that this manager did not give it; "
                     f"admit a fresh Sequence (empty block_table)"
@@ -124,21 +175,6 @@ class BlockManager:
             )
         return True
 
-    def _prefix_hits(self, seq: Sequence) -> tuple[list[int], list[int]]:
-        """Cached blocks matching the prompt's leading full blocks, and their hashes."""
-        if not self.allocator.enable_prefix_caching:
-            return [], []
-        blocks: list[int] = []
-        hashes: list[int] = []
-        # Never the whole sequence: the last token must be computed to produce logits (as vLLM does).
-        for _, block_hash, chunk in self._full_blocks(seq, 0, (seq.num_tokens - 1) // self.block_size, None):
-            block_id = self.allocator.lookup(block_hash, chunk)
-            if block_id is None:
-                break
-            blocks.append(block_id)
-            hashes.append(block_hash)
-        return blocks, hashes
-
     def _full_blocks(self, seq: Sequence, start: int, stop: int, parent: int | None) -> Iterator[FullBlock]:
         """(index, chained hash, token ids) of `seq`'s full blocks start..stop-1, chained on from `parent`."""
         bs, tokens = self.block_size, seq.token_ids
@@ -147,13 +183,57 @@ class BlockManager:
             parent = compute_block_hash(parent, chunk)
             yield i, parent, chunk
 
+    def get_computed_blocks(self, seq: Sequence) -> ComputedBlocks:
+        """The prefix-cache hit admitting `seq` would use right now (a query: nothing changes); pass it to
+        `allocate_slots` so its hashes are not computed again.
+
+        Hashes the prompt's full blocks once (never the last token's block: it must be computed to give logits,
+        as vLLM does). A full-attention group's hit is the longest run of cached blocks from the start; a sliding
+        group's hit at length L needs only the blocks a query at position L still sees (vLLM's
+        `SlidingWindowManager.find_longest_cache_hit`); the hit is the longest L every group has."""
+        bs, n = self.block_size, seq.num_tokens
+        if not self.allocator.enable_prefix_caching:
+            return ComputedBlocks(0, ((),) * self.num_groups, (0,) * self.num_groups, (), n)
+        found = list(self._full_blocks(seq, 0, (n - 1) // bs, None))
+        lookup = self.allocator.lookup
+        limit = len(found)
+        for g, window in enumerate(self.group_windows):
+            if window is None:  # full attention: the leading run of hits
+                run = 0
+                while run < limit and lookup(group_key(found[run][1], g), found[run][2]) is not None:
+                    run += 1
+                limit = run
+        hit = limit
+        for g, window in enumerate(self.group_windows):
+            if window is not None:
+                hit = self._sliding_hit(found, g, window, hit)
+        blocks: list[tuple[int, ...]] = []
+        dropped: list[int] = []
+        for g, window in enumerate(self.group_windows):
+            first = first_needed_block(hit * bs, window, bs)
+            blocks.append(tuple(lookup(group_key(found[i][1], g), found[i][2]) for i in range(first, hit)))
+            dropped.append(first)
+        return ComputedBlocks(hit * bs, tuple(blocks), tuple(dropped), tuple(h for _, h, _ in found), n)
+
+    def _sliding_hit(self, found: list[FullBlock], group: int, window: int, limit: int) -> int:
+        """Longest hit of at most `limit` blocks for a sliding group: the blocks its window needs are cached."""
+        lookup, bs = self.allocator.lookup, self.block_size
+        for hit in range(limit, 0, -1):
+            first = first_needed_block(hit * bs, window, bs)
+            if all(
+                lookup(group_key(found[i][1], group), found[i][2]) is not None for i in range(hit - 1, first - 1, -1)
+            ):
+                return hit
+        return 0
+
     def num_cached_prefix_tokens(self, seq: Sequence) -> int:
         """Tokens admitting `seq` would take from the prefix cache right now (a query: nothing changes)."""
-        return len(self._prefix_hits(seq)[0]) * self.block_size
+        return self.get_computed_blocks(seq).num_tokens
 
-    def _plan_admission(self, seq: Sequence, num_new_tokens: int | None) -> _Admission:
-        blocks, hashes = self._prefix_hits(seq)
-        num_cached = len(blocks) * self.block_size
+    def _plan_admission(self, seq: Sequence, num_new_tokens: int | None, computed: ComputedBlocks | None) -> _Admission:
+        if computed is None or computed.num_seq_tokens != seq.num_tokens:
+            computed = self.get_computed_blocks(seq)
+        num_cached = computed.num_tokens
         remaining = seq.num_tokens - num_cached
         n = remaining if num_new_tokens is None else num_new_tokens
         if type(n) is not int or not 1 <= n <= remaining:
@@ -161,12 +241,12 @@ class BlockManager:
                 f"num_new_tokens={num_new_tokens!r} for sequence {seq.seq_id} must be in 1..{remaining} "
                 f"({seq.num_tokens} tokens, {num_cached} cached)"
             )
-        fresh = -(-(num_cached + n) // self.block_size) - len(blocks)
-        # Hits the first new token cannot see (sliding window) are left where they are, not revived.
-        dropped = first_needed_block(num_cached, self.sliding_window, self.block_size)
+        fresh = -(-(num_cached + n) // self.block_size) - num_cached // self.block_size
         refs = self.allocator.ref_counts
-        revived = sum(1 for b in blocks[dropped:] if refs[b] == 0)  # cached-free hits leave the free pool too
-        return _Admission(n, blocks, hashes, dropped, fresh, fresh + revived)
+        # Hits a group's window no longer needs are left where they are, not revived; cached-free hits a group
+        # keeps leave the free pool too.
+        revived = sum(1 for kept in computed.blocks for b in kept if refs[b] == 0)
+        return _Admission(n, computed, fresh, fresh * self.num_groups + revived)
 
     def _plan_growth(self, seq: Sequence, num_new_tokens: int | None) -> _Growth:
         start, num_tokens = seq.num_computed_tokens, len(seq.token_ids)
@@ -176,23 +256,30 @@ class BlockManager:
                 f"num_new_tokens={num_new_tokens!r} for sequence {seq.seq_id} must be in "
                 f"1..{num_tokens - start} ({num_tokens} tokens, {start} computed)"
             )
-        end, bs, table = start + n, self.block_size, seq.block_table
+        end, bs = start + n, self.block_size
         refs = self.allocator.ref_counts  # hot path (every decode step): index the live view directly
         last = -(-end // bs)  # blocks needed to cover positions 0..end-1
-        # A block this step writes into must be exclusively ours: shared ones are copied first.
-        shared = [i for i in range(start // bs, min(last, len(table))) if refs[table[i]] > 1]
-        grow = last - len(table) if last > len(table) else 0
-        if self.sliding_window is None:
-            return _Growth(end, shared, grow, [], 0)
-        skipped = skipped_blocks(table, start, self.sliding_window, bs)
-        return _Growth(end, shared, grow, skipped, sum(1 for i in skipped if refs[table[i]] == 1))
+        size = len(seq.block_tables[0])
+        grow = last - size if last > size else 0
+        shared: list[list[int]] = []
+        skipped: list[list[int]] = []
+        gained = 0
+        for table, window in zip(seq.block_tables, self.group_windows, strict=True):
+            # A block this step writes into must be exclusively ours: shared ones are copied first.
+            shared.append([i for i in range(start // bs, min(last, size)) if refs[table[i]] > 1])
+            behind = [] if window is None else skipped_blocks(table, start, window, bs)
+            skipped.append(behind)
+            gained += sum(1 for i in behind if refs[table[i]] == 1)
+        return _Growth(end, shared, grow, skipped, gained)
 
-    def _plan(self, seq: Sequence, num_new_tokens: int | None, watermark_blocks: int) -> _Admission | _Growth:
+    def _plan(
+        self, seq: Sequence, num_new_tokens: int | None, watermark_blocks: int, computed: ComputedBlocks | None = None
+    ) -> _Admission | _Growth:
         if type(watermark_blocks) is not int or watermark_blocks < 0:
             raise ValueError(f"watermark_blocks={watermark_blocks!r} must be an integer >= 0 (blocks left free)")
         if self._is_held(seq):
             return self._plan_growth(seq, num_new_tokens)
-        return self._plan_admission(seq, num_new_tokens)
+        return self._plan_admission(seq, num_new_tokens, computed)
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int | None = None, watermark_blocks: int = 0) -> bool:
         """Whether `allocate_slots` with these arguments would succeed right now (a query: nothing changes)."""
@@ -200,25 +287,30 @@ class BlockManager:
         return fits(plan.cost, self.allocator.num_free_blocks + plan.gained, watermark_blocks)
 
     def allocate_slots(
-        self, seq: Sequence, num_new_tokens: int | None = None, watermark_blocks: int = 0
+        self,
+        seq: Sequence,
+        num_new_tokens: int | None = None,
+        watermark_blocks: int = 0,
+        computed: ComputedBlocks | None = None,
     ) -> SlotAllocation | None:
-        """Give `seq`'s next `num_new_tokens` positions cache slots, all of them or none.
+        """Give `seq`'s next `num_new_tokens` positions cache slots, in every KV-cache group, all of them or none.
 
         vLLM V1's `KVCacheManager.allocate_slots(request, num_new_tokens, num_new_computed_tokens,
         new_computed_blocks, ...) -> KVCacheBlocks | None` (vllm/v1/core/kv_cache_manager.py): one call that
         either allocates everything the step needs for the sequence or returns None. A sequence that holds no
         blocks is admitted: its prompt's leading full blocks found in the prefix cache are reused (their
-        tokens count as computed: num_cached_tokens = num_computed_tokens = the hit), and num_new_tokens
-        (None: the rest of its tokens) get fresh blocks. A sequence that holds blocks grows from its
-        num_computed_tokens: shared blocks it writes into are replaced by copies (the (src, dst) pairs to
-        copy before the step), and blocks are appended (None: up to its last token). The pool must keep
-        `watermark_blocks` free afterwards (the scheduler's admission headroom); blocks behind a sliding
-        window count as free and are given back only when the allocation goes ahead (vLLM frees them even
-        when it returns None). Full computed blocks are published to the prefix cache first.
+        tokens count as computed: num_cached_tokens = num_computed_tokens = the hit; `computed`, from
+        `get_computed_blocks` just before, saves looking them up again), and num_new_tokens (None: the rest of
+        its tokens) get fresh blocks. A sequence that holds blocks grows from its num_computed_tokens: shared
+        blocks it writes into are replaced by copies (the (src, dst) pairs to copy before the step), and blocks
+        are appended (None: up to its last token). The pool must keep `watermark_blocks` free afterwards (the
+        scheduler's admission headroom); blocks behind a sliding window count as free and are given back only
+        when the allocation goes ahead (vLLM frees them even when it returns None). Full computed blocks are
+        published to the prefix cache first.
 
         Returns None, having changed nothing, when the pool cannot give it all; bad arguments are a ValueError.
         """
-        plan = self._plan(seq, num_new_tokens, watermark_blocks)
+        plan = self._plan(seq, num_new_tokens, watermark_blocks, computed)
         if not fits(plan.cost, self.allocator.num_free_blocks + plan.gained, watermark_blocks):
             return None
         if isinstance(plan, _Growth):
@@ -226,46 +318,58 @@ class BlockManager:
         return self._admit(seq, plan)
 
     def _admit(self, seq: Sequence, plan: _Admission) -> SlotAllocation:
-        alloc, kept = self.allocator, plan.hits[plan.dropped :]
-        for block_id in kept:  # revive hits before allocating, so eviction cannot take them
-            alloc.incref(block_id)
-        new = alloc.allocate_blocks(plan.fresh)
-        seq.block_table = [FREED] * plan.dropped + kept + new
-        num_cached = len(plan.hits) * self.block_size
+        alloc, computed = self.allocator, plan.computed
+        for kept in computed.blocks:  # revive hits before allocating, so eviction cannot take them
+            for block_id in kept:
+                alloc.incref(block_id)
+        new: list[int] = []
+        tables: list[list[int]] = []
+        for kept, dropped in zip(computed.blocks, computed.dropped, strict=True):
+            fresh = alloc.allocate_blocks(plan.fresh)
+            tables.append([FREED] * dropped + list(kept) + fresh)
+            new.extend(fresh)
+        seq.block_tables = tables
+        num_cached = computed.num_tokens
         seq.num_cached_tokens = seq.num_computed_tokens = num_cached
         if alloc.enable_prefix_caching:
             self.prefix_cache_queries += seq.num_tokens
             self.prefix_cache_hits += num_cached
         self.sequences[seq.seq_id] = seq
-        self._hashes[seq.seq_id] = plan.hashes
+        self._hashes[seq.seq_id] = list(computed.hashes)
+        self._published[seq.seq_id] = num_cached // self.block_size
         self._num_slots[seq.seq_id] = num_cached + plan.num_new_tokens
         return SlotAllocation(tuple(new), (), num_cached)
 
     def _grow(self, seq: Sequence, plan: _Growth) -> SlotAllocation:
         self.cache_computed_blocks(seq)  # before the window drops them, so they stay findable as a prefix
-        alloc, table, num_computed = self.allocator, seq.block_table, seq.num_computed_tokens
-        for i in plan.skipped:
-            alloc.free(table[i])
-            table[i] = FREED
+        alloc, num_computed = self.allocator, seq.num_computed_tokens
         new: list[int] = []
         copies: list[tuple[int, int]] = []
-        for i in plan.shared:
-            old, block_id = table[i], alloc.allocate()
-            table[i] = block_id
-            alloc.free(old)
-            new.append(block_id)
-            if i * self.block_size < num_computed:  # holds computed tokens: copy them over
-                copies.append((old, block_id))
-        for _ in range(plan.grow):
-            block_id = alloc.allocate()
-            table.append(block_id)
-            new.append(block_id)
+        num_freed = 0
+        # Every group's window lets go first: the plan counted those blocks as free for all groups' growth.
+        for table, skipped in zip(seq.block_tables, plan.skipped, strict=True):
+            for i in skipped:
+                alloc.free(table[i])
+                table[i] = FREED
+            num_freed += len(skipped)
+        for table, shared in zip(seq.block_tables, plan.shared, strict=True):
+            for i in shared:
+                old, block_id = table[i], alloc.allocate()
+                table[i] = block_id
+                alloc.free(old)
+                new.append(block_id)
+                if i * self.block_size < num_computed:  # holds computed tokens: copy them over
+                    copies.append((old, block_id))
+            for _ in range(plan.grow):
+                block_id = alloc.allocate()
+                table.append(block_id)
+                new.append(block_id)
         slots = self._num_slots
         if plan.end > slots[seq.seq_id]:
             slots[seq.seq_id] = plan.end
-        if not new and not plan.skipped:
+        if not new and not num_freed:
             return NOTHING_NEW
-        return SlotAllocation(tuple(new), tuple(copies), 0, len(plan.skipped))
+        return SlotAllocation(tuple(new), tuple(copies), 0, num_freed)
 
     def _out_of_blocks(self, seq: Sequence, num_new_tokens: int | None) -> OutOfBlocksError:
         plan = self._plan(seq, num_new_tokens, 0)
@@ -305,20 +409,22 @@ class BlockManager:
         if parent.seq_id not in self.sequences:
             raise ValueError(f"parent sequence {parent.seq_id} holds no blocks; allocate it before fork()")
         assert child.block_size == self.block_size, (child.block_size, self.block_size)
-        if child.seq_id in self.sequences or child.block_table:
+        if child.seq_id in self.sequences or any(child.block_tables):
             raise ValueError(f"child sequence {child.seq_id} already holds blocks; fork() into a new sequence")
         n = parent.num_computed_tokens
         if child.token_ids[:n] != parent.token_ids[:n]:
             raise ValueError(
                 f"child sequence {child.seq_id} must start with parent {parent.seq_id}'s {n} computed tokens"
             )
-        for block_id in parent.block_table:
-            if block_id != FREED:
-                self.allocator.incref(block_id)
-        child.block_table = list(parent.block_table)
+        for table in parent.block_tables:
+            for block_id in table:
+                if block_id != FREED:
+                    self.allocator.incref(block_id)
+        child.block_tables = [list(table) for table in parent.block_tables]
         child.num_computed_tokens, child.num_cached_tokens = n, parent.num_cached_tokens
         self.sequences[child.seq_id] = child
         self._hashes[child.seq_id] = list(self._hashes[parent.seq_id])
+        self._published[child.seq_id] = self._published[parent.seq_id]
         self._num_slots[child.seq_id] = min(self._num_slots[parent.seq_id], child.num_tokens)
 
     def free_sequence(self, seq: Sequence) -> None:
@@ -327,23 +433,34 @@ class BlockManager:
             raise ValueError(f"sequence {seq.seq_id} holds no blocks; it was never allocated or is already freed")
         self.cache_computed_blocks(seq)
         # Reverse order: the tail of a prefix is freed first, so LRU eviction takes it before the head.
-        for block_id in reversed(seq.block_table):
-            if block_id != FREED:
-                self.allocator.free(block_id)
-        seq.block_table = []
-        del self.sequences[seq.seq_id], self._hashes[seq.seq_id], self._num_slots[seq.seq_id]
+        for table in seq.block_tables:
+            for block_id in reversed(table):
+                if block_id != FREED:
+                    self.allocator.free(block_id)
+        seq.block_tables = [[]]
+        sid = seq.seq_id
+        del self.sequences[sid], self._hashes[sid], self._published[sid], self._num_slots[sid]
 
     def cache_computed_blocks(self, seq: Sequence) -> None:
-        """Publish `seq`'s full, computed blocks to the prefix cache (no-op without prefix caching)."""
+        """Publish `seq`'s full, computed blocks to the prefix cache, in every group that still holds them
+        (no-op without prefix caching). Each block's chained hash is computed once per admission."""
         if not self.allocator.enable_prefix_caching or seq.seq_id not in self.sequences:
             return
-        hashes, table = self._hashes[seq.seq_id], seq.block_table
-        num_full = min(seq.num_computed_tokens // self.block_size, len(table))
-        if num_full <= len(hashes):
+        hashes, tables, bs = self._hashes[seq.seq_id], seq.block_tables, self.block_size
+        num_full = min(seq.num_computed_tokens // bs, len(tables[0]))
+        done = self._published[seq.seq_id]
+        if num_full <= done:
             return
-        for i, block_hash, chunk in self._full_blocks(seq, len(hashes), num_full, hashes[-1] if hashes else None):
-            self.allocator.cache_block(table[i], block_hash, chunk)
-            hashes.append(block_hash)
+        if len(hashes) < num_full:  # blocks the lookup did not hash: generated tokens, the prompt's last block
+            more = self._full_blocks(seq, len(hashes), num_full, hashes[-1] if hashes else None)
+            hashes.extend(h for _, h, _ in more)
+        tokens = seq.token_ids
+        for i in range(done, num_full):
+            chunk = tuple(tokens[i * bs : (i + 1) * bs])
+            for g, table in enumerate(tables):
+                if table[i] != FREED:
+                    self.allocator.cache_block(table[i], group_key(hashes[i], g), chunk)
+        self._published[seq.seq_id] = num_full
 
     def snapshot(self) -> list[BlockInfo]:
         """Every physical block in id order, with owners and filled slots."""

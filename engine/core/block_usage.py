@@ -2,8 +2,9 @@
 
 `BlockManager.snapshot()` and `.usage()` (engine/core/block_manager.py) return these; the playground and the
 paged-attention lesson draw them. A block's filled slots come from each owner's covered positions; a
-shared block counts once, as its fullest owner sees it. A block-table entry `FREED` (a block a sliding
-window dropped, engine/core/sliding_window.py) owns nothing.
+shared block counts once, as its fullest owner sees it; a model with several KV-cache groups
+(engine/core/kv_groups.py) has a table per group, and each group's blocks count. A block-table entry
+`FREED` (a block a sliding window dropped, engine/core/sliding_window.py) owns nothing.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def filled_slots(
     for seq in seqs:
         n = num_slots[seq.seq_id]
         full = n // bs  # blocks before this index are full; the one at it holds n % bs slots
-        for i, block_id in enumerate(seq.block_table):
+        for i, block_id in ((i, b) for table in seq.block_tables for i, b in enumerate(table)):
             if block_id == FREED:
                 continue
             f = bs if i < full else (n - full * bs if i == full else 0)

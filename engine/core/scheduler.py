@@ -15,7 +15,8 @@ One step, in order:
 2. Only if nobody was preempted, waiting requests are admitted in arrival order while the budget,
    `max_num_seqs` and the free blocks allow; a watermark of free blocks is kept for running requests'
    decodes so a new admission does not immediately force a preemption. Prefix-cache hits are counted as
-   computed at admission, so their tokens are skipped.
+   computed at admission, so their tokens are skipped; the lookup (`get_computed_blocks`) hashes the prompt's
+   blocks once and hands its result to `allocate_slots`, as vLLM V1's scheduler does.
 `schedule()` returns a `SchedulerOutput` whose `scheduled` list holds one `ScheduledSequence` (the sequence,
 its new-token count and what it already had cached) per sequence in the step. After the model runs,
 `update()` advances the counters, appends sampled tokens, applies stop rules and frees finished requests.
@@ -165,9 +166,10 @@ class Scheduler:
         max_num_seqs = self.config.max_num_seqs
         while self.waiting and budget > 0 and may_admit(len(self.running), max_num_seqs, bool(out.preempted)):
             seq = self.waiting[0]
-            n = min(seq.num_tokens - bm.num_cached_prefix_tokens(seq), budget)
+            computed = bm.get_computed_blocks(seq)  # the prefix chain is hashed once, here, per admission
+            n = min(seq.num_tokens - computed.num_tokens, budget)
             headroom = admission_headroom(len(self.running), self._watermark_blocks)
-            if bm.allocate_slots(seq, n, watermark_blocks=headroom) is None:  # sets num_computed to the hit
+            if bm.allocate_slots(seq, n, headroom, computed) is None:  # sets num_computed to the hit
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING

@@ -12,11 +12,13 @@ Public API:
     Sequence(seq_id, token_ids, block_size=16, sampling_params=None, arrival_time=0.0, prompt=None,
              generator=None)
         fields:     seq_id, token_ids (prompt + generated), num_prompt_tokens, num_computed_tokens,
-                    num_cached_tokens, block_table: list[int], status, block_size, sampling_params,
+                    num_cached_tokens, block_tables: list[list[int]] (one per KV-cache group,
+                    engine/core/kv_groups.py), status, block_size, sampling_params,
                     finish_reason ("stop" | "length" | "abort" | None), arrival_time, first_token_time,
                     finish_time, prompt (the text, or None), generator (torch.Generator | None),
                     num_preemptions
-        properties: num_tokens, num_completion_tokens, prompt_token_ids, completion_token_ids,
+        properties: block_table (block_tables[0], the first group's: the only one of a one-kind model),
+                    num_tokens, num_completion_tokens, prompt_token_ids, completion_token_ids,
                     last_token, num_blocks, last_block_num_tokens, is_finished
         methods:    append_token(token_id), block_token_ids(i), len(seq) == num_tokens
 """
@@ -72,7 +74,8 @@ class Sequence:
         self.num_prompt_tokens = len(token_ids)
         self.num_computed_tokens = 0  # tokens whose K/V is in the cache
         self.num_cached_tokens = 0  # of those, tokens reused from the prefix cache at admission
-        self.block_table: list[int] = []  # logical block i -> physical block id
+        # Per KV-cache group: logical block i -> physical block id (a model with one kind of layer has one group).
+        self.block_tables: list[list[int]] = [[]]
         self.status = SequenceStatus.WAITING
         self.block_size = block_size
         self.sampling_params = sampling_params
@@ -92,6 +95,15 @@ class Sequence:
             f"Sequence(seq_id={self.seq_id}, status={self.status.name}, num_tokens={self.num_tokens}, "
             f"num_computed_tokens={self.num_computed_tokens}, block_table={self.block_table})"
         )
+
+    @property
+    def block_table(self) -> list[int]:
+        """The first KV-cache group's block table (the whole model's when all its layers attend alike)."""
+        return self.block_tables[0]
+
+    @block_table.setter
+    def block_table(self, table: list[int]) -> None:
+        self.block_tables[0] = table
 
     @property
     def num_tokens(self) -> int:

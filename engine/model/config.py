@@ -25,6 +25,9 @@ ARCHITECTURES = {
 }
 ROPE_TYPES = ("default", "linear", "llama3")
 MLA_ROPE_TYPES = ("default", "yarn")  # DeepSeek's configs use yarn (engine/model/mla_rope.py)
+# Per-layer attention kinds (config.json `layer_types`) the engine runs; transformers knows more (chunked
+# local attention, linear attention, ...), and a layer of any other kind is refused by name, never run as one of these.
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def real_number(field: str, value: Any) -> float:
@@ -87,6 +90,9 @@ class ModelConfig:
     qkv_bias: bool = False  # Qwen2, or Llama with attention_bias
     o_bias: bool = False  # Llama with attention_bias also biases o_proj; Qwen2 does not
     sliding_window: int | None = None  # Mistral: the token at position p sees keys p - W + 1 .. p only
+    # Per-layer kinds (Qwen2's `layer_types`): a "sliding_attention" layer attends within sliding_window, a
+    # "full_attention" one sees every token. None: every layer alike (sliding when sliding_window is set).
+    layer_types: tuple[str, ...] | None = None
     architecture: str = "LlamaForCausalLM"
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -132,6 +138,26 @@ class ModelConfig:
         _check_real_numbers(self)
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"sliding_window={self.sliding_window} must be >= 1 or None")
+        if self.layer_types is not None:
+            self.layer_types = check_layer_types(self.layer_types, self.num_hidden_layers)
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise ValueError(
+                    f"layer {self.layer_types.index('sliding_attention')} is 'sliding_attention' but sliding_window "
+                    "is None; give the window in tokens, or make the layer 'full_attention'"
+                )
+
+    @property
+    def layer_sliding_windows(self) -> tuple[int | None, ...]:
+        """Each layer's window: sliding_window for a sliding layer, None for full attention (as transformers'
+        Qwen2Attention sets `sliding_window` per layer; a sliding layer with no window set attends fully)."""
+        if self.layer_types is None:
+            return (self.sliding_window,) * self.num_hidden_layers
+        return tuple(self.sliding_window if t == "sliding_attention" else None for t in self.layer_types)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True when layers attend differently (some within a window, some fully): several KV-cache groups."""
+        return len(set(self.layer_sliding_windows)) > 1
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -179,6 +205,7 @@ class ModelConfig:
             sliding_window = None  # Qwen2 configs carry a window size even when windowing is off
         if family == "llama":
             sliding_window = None
+        layer_types = read_layer_types(cfg, family, sliding_window, required["num_hidden_layers"])
         eos = cfg.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
         attention_bias = bool(cfg.get("attention_bias", False))
@@ -194,6 +221,7 @@ class ModelConfig:
             qkv_bias=family == "qwen2" or attention_bias,
             o_bias=family != "qwen2" and attention_bias,
             sliding_window=None if sliding_window is None else int(sliding_window),
+            layer_types=layer_types,
             architecture=arch,
             bos_token_id=cfg.get("bos_token_id"),
             eos_token_ids=eos_ids,
@@ -252,7 +280,59 @@ class ModelConfig:
         }
         if self.sliding_window is not None:
             cfg["sliding_window"] = self.sliding_window
+            if self.architecture == "Qwen2ForCausalLM":
+                cfg["use_sliding_window"] = True
+        if self.layer_types is not None:
+            cfg["layer_types"] = list(self.layer_types)
         if self.mla is not None:  # every layer dense; the config's KV heads are the query heads, as DeepSeek's say
             cfg |= self.mla.to_hf() | {"first_k_dense_replace": self.num_hidden_layers}
             cfg |= {"num_key_value_heads": self.num_attention_heads, "head_dim": self.mla.qk_rope_head_dim}
         return cfg
+
+
+def check_layer_types(layer_types: object, num_hidden_layers: int) -> tuple[str, ...]:
+    """`layer_types` as a tuple when it names one kind the engine runs per layer; else a ValueError naming the layer."""
+    if isinstance(layer_types, str) or not isinstance(layer_types, (list, tuple)):
+        raise ValueError(f"layer_types={layer_types!r} must be a list with one attention kind per layer")
+    if len(layer_types) != num_hidden_layers:
+        raise ValueError(
+            f"layer_types has {len(layer_types)} entries but the model has num_hidden_layers={num_hidden_layers}; "
+            "give one kind per layer"
+        )
+    for i, kind in enumerate(layer_types):
+        if kind not in LAYER_TYPES:
+            raise ValueError(
+                f"layer {i} has layer type {kind!r}, which this engine does not run; supported layer types: "
+                f"{', '.join(LAYER_TYPES)} (a model with other layers is refused rather than run as something else)"
+            )
+    return tuple(layer_types)
+
+
+def read_layer_types(
+    cfg: dict[str, Any], family: str, sliding_window: int | None, num_hidden_layers: int
+) -> tuple[str, ...] | None:
+    """Per-layer kinds as transformers reads them for each family, or None when every layer is alike.
+
+    Qwen2 (Qwen2Config): `layer_types` when given, else layers from `max_window_layers` on slide when
+    use_sliding_window is on. Llama and Mistral models ignore `layer_types` in transformers (Mistral slides every
+    layer), so the engine does too; a kind the engine does not run is refused in any family."""
+    given = cfg.get("layer_types")
+    if given is not None:
+        check_layer_types(given, num_hidden_layers)
+    if family != "qwen2":
+        return None
+    if given is not None:
+        if "sliding_attention" in given and sliding_window is None:
+            layer = list(given).index("sliding_attention")
+            raise ValueError(
+                f"layer {layer} is 'sliding_attention' but this Qwen2 config sets no window (use_sliding_window is "
+                "false or sliding_window is null), which transformers cannot run either; set use_sliding_window: "
+                "true with a sliding_window, or make the layer 'full_attention'"
+            )
+        return tuple(given)
+    if sliding_window is None:
+        return None
+    first = cfg.get("max_window_layers", 28)
+    if isinstance(first, bool) or not isinstance(first, int):
+        raise ValueError(f"max_window_layers={first!r} must be a whole number of layers")
+    return tuple("sliding_attention" if i >= first else "full_attention" for i in range(num_hidden_layers))

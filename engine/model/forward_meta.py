@@ -50,11 +50,18 @@ class ForwardMeta:
     logits_indices  int64 [S]  row in the packed batch of each sequence's last new token (where logits are taken)
     attention       the step's `kernels.ops.AttentionPlan`: slot mapping, cu_seqlens_q, seq_lens, block
                     tables, the backend and its index, validated for the cache layout it was built against
+    layer_plans     a hybrid model's plan per layer (each KV-cache group has its block tables, slot mapping
+                    and window: engine/core/kv_groups.py); None: every layer uses `attention`
     """
 
     positions: torch.Tensor
     logits_indices: torch.Tensor
     attention: AttentionPlan
+    layer_plans: tuple[AttentionPlan, ...] | None = None
+
+    def plans(self, num_layers: int) -> Sequence[AttentionPlan]:
+        """The attention plan of each of `num_layers` layers."""
+        return self.layer_plans if self.layer_plans is not None else (self.attention,) * num_layers
 
     @property
     def num_seqs(self) -> int:

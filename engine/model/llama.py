@@ -10,7 +10,8 @@ matmul: q/k/v are one `qkv_proj` and gate/up one `gate_up_proj`, fused when the 
 `CausalLM.forward(input_ids [T], meta, kv_caches)` runs the T new tokens of S sequences packed in one batch
 (no padding). Every layer writes its K/V into its paged cache (`kernels.ops.store_kv`), then attends with one
 `kernels.ops.paged_varlen_attention` call over the whole step (engine/model/forward_meta.py). Both calls take
-the step's attention plan, which kernels.ops built and validated once for the step: the model knows no
+the step's attention plan (a hybrid model's layers each take their KV-cache group's plan, with its block
+tables and sliding window), which kernels.ops built and validated once for the step: the model knows no
 backend. A layer's cache travels with its fp8 scales (`LayerKV`); store_kv sets them at the layer's first
 write. It returns fp32 logits of each sequence's last new token and runs under inference mode, so the
 residual stream is updated in place. Training (scripts/train_demo.py) builds its own whole-sequence forward
@@ -131,8 +132,8 @@ class DecoderStack(nn.Module):
     ) -> torch.Tensor:
         """Packed ids [T] -> normed hidden states [S, hidden] of each sequence's last new token."""
         h = F.embedding(input_ids, self.embed_tokens.weight)  # [T, hidden]
-        plan = meta.attention
-        for layer, cache in zip(self.layers, kv_caches, strict=True):
+        plans = meta.plans(len(self.layers))  # one plan for all layers, or a hybrid model's per layer
+        for layer, plan, cache in zip(self.layers, plans, kv_caches, strict=True):
             h = layer.forward(h, rope, plan, cache)  # by `forward`, as in DecoderLayer
         return self.norm.forward(h[meta.logits_indices])  # only the tokens whose next token gets sampled
 

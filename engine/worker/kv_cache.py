@@ -43,6 +43,9 @@ class CacheConfig:
     pool_tokens: int | None
     sliding_window: int | None
     enable_prefix_caching: bool
+    # A hybrid model's KV-cache groups (engine/core/kv_groups.py): each has its own block tables over this one
+    # pool, and kv_bytes_per_token is then one slot of the pool (group_size layers' K+V). () for one kind of layer.
+    kv_groups: tuple = ()
 
 
 def _gib(n: int) -> str:
@@ -90,10 +93,18 @@ class PagedKVCache:
         head_dim: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        layer_tensors: Sequence[int] | None = None,
     ) -> None:
+        """layer_tensors: a hybrid model's tensor per layer (engine/core/kv_groups.py `layer_tensors`): layers of
+        different KV-cache groups share a tensor, each writing only the blocks its group owns. None: one each."""
         # Sized from a CacheConfig (EngineConfig.size_cache) and a loaded ModelConfig, both checked already.
         sizes = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
         assert all(is_whole(n) and n >= 1 for n in sizes), sizes
+        tensor_of = list(range(num_layers)) if layer_tensors is None else list(layer_tensors)
+        assert len(tensor_of) == num_layers and min(tensor_of) >= 0, tensor_of
+        num_tensors = max(tensor_of) + 1
+        self.layer_tensors = tensor_of
+        self.num_tensors = num_tensors
         self.num_layers = num_layers
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -101,12 +112,12 @@ class PagedKVCache:
         self.head_dim = head_dim
         # One allocation for the whole cache; zeros so an unwritten slot never holds garbage. Checked first:
         # on CPU an overcommitted allocation may "succeed" and get the process killed when it is touched.
-        per_block = 2 * num_layers * block_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        per_block = 2 * num_tensors * block_size * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
         check_kv_memory(num_blocks, per_block, device)
         try:
             self.kv = torch.zeros(
-                num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
-            )  # [L, 2, num_blocks, block_size, Hkv, D]
+                num_tensors, 2, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device
+            )  # [num_tensors, 2, num_blocks, block_size, Hkv, D]
         except RuntimeError as exc:  # torch.OutOfMemoryError (CUDA) is a RuntimeError, so is the CPU allocator's
             if not isinstance(exc, torch.OutOfMemoryError) and "memory" not in str(exc).lower():
                 raise
@@ -117,8 +128,8 @@ class PagedKVCache:
         # Per-layer views, each contiguous [num_blocks, block_size, Hkv, D] as the kernels take them, with scales.
         self.layers: list[LayerKV] = [
             LayerKV(
-                self.kv[layer, 0],
-                self.kv[layer, 1],
+                self.kv[tensor_of[layer], 0],
+                self.kv[tensor_of[layer], 1],
                 None if self.scales is None else self.scales[layer, 0],
                 None if self.scales is None else self.scales[layer, 1],
             )
@@ -148,8 +159,9 @@ class PagedKVCache:
 
     @property
     def bytes_per_slot(self) -> int:
-        """Bytes of one token's K and V over all layers (`engine.memory.units.kv_bytes`)."""
-        return kv_bytes(self.num_layers, self.num_kv_heads, self.head_dim, self.kv.element_size())
+        """Bytes of one slot's K and V over all the pool's tensors (`engine.memory.units.kv_bytes`): one token
+        over all layers, or over one KV-cache group's layers for a hybrid model."""
+        return kv_bytes(self.num_tensors, self.num_kv_heads, self.head_dim, self.kv.element_size())
 
     @property
     def nbytes(self) -> int:

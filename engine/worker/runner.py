@@ -13,8 +13,11 @@ engine/config.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
+from engine.core.kv_groups import layer_tensors
 from engine.core.scheduler import ScheduledSequence, SchedulerOutput
 from engine.model.forward_meta import ForwardMeta
 from engine.model.llama import CausalLM
@@ -35,6 +38,8 @@ class ModelRunner:
         self.backend = backend
         self.block_size = cache.block_size
         self.dtype = model.lm_head.weight.dtype
+        self.kv_groups = cache.kv_groups  # () unless the model's layers attend differently
+        self.window = cfg.layer_sliding_windows[0]  # every layer's window when they attend alike
         if cfg.mla is not None:  # DeepSeek-V2/V3: one latent + rope-key row per token and layer
             self.kv_cache: PagedKVCache | LatentKVCache = LatentKVCache(
                 cfg.num_hidden_layers,
@@ -54,16 +59,18 @@ class ModelRunner:
             cfg.head_dim,
             dtype=cache.dtype,
             device=device,
+            layer_tensors=layer_tensors(self.kv_groups, cfg.num_hidden_layers) if self.kv_groups else None,
         )
 
     def prepare(self, scheduled: list[ScheduledSequence]) -> tuple[torch.Tensor, ForwardMeta]:
         """The step's packed input ids [T] and its ForwardMeta, validated once for every layer (the ids were
         checked when their request was added, or sampled from the vocabulary)."""
-        meta = self._meta(
-            [s.num_new_tokens for s in scheduled],
-            [s.num_computed_tokens for s in scheduled],
-            [s.seq.block_table for s in scheduled],
-        )
+        query_lens = [s.num_new_tokens for s in scheduled]
+        context_lens = [s.num_computed_tokens for s in scheduled]
+        if self.kv_groups:
+            meta = self.hybrid_meta(query_lens, context_lens, [s.seq.block_tables for s in scheduled])
+        else:
+            meta = self._meta(query_lens, context_lens, [s.seq.block_table for s in scheduled], self.window)
         return torch.tensor([token for s in scheduled for token in s.token_ids], device=self.device), meta
 
     def inputs(
@@ -81,9 +88,18 @@ class ModelRunner:
         bad = [t for t in token_ids if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
-        return torch.tensor(token_ids, device=self.device), self._meta(query_lens, context_lens, block_tables)
+        if self.kv_groups:
+            raise ValueError(
+                "this model's layers attend differently (several KV-cache groups, one block table each); drive it "
+                "through LLM.step, which gives every group its table"
+            )
+        return torch.tensor(token_ids, device=self.device), self._meta(
+            query_lens, context_lens, block_tables, self.window
+        )
 
-    def _meta(self, query_lens: list[int], context_lens: list[int], block_tables: list[list[int]]) -> ForwardMeta:
+    def _meta(
+        self, query_lens: list[int], context_lens: list[int], block_tables: list[list[int]], window: int | None
+    ) -> ForwardMeta:
         return ForwardMeta.build(
             query_lens,
             context_lens,
@@ -91,9 +107,24 @@ class ModelRunner:
             self.kv_cache.layers[0],
             num_heads=self.model.config.num_attention_heads,
             q_dtype=self.dtype,
-            sliding_window=self.model.config.sliding_window,
+            sliding_window=window,
             backend=self.backend,
         )
+
+    def hybrid_meta(
+        self, query_lens: list[int], context_lens: list[int], group_tables: list[list[list[int]]]
+    ) -> ForwardMeta:
+        """A hybrid model's step: one attention plan per KV-cache group (its block tables, slot mapping and
+        window), handed to each of the group's layers. group_tables[i][g]: sequence i's table in group g."""
+        metas = [
+            self._meta(query_lens, context_lens, [tables[g] for tables in group_tables], group.sliding_window)
+            for g, group in enumerate(self.kv_groups)
+        ]
+        per_layer = [metas[0].attention] * self.model.config.num_hidden_layers
+        for meta, group in zip(metas, self.kv_groups, strict=True):
+            for layer in group.layers:
+                per_layer[layer] = meta.attention
+        return replace(metas[0], layer_plans=tuple(per_layer))
 
     def forward(self, input_ids: torch.Tensor, meta: ForwardMeta) -> torch.Tensor:
         """The model over this runner's cache: fp32 logits [S, vocab] of each sequence's last new token."""

@@ -749,6 +749,26 @@ class StepView:
         return [{"request": name, "block table": str(table)} for name, table in self.tables.items()]
 
 
+def _group_label(window: int | None) -> str:
+    return "full" if window is None else f"sliding {window}"
+
+
+def _group_tables(
+    t: StepTrace, first: int, filled: dict[int, int]
+) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Each running request's block table, one row per KV-cache group for a hybrid model ("A · sliding 16");
+    an entry a sliding window gave back (-1) holds nothing."""
+    if len(t.group_windows) == 1:
+        tables = {_name(r, first): list(tbl) for r, tbl in t.block_tables.items()}
+    else:
+        tables = {
+            f"{_name(r, first)} · {_group_label(window)}": list(tbl)
+            for r, group_tables in t.group_block_tables.items()
+            for window, tbl in zip(t.group_windows, group_tables, strict=True)
+        }
+    return tables, {name: [filled.get(b, 0) for b in tbl] for name, tbl in tables.items()}
+
+
 def step_view(run: PlaygroundRun, index: int) -> StepView:
     """The `index`-th recorded step (0-based) as tables and pictures."""
     if not 0 <= index < len(run.traces):
@@ -756,8 +776,7 @@ def step_view(run: PlaygroundRun, index: int) -> StepView:
     t = run.traces[index]
     first = min(o.request_id for o in run.outputs)
     filled = {b.block_id: b.num_filled for b in t.blocks}
-    tables = {_name(r, first): list(tbl) for r, tbl in t.block_tables.items()}
-    fills = {_name(r, first): [filled[b] for b in tbl] for r, tbl in t.block_tables.items()}
+    tables, fills = _group_tables(t, first, filled)
     blocks = pool_blocks(t.blocks, lambda o: _name(o, first))
     scheduled = [
         {
@@ -783,6 +802,9 @@ def step_view(run: PlaygroundRun, index: int) -> StepView:
     if shared:
         parts.append(f"{len(shared)} block(s) shared by more than one request.")
     parts.append(f"{t.num_blocks - t.num_free_blocks} of {t.num_blocks} blocks in use; {len(t.waiting)} waiting.")
+    if len(t.group_windows) > 1:  # a hybrid model: say what each KV-cache group holds
+        held = ", ".join(f"{_group_label(w)} {n}" for w, n in zip(t.group_windows, t.group_held_blocks, strict=True))
+        parts.append(f"Blocks per KV-cache group (one shared pool): {held}.")
     return StepView(scheduled, tables, fills, blocks, " ".join(parts))
 
 

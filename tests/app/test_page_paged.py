@@ -102,3 +102,20 @@ def test_the_sliding_window_table_follows_the_block_size(app_test):
     found = re.match(r"Allocated slots ([\d,]+), holding tokens ([\d,]+): ([\d,]+) idle slots", idle)
     allocated, used, unused = (int(n.replace(",", "")) for n in found.groups())
     assert allocated - used == unused
+
+
+def test_hybrid_section_shows_the_sliding_group_handing_blocks_back(at):
+    """The live hybrid run: the full group keeps every block, the sliding one gives blocks back (both windows'
+    extremes and a small block size)."""
+    at.select_slider(key="paged_block").set_value(16)
+    seen = {}
+    for window in (64, 8):
+        at.select_slider(key="paged_hybrid_window").set_value(window).run()
+        assert not at.exception and not at.error
+        shown = {m.label: m.value for m in at.metric}
+        seen[window] = int(shown["Blocks the sliding group gave back"])
+        assert int(shown["Full group's blocks at the end"]) == -(-198 // 16)  # 160 + 40 tokens, the last uncached
+        assert int(shown["Sliding group's blocks at the end"]) < int(shown["Full group's blocks at the end"])
+    assert seen[8] > seen[64] > 0  # a narrower window needs fewer blocks, so more go back
+    table = next(t.value for t in open_chart_tables(at).dataframe if "sliding group's blocks" in t.value.columns)
+    assert list(table["full group's blocks"]) == sorted(table["full group's blocks"])  # the full group only grows
