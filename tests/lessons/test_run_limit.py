@@ -20,7 +20,7 @@ class Clock:
 def test_the_run_past_the_limit_is_refused_with_the_limit_and_the_wait_named():
     clock = Clock()
     allowance = RunAllowance(limit=3, window_s=60, clock=clock)
-    for i in range(3):
+    for _ in range(3):
         clock.now += 5  # runs at 1005, 1010, 1015
         allowance.charge()
     assert allowance.started == 3
