@@ -67,7 +67,7 @@ def _modules() -> list[str]:
     names = []
     for pkg in PACKAGES:
         for info in pkgutil.walk_packages([str(ROOT / pkg)], prefix=f"{pkg}."):
-            if not info.ispkg:
+            if not info.ispkg and info.name != "progress.migrations.env":  # Alembic's script: runs in its context only
                 names.append(info.name)
     return names
 
