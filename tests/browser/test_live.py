@@ -82,9 +82,9 @@ def test_a_live_round_teacher_opens_learners_predict_teacher_reveals(browser, ap
     try:
         teacher, ana, bob = (c.new_page() for c in contexts)
         _open_projector(teacher)
-        mha = GQA.traps[0].value  # the query-heads slip
+        slip = GQA.traps[0].value  # the "read num_key_value_heads" slip (lesson 2 asks for DeepSeek-V3's MLA)
         _follow_and_predict(ana, "Ana", GQA.answer)
-        _follow_and_predict(bob, "Bob", mha)
+        _follow_and_predict(bob, "Bob", slip)
         answers = _answers_shown(teacher)
         teacher.wait_for_function(
             "el => el.innerText.trim() === '2'", arg=answers.element_handle(), timeout=15_000, polling=200
@@ -95,14 +95,14 @@ def test_a_live_round_teacher_opens_learners_predict_teacher_reveals(browser, ap
         assert "hidden until you reveal" in text
         shoot(teacher, "live-round-answers", whole=True)
         teacher.get_by_role("button", name="Reveal the answer").click()
-        projector.get_by_text("query heads instead of KV heads").first.wait_for()
+        projector.get_by_text("read num_key_value_heads").first.wait_for()
         assert error_texts(teacher) == []
         shoot(teacher, "live-round-revealed", whole=True)
         _no_serious_axe_violation(teacher, "the revealed projector")
         line = bob.locator(".st-key-live_banner").get_by_text("The engine:")
         line.wait_for(timeout=POLL_MS)
         said = line.inner_text()
-        assert f"{mha:g}" in said.replace(",", "") and "query heads" in said
+        assert f"{slip:g}" in said.replace(",", "") and "num_key_value_heads" in said
         line.scroll_into_view_if_needed()
         shoot(bob, "live-round-learner")
         _no_serious_axe_violation(bob, "the learner's lesson with the revealed banner")

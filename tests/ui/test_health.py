@@ -4,11 +4,20 @@ On a real server with a broken database URL: tests/deploy/test_operations.py."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import anyio
 import pytest
 
 from ui import health
+
+
+def _run(func, *args):
+    """anyio.run in a thread of its own: an earlier test in this worker may leave an event loop marked running in
+    the main thread (then anyio.run there refuses with "Already running asyncio in this thread")."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, func, *args).result()
+
 
 PLANTED = "planted-Secret-9c2d"
 
@@ -50,22 +59,22 @@ def test_a_database_that_breaks_after_the_first_check_is_reported(tmp_path):
 
 
 def test_the_status_is_200_only_when_streamlit_and_the_database_answer():
-    assert anyio.run(health.health, lambda: None, 5.0, ready) == (200, "ok")
-    status, body = anyio.run(health.health, lambda: "the file x is damaged", 5.0, ready)
+    assert _run(health.health, lambda: None, 5.0, ready) == (200, "ok")
+    status, body = _run(health.health, lambda: "the file x is damaged", 5.0, ready)
     assert status == 503 and body == "progress database: the file x is damaged"
 
     async def not_ready() -> str:
         return "Streamlit is not ready (unavailable)"
 
-    assert anyio.run(health.health, lambda: None, 5.0, not_ready) == (503, "Streamlit is not ready (unavailable)")
-    status, body = anyio.run(health.health, lambda: None, 5.0)  # no Streamlit runtime in this process
+    assert _run(health.health, lambda: None, 5.0, not_ready) == (503, "Streamlit is not ready (unavailable)")
+    status, body = _run(health.health, lambda: None, 5.0)  # no Streamlit runtime in this process
     assert status == 503 and "not started" in body
 
 
 def test_a_database_that_does_not_answer_is_unhealthy_after_the_timeout():
     stuck = threading.Event()
     try:
-        status, body = anyio.run(health.health, lambda: stuck.wait(600) and None, 0.2, ready)
+        status, body = _run(health.health, lambda: stuck.wait(600) and None, 0.2, ready)
     finally:
         stuck.set()  # the abandoned check's thread ends
     assert status == 503 and body == "the progress database did not answer within 0.2 s"
@@ -84,7 +93,7 @@ def _asgi(method: str, path: str, check) -> tuple[list[dict], list[str]]:
         middleware = health.HealthCheck(app, check)
         await middleware({"type": "http", "method": method, "path": path}, None, send)
 
-    anyio.run(run)
+    _run(run)
     return sent, passed
 
 
