@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from engine import LLM, SamplingParams
-from engine.memory.catalog import GPUS, MODELS
+from engine.memory.catalog import GPUS, MODELS, ModelSpec
 from engine.memory.footprint import serving_footprint
 from engine.model.loader import load_model
 from engine.outputs import StepTrace
@@ -676,7 +676,7 @@ class GpuSweep:
 
     @property
     def model_name(self) -> str:
-        return MODELS[self.model].name
+        return MODELS[self.model].name if self.model in MODELS else self.model
 
     @property
     def gpu_name(self) -> str:
@@ -701,20 +701,50 @@ class GpuSweep:
         )
 
 
-def gpu_sweep(gpu: str = GPU_DEFAULT) -> GpuSweep:
-    """The same seeded ShareGPT-like trace at each of GPU_RATES through the paged simulator (simulated)."""
-    if gpu not in GPU_CHOICES:
-        names = ", ".join(GPU_CHOICES)
-        raise ValueError(
-            f"{MODELS[GPU_MODEL].name} leaves no room for a {GPU_MAX_MODEL_LEN:,}-token request's KV on GPU "
-            f"{gpu!r}; pick one of {names}"
-        )
+def _gpu_footprint(gpu: str, spec: ModelSpec):
+    return serving_footprint(
+        spec, gpu, weight_dtype="bf16", max_model_len=GPU_MAX_MODEL_LEN, gpu_memory_utilization=GPU_UTILIZATION
+    )
+
+
+def _fits(gpu: str, spec: ModelSpec) -> bool:
+    fp = _gpu_footprint(gpu, spec)
+    return fp.startup_error is None and fp.kv_budget_bytes > 0
+
+
+def gpu_fit_error(gpu: str, model: ModelSpec | str = GPU_MODEL) -> str | None:
+    """Why this model cannot serve a GPU_MAX_MODEL_LEN request on this GPU at TP 1 (None when it can)."""
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}; pick one of {', '.join(GPU_CHOICES)}")
+    spec = MODELS[model] if isinstance(model, str) else model
+    if _fits(gpu, spec):
+        return None
+    fp = _gpu_footprint(gpu, spec)
+    bigger = [g for g in GPU_CHOICES if g != gpu and _fits(g, spec)]
+    where = f"pick one of {', '.join(bigger)}" if bigger else "no single catalog GPU holds it at TP 1"
+    return (
+        f"{spec.name} does not fit {fp.gpu.name} at TP 1: its weights are {fp.weights_bytes / 1e9:,.1f} GB in bf16 "
+        f"and the GPU has {fp.capacity_bytes / 1e9:,.1f} GB, so no {GPU_MAX_MODEL_LEN:,}-token request's KV has room. "
+        f"Pick a bigger GPU or a smaller model ({where})."
+    )
+
+
+def gpu_sweep(gpu: str = GPU_DEFAULT, model: ModelSpec | str = GPU_MODEL) -> GpuSweep:
+    """The same seeded ShareGPT-like trace at each of GPU_RATES through the paged simulator (simulated).
+
+    model: a catalog key or a ModelSpec (a learner's parsed config.json); one that leaves no room for a
+    GPU_MAX_MODEL_LEN request on this GPU at TP 1 is a ValueError naming the model, its weights and the GPU."""
+    if isinstance(model, str) and model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; pick one of {', '.join(MODELS)}")
+    error = gpu_fit_error(gpu, model)
+    if error:
+        raise ValueError(error)
     points, capacity = [], 0
     for rate in GPU_RATES:
         trace = generate_trace("sharegpt", GPU_REQUESTS, rate, seed=SEED, max_len=GPU_MAX_MODEL_LEN)
         res = simulate_model(
             trace,
-            GPU_MODEL,
+            model,
             gpu,
             "paged",
             max_model_len=GPU_MAX_MODEL_LEN,
@@ -735,7 +765,8 @@ def gpu_sweep(gpu: str = GPU_DEFAULT) -> GpuSweep:
                 s.tokens_per_s,
             )
         )
-    return GpuSweep(GPU_MODEL, gpu, GPU_UTILIZATION, capacity, tuple(points))
+    label = model if isinstance(model, str) else model.name
+    return GpuSweep(label, gpu, GPU_UTILIZATION, capacity, tuple(points))
 
 
 def claims() -> dict[str, dict]:
