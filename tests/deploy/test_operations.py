@@ -9,6 +9,7 @@ every answer; learner names are planted and must appear only as pseudonyms.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -19,16 +20,16 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.engine import make_url
 
 from bench.app.client import StreamlitSession, click, opened, text_value
-from bench.app_server import HOST, ROOT, free_port, nginx_balancer, running_app
-from tests.pg import require_nginx
+from bench.app_server import HOST, ROOT, free_port, nginx_balancer, postgres_cluster, running_app
+from tests.pg import require_nginx, require_postgres
 from ui.logs import learner_id
 
 TEACHER_KEY = "planted-teacher-key-5b7e"
 PASSPHRASE, WRONG = "planted-passphrase-31", "planted-wrong-guess-32"
 LEARNER, CLASS = "Zephyrine", "Ops-36"
-DB_PASSWORD = "planted-db-password-8f"
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -136,15 +137,18 @@ def test_metrics_logs_and_health_of_a_working_server(served):
 
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory):
+    """A server started on a live PostgreSQL (the start refuses a database it cannot reach), which then goes away."""
+    require_postgres()
     work = tmp_path_factory.mktemp("operations-broken")
     port = free_port()
-    dead = free_port()  # nothing listens there
-    env = {
-        "KVLAB_METRICS_PORT": str(port),
-        "KVLAB_DATABASE_URL": f"postgresql+psycopg://kvlab:{DB_PASSWORD}@{HOST}:{dead}/kvlab",
-    }
-    with running_app(work / "data", work / "streamlit.log", extra_env=env) as url:
-        yield {"url": url, "metrics": port, "log": work / "streamlit.log"}
+    database = contextlib.ExitStack()
+    with database:
+        cluster = database.enter_context(postgres_cluster())
+        env = {"KVLAB_METRICS_PORT": str(port), "KVLAB_DATABASE_URL": cluster["url"]}
+        with running_app(work / "data", work / "streamlit.log", extra_env=env) as url:
+            database.close()  # the cluster stops and is deleted while the server runs on
+            password = make_url(cluster["url"]).password
+            yield {"url": url, "metrics": port, "log": work / "streamlit.log", "password": password}
 
 
 def test_a_broken_database_makes_healthz_unhealthy_with_the_reason_and_no_password(broken):
@@ -153,10 +157,10 @@ def test_a_broken_database_makes_healthz_unhealthy_with_the_reason_and_no_passwo
     status, body = _get(f"{url}/healthz")
     assert status == 503
     assert body.startswith("progress database: Progress database error in the postgresql database 'kvlab' on")
-    assert "check KVLAB_DATABASE_URL" in body and DB_PASSWORD not in body
+    assert "check KVLAB_DATABASE_URL" in body and broken["password"] not in body
     assert _samples(broken["metrics"])[("kvlab_database_errors_total", ())] >= 1.0
     text = broken["log"].read_text()
-    assert DB_PASSWORD not in text
+    assert broken["password"] not in text
     errors = [e for e in _events(broken["log"]) if e["event"] == "db_error"]
     assert errors and errors[0]["fields"]["where"].startswith("the postgresql database 'kvlab'")
     [start] = [e for e in _events(broken["log"]) if e["event"] == "server_start"]
