@@ -43,6 +43,16 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _gqa_attention_params(hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int) -> int:
+    """Weights of a K/V-head layer's attention: q and o (query heads), k and v (KV heads) projections."""
+    return 2 * hidden_size * num_heads * head_dim + 2 * hidden_size * num_kv_heads * head_dim
+
+
+def _kv_token_bytes(num_kv_heads: int, head_dim: int, dtype_bytes: float, tensor_parallel: int) -> int:
+    """K and V bytes one token costs a K/V-head layer on one GPU (KV heads split over TP, replicated past them)."""
+    return int(2 * heads_per_gpu(num_kv_heads, tensor_parallel) * head_dim * dtype_bytes)
+
+
 def _positive(owner: str, **values: object) -> None:
     for field, value in values.items():
         if not is_whole(value) or value <= 0:
@@ -68,11 +78,11 @@ class FullAttention:
 
     def attention_params(self, hidden_size: int, num_heads: int) -> int:
         """Weights of this layer's attention: q and o (query heads), k and v (KV heads) projections."""
-        return 2 * hidden_size * num_heads * self.head_dim + 2 * hidden_size * self.num_kv_heads * self.head_dim
+        return _gqa_attention_params(hidden_size, num_heads, self.num_kv_heads, self.head_dim)
 
     def bytes_per_token(self, dtype_bytes: float, tensor_parallel: int = 1) -> int:
         """K and V bytes one token adds to this layer on one GPU."""
-        return int(2 * heads_per_gpu(self.num_kv_heads, tensor_parallel) * self.head_dim * dtype_bytes)
+        return _kv_token_bytes(self.num_kv_heads, self.head_dim, dtype_bytes, tensor_parallel)
 
     def blocks_held(self, num_tokens: int, block_size: int, in_flight_tokens: int) -> int:
         """Blocks one request of num_tokens tokens holds in this layer: every token's."""
@@ -102,11 +112,11 @@ class SlidingWindow:
 
     def attention_params(self, hidden_size: int, num_heads: int) -> int:
         """Weights of this layer's attention: q and o (query heads), k and v (KV heads) projections."""
-        return 2 * hidden_size * num_heads * self.head_dim + 2 * hidden_size * self.num_kv_heads * self.head_dim
+        return _gqa_attention_params(hidden_size, num_heads, self.num_kv_heads, self.head_dim)
 
     def bytes_per_token(self, dtype_bytes: float, tensor_parallel: int = 1) -> int:
         """K and V bytes one token inside the window costs this layer on one GPU."""
-        return int(2 * heads_per_gpu(self.num_kv_heads, tensor_parallel) * self.head_dim * dtype_bytes)
+        return _kv_token_bytes(self.num_kv_heads, self.head_dim, dtype_bytes, tensor_parallel)
 
     def blocks_held(self, num_tokens: int, block_size: int, in_flight_tokens: int) -> int:
         """cdiv(min(window - 1 + in flight, tokens), block) + 1, never more than the request's own blocks."""
@@ -137,11 +147,11 @@ class ChunkedLocal:
 
     def attention_params(self, hidden_size: int, num_heads: int) -> int:
         """Weights of this layer's attention: q and o (query heads), k and v (KV heads) projections."""
-        return 2 * hidden_size * num_heads * self.head_dim + 2 * hidden_size * self.num_kv_heads * self.head_dim
+        return _gqa_attention_params(hidden_size, num_heads, self.num_kv_heads, self.head_dim)
 
     def bytes_per_token(self, dtype_bytes: float, tensor_parallel: int = 1) -> int:
         """K and V bytes one token inside the current chunk costs this layer on one GPU."""
-        return int(2 * heads_per_gpu(self.num_kv_heads, tensor_parallel) * self.head_dim * dtype_bytes)
+        return _kv_token_bytes(self.num_kv_heads, self.head_dim, dtype_bytes, tensor_parallel)
 
     def blocks_held(self, num_tokens: int, block_size: int, in_flight_tokens: int) -> int:
         """cdiv(min(chunk + in flight, tokens), block): one chunk and the tokens in flight."""
