@@ -89,7 +89,7 @@ def sim_decisions(lens, groups, num_blocks, block_size, max_num_seqs, watermark)
     max_num_seqs=st.integers(1, 8),
     watermark=st.sampled_from([0.0, 0.01, 0.1]),
 )
-@example([(20, 30), (10, 36), (14, 27), (3, 1), (24, 20), (11, 6)], (None, 8), 2, 0, 6, 0.0)
+@example([(15, 34), (17, 36), (20, 35), (24, 25)], (None, 8), 2, 0, 8, 0.0)
 def test_group_policy_decides_as_the_engine_scheduler(lens, layers, block_size, extra, max_num_seqs, watermark):
     groups = kv_cache_groups(layers)
     num_blocks = blocks_per_seq(groups, MAX_LEN + 1, block_size, MAX_LEN) + extra  # max_model_len fits the pool
@@ -102,10 +102,13 @@ def test_group_policy_decides_as_the_engine_scheduler(lens, layers, block_size, 
 
 def test_the_comparison_covers_windows_and_preemption():
     groups = kv_cache_groups((None, 8))
-    lens = [(20, 30), (10, 36), (14, 27), (3, 1), (24, 20), (11, 6)]
-    ours, _, num_preemptions = sim_decisions(lens, groups, 33, 2, 6, 0.0)
-    assert num_preemptions > 0
-    cfg = SimConfig("paged", 33 * 2, block_size=2, max_model_len=MAX_LEN, max_num_seqs=6, watermark=0.0, groups=groups)
+    lens = [(15, 34), (17, 36), (20, 35), (24, 25)]  # the example above: 66 blocks of 2, eight seats
+    num_blocks = blocks_per_seq(groups, MAX_LEN + 1, 2, MAX_LEN)
+    ours, _, _ = sim_decisions(lens, groups, num_blocks, 2, 8, 0.0)
+    theirs, _ = engine_decisions(lens, groups, num_blocks, 2, 8, 0.0)
+    assert num_blocks == 66 and len(ours) == len(theirs) > 30 and ours == theirs
+    assert [i for i, (_, preempted, _) in enumerate(ours) if preempted] == [2, 18]  # compared past two preemptions
+    cfg = SimConfig("paged", num_blocks * 2, block_size=2, max_model_len=MAX_LEN, watermark=0.0, groups=groups)
     policy = make_policy(cfg)
     ServingLoop(replay_trace([(0.0, p, o) for p, o in lens]), cfg, policy).run()
     assert policy.num_gave_back > 0  # the window gave blocks back while requests ran
