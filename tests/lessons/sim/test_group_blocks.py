@@ -198,7 +198,7 @@ def test_a_hybrid_serves_more_requests_than_every_layer_full(name, gib):
     assert hybrid.summary.tokens_per_s > 1.4 * full.summary.tokens_per_s
 
 
-def test_a_sliding_group_that_never_frees_serves_no_more_than_full_layers():
+def test_a_window_that_gives_blocks_back_serves_more_than_one_that_never_does():
     # the same trace and pool, with the window's frees and without (a window wider than any request)
     trace = replay_trace([(0.0, 40, 200)] * 12)
     runs = {}
