@@ -285,8 +285,69 @@ FACTS: tuple[Fact, ...] = (
         key="mla_one_kv_head",
         claim="get_num_kv_heads returns 1 for MLA at any tensor-parallel size",
         path="vllm/config/model.py",
-        pattern=r"(?s)def get_num_kv_heads\(.{0,800}?if self\.use_mla:.{0,200}?return 1$",
+        pattern=r"(?s)def get_num_kv_heads\(.{0,800}?if self\.use_mla:\s+"
+        r"# When using MLA during decode it becomes MQA\s+return 1$",
         where="engine/memory/layers.py, lessons/quizzes.json, lessons/sections/tensor_parallel.md",
+    ),
+    Fact(
+        key="mla_head_size",
+        claim="an MLA layer's one cached head is kv_lora_rank + qk_rope_head_dim values wide (576 for DeepSeek-V3)",
+        path="vllm/transformers_utils/model_arch_config_convertor.py",
+        pattern=r"return self\.hf_text_config\.kv_lora_rank \+ qk_rope_head_dim$",
+        where="lessons/gqa.md, lessons/sections/mla_cache.md, engine/memory/layers.py",
+    ),
+    Fact(
+        key="mla_decode_as_mqa",
+        claim="MLA decode runs absorbed, as multi-query attention over the latent (forward_mqa, the "
+        '"data-movement friendly" approach); prefill decompresses to MHA',
+        path="vllm/model_executor/layers/attention/mla_attention.py",
+        pattern=r'(?s)the data-movement friendly approach for "decode".*?def forward_mqa\(',
+        where="lessons/gqa.md, lessons/sections/mla_cache.md",
+    ),
+    Fact(
+        key="tp_kv_heads_per_gpu",
+        claim="each GPU holds max(1, total_num_kv_heads // tensor_parallel_size) KV heads",
+        path="vllm/config/model.py",
+        pattern=r"return max\(1, total_num_kv_heads // parallel_config\.tensor_parallel_size\)",
+        where="lessons/sections/tensor_parallel.md, engine/memory/parallel.py",
+    ),
+    Fact(
+        key="tp_kv_head_replicas",
+        claim="at a TP size of at least the KV-head count each GPU keeps one KV head, copied tp_size / "
+        "num_kv_heads times",
+        path="vllm/model_executor/layers/linear.py",
+        pattern=r"if tp_size >= self\.total_num_kv_heads:\s+self\.num_kv_heads = 1\s+"
+        r"self\.num_kv_head_replicas = divide\(tp_size, self\.total_num_kv_heads\)",
+        where="lessons/sections/tensor_parallel.md, engine/memory/parallel.py",
+    ),
+    Fact(
+        key="tp_divides_query_heads",
+        claim="the TP size must divide the query heads",
+        path="vllm/config/model.py",
+        pattern=r"if total_num_attention_heads % tensor_parallel_size != 0:",
+        where="lessons/sections/tensor_parallel.md, engine/memory/parallel.py",
+    ),
+    Fact(
+        key="non_torch_memory",
+        claim="vLLM's memory snapshot counts memory outside torch's allocator (NCCL's buffers among it) as "
+        "non_torch_memory",
+        path="vllm/utils/mem_utils.py",
+        pattern=r"self\.non_torch_memory = self\.cuda_memory - self\.torch_memory",
+        where="lessons/sections/tensor_parallel.md, lessons/diagnosis/readlog.py",
+    ),
+    Fact(
+        key="kv_cache_dtype_fp8_is_e4m3",
+        claim="--kv-cache-dtype fp8 means e4m3 on CUDA",
+        path="vllm/config/cache.py",
+        pattern=r"CUDA 11\.8\+ supports fp8 \(=fp8_e4m3\)",
+        where="lessons/sections/kv_precision.md, engine/config.py",
+    ),
+    Fact(
+        key="kv_scale_per_layer",
+        claim="an fp8 KV cache keeps one K scale (and one V scale) per attention layer",
+        path="vllm/model_executor/layers/attention/attention.py",
+        pattern=r'layer\.register_buffer\("_k_scale", torch\.tensor\(1\.0, dtype=torch\.float32\)\)',
+        where="lessons/sections/kv_precision.md",
     ),
     Fact(
         key="gated_delta_net_state",
