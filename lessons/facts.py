@@ -97,7 +97,7 @@ FACTS: tuple[Fact, ...] = (
         "from its profile",
         path="vllm/config/cache.py",
         pattern=rf"DEFAULT_GPU_MEMORY_UTILIZATION: ClassVar\[float\] = {_num(DEFAULT_GPU_MEMORY_UTILIZATION)}$",
-        where="engine/memory/startup.py, engine/config.py, lessons/welcome.md, lessons/quizzes.json",
+        where="engine/memory/startup.py, engine/config.py, lessons/diagnosis.md, lessons/quizzes.json",
     ),
     Fact(
         key="gpu_memory_utilization_resolved",
@@ -350,6 +350,20 @@ FACTS: tuple[Fact, ...] = (
         where="lessons/sections/kv_precision.md",
     ),
     Fact(
+        key="llama4_chunked_local",
+        claim="Llama 4's attention_chunk_size makes its layers chunked-local",
+        path="vllm/model_executor/models/llama4.py",
+        pattern=r"use_chunked_local_attn = not self\.nope and config\.attention_chunk_size",
+        where="engine/memory/layers.py",
+    ),
+    Fact(
+        key="deepseek_q_lora",
+        claim="DeepSeek's MLA projects the query through q_lora_rank when the model has one",
+        path="vllm/model_executor/models/deepseek_v2.py",
+        pattern=r"if self\.q_lora_rank is not None:",
+        where="engine/memory/layers.py",
+    ),
+    Fact(
         key="gated_delta_net_state",
         claim="a Gated DeltaNet layer keeps a fixed state per request (gated_delta_net_state_shape)",
         path="vllm/model_executor/layers/mamba/mamba_utils.py",
@@ -362,6 +376,65 @@ FACTS: tuple[Fact, ...] = (
         path="vllm/v1/core/kv_cache_planning.py",
         pattern=r"def _get_kv_cache_groups_uniform_page_size\(",
         where="engine/memory/kv_pool.py, lessons/sections/mla_cache.md",
+    ),
+    Fact(
+        key="block_size_any_positive",
+        claim="CacheConfig.block_size accepts any integer > 0",
+        path="vllm/config/cache.py",
+        pattern=r"^\s+block_size: int = Field\(default=None, gt=0\)",
+        where="lessons/paged.md, lessons/diagnosis.md",
+    ),
+    Fact(
+        key="flash_attn_block_multiple_of_16",
+        claim="the FlashAttention backend takes block sizes that are multiples of 16",
+        path="vllm/v1/attention/backends/flash_attn.py",
+        pattern=r"(?s)def get_supported_kernel_block_sizes\(.{0,600}?return \[MultipleOf\(16\)\]",
+        where="lessons/paged.md, lessons/diagnosis.md",
+    ),
+    Fact(
+        key="rocm_block_sizes",
+        claim="ROCm's native paged-attention kernel takes block sizes 16 and 32",
+        path="vllm/v1/attention/backends/rocm_attn.py",
+        pattern=r"# ROCM paged attention native C\+\+ kernel only supports block sizes 16 and 32",
+        where="lessons/paged.md",
+    ),
+    Fact(
+        key="hybrid_attention_block_size",
+        claim="a model with linear-attention state raises the attention block to align * cdiv(state page, align * "
+        "attention page per token)",
+        path="vllm/platforms/interface.py",
+        pattern=r"attn_block_size = kernel_block_alignment_size \* cdiv\(\s+mamba_page_size,\s+"
+        r"kernel_block_alignment_size \* attn_page_size_1_token,",
+        where="engine/memory/kv_pool.py",
+    ),
+    Fact(
+        key="sliding_window_manager",
+        claim="SlidingWindowManager frees the blocks a sliding-window layer no longer reads",
+        path="vllm/v1/core/single_type_kv_cache_manager.py",
+        pattern=r"(?s)^class SlidingWindowManager\(SingleTypeKVCacheManager\):.*?def remove_skipped_blocks\(",
+        where="lessons/fragmentation.md",
+    ),
+    Fact(
+        key="fp8_quantizes_linear_and_moe",
+        claim="Fp8Config quantizes linear and MoE layers only (attention's KV is --kv-cache-dtype's business)",
+        path="vllm/model_executor/layers/quantization/fp8.py",
+        pattern=r"(?s)def get_quant_method\(.{0,400}?if isinstance\(layer, LinearBase\):.{0,600}?"
+        r"elif isinstance\(layer, RoutedExperts\):",
+        where="lessons/diagnosis.md",
+    ),
+    Fact(
+        key="block_ref_count",
+        claim="a cached block is shared by reference count (KVCacheBlock.ref_cnt)",
+        path="vllm/v1/core/kv_cache_utils.py",
+        pattern=r"(?s)^class KVCacheBlock:.{0,400}?ref_cnt: int = 0",
+        where="lessons/paged.md, lessons/quizzes.json",
+    ),
+    Fact(
+        key="free_queue_lru",
+        claim="free blocks wait in eviction order, least recently used first, keeping their hash until evicted",
+        path="vllm/v1/core/kv_cache_utils.py",
+        pattern=r"(?s)^class FreeKVCacheBlockQueue:.{0,1200}?The least recent used block is at the front \(LRU\)",
+        where="lessons/paged.md, lessons/playground.md, lessons/quizzes.json",
     ),
     Fact(
         key="prefix_hash_chained",
@@ -384,6 +457,42 @@ FACTS: tuple[Fact, ...] = (
         path="vllm/v1/engine/parallel_sampling.py",
         pattern=r"^class ParentRequest",
         where="lessons/quizzes.json",
+    ),
+    Fact(
+        key="batched_tokens_at_least_max_num_seqs",
+        claim="max_num_batched_tokens must be at least max_num_seqs",
+        path="vllm/config/scheduler.py",
+        pattern=r"if self\.max_num_batched_tokens < self\.max_num_seqs:\s+raise ValueError\(",
+        where="lessons/pressure.md",
+    ),
+    Fact(
+        key="no_chunked_prefill_budget_at_least_max_model_len",
+        claim="without chunked prefill, a max_num_batched_tokens below max_model_len is refused",
+        path="vllm/config/scheduler.py",
+        pattern=r"self\.max_num_batched_tokens < max_model_len\s+and not self\.enable_chunked_prefill\s+\):\s+"
+        r"raise ValueError\(",
+        where="lessons/pressure.md",
+    ),
+    Fact(
+        key="preempt_recompute",
+        claim="a preempted request loses its KV and is recomputed (V1 does not swap)",
+        path="vllm/v1/core/sched/scheduler.py",
+        pattern=r"request\.status = RequestStatus\.PREEMPTED\s+request\.num_computed_tokens = 0",
+        where="lessons/pressure.md, lessons/quizzes.json, engine/core/scheduler.py",
+    ),
+    Fact(
+        key="allocate_slots_all_or_none",
+        claim="KVCacheManager.allocate_slots gives a step all its new slots or returns None",
+        path="vllm/v1/core/kv_cache_manager.py",
+        pattern=r"(?s)def allocate_slots\(.{0,1200}?\) -> KVCacheBlocks \| None:",
+        where="engine/core/block_manager.py",
+    ),
+    Fact(
+        key="sampling_temperature_limits",
+        claim="vLLM treats temperature < 1e-5 as greedy and raises 1e-5 .. 1e-2 to 1e-2",
+        path="vllm/sampling_params.py",
+        pattern=r"^_SAMPLING_EPS = 1e-5\n_MAX_TEMP = 1e-2$",
+        where="engine/sampling_params.py",
     ),
     Fact(
         key="preempt_newest",
@@ -558,6 +667,32 @@ FACTS: tuple[Fact, ...] = (
         r'cache "\s+f"memory \(\{format_gib\(available_memory\)\} GiB\)\. \{estimated_msg\}"',
         where="engine/memory/startup.py, lessons/diagnosis/readlog.py, lessons/diagnosis/own_log.py, "
         "lessons/quizzes.json",
+    ),
+    Fact(
+        key="error_hint_profiled",
+        claim="without the extensible KV cache the error's hint is to increase gpu_memory_utilization; decreasing "
+        "max_model_len also reduces what is needed",
+        path="vllm/v1/core/kv_cache_planning.py",
+        pattern=r'(?s)"Try increasing `gpu_memory_utilization` when initializing the engine "\s+'
+        r'"\(this flag also controls CPU memory reservation on the CPU backend, "\s+"despite its name\)\.".{0,1500}?'
+        r'f"\{hint\} Decreasing `max_model_len` also reduces what is needed\. "',
+        where="engine/memory/startup.py, lessons/diagnosis/own_log.py",
+    ),
+    Fact(
+        key="error_hint_extensible",
+        claim="with the extensible KV cache at its default of 1.0 the hint is to decrease max_model_len or "
+        "max_num_seqs, or use a device with more memory",
+        path="vllm/v1/core/kv_cache_planning.py",
+        pattern=r'"The extensible KV cache already takes all device memory left after "\s+'
+        r'f"\{used_by\}; decrease `max_model_len` or `max_num_seqs`, or the "',
+        where="engine/memory/startup.py",
+    ),
+    Fact(
+        key="free_memory_check_skipped_when_extensible",
+        claim="the free-memory check at start-up is skipped with the extensible KV cache",
+        path="vllm/v1/worker/utils.py",
+        pattern=r"init_snapshot\.free_memory < requested_memory\s+and not cache_config\.enable_extensible_kv_cache",
+        where="engine/memory/startup.py",
     ),
     Fact(
         key="error_estimated_max_len",
