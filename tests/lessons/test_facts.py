@@ -394,3 +394,17 @@ def test_the_saved_run_at_the_stated_release_shows_every_fact_pass() -> None:
     failing = [line for line in lines[:-1] if not line.startswith("PASS ")]
     assert failing == [], "the course disagrees with the vLLM release it states"
     assert lines[-1] == f"{len(FACTS)} of {len(FACTS)} facts hold at vLLM {facts.STATED_RELEASE}"
+
+
+def test_every_vllm_file_the_course_cites_has_a_fact() -> None:
+    # A page that cites a file of vLLM's source states something about it: that claim belongs in the table.
+    root = Path(__file__).resolve().parents[2]
+    own = {root / "lessons" / "facts.py", root / "lessons" / "vllm_source.py"}
+    checked = {f.path for f in FACTS} | {h.fact.path for h in HISTORY}
+    missing = {}
+    for folder in ("lessons", "engine", "pages", "ui"):
+        for path in (root / folder).rglob("*"):
+            if path.suffix in (".py", ".md", ".json") and path not in own:
+                for cited in set(re.findall(r"\bvllm/[\w/]+\.py\b", path.read_text(encoding="utf-8"))) - checked:
+                    missing.setdefault(cited, []).append(str(path.relative_to(root)))
+    assert not missing, f"add a fact to lessons/facts.py for each claim these files make: {missing}"
