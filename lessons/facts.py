@@ -28,8 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.memory import extensible
 from engine.memory.catalog import GPUS
 from engine.memory.startup import (
+    DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     cudagraph_capture_sizes,
     default_max_num_batched_tokens,
@@ -118,10 +120,69 @@ FACTS: tuple[Fact, ...] = (
     ),
     Fact(
         key="block_size_default",
-        claim=f"vLLM's default KV-cache block size is {own_log.BLOCK} tokens",
+        claim=f"vLLM's default KV-cache block size is {DEFAULT_BLOCK_SIZE} tokens",
         path="vllm/config/cache.py",
-        pattern=rf"DEFAULT_BLOCK_SIZE: ClassVar\[int\] = {own_log.BLOCK}$",
-        where="lessons/diagnosis/own_log.py, lessons/labs/pressure.py, lessons/quizzes.json",
+        pattern=rf"DEFAULT_BLOCK_SIZE: ClassVar\[int\] = {DEFAULT_BLOCK_SIZE}$",
+        where="engine/memory/startup.py, lessons/diagnosis/scenarios.py, lessons/paged.md, pages/5_paged_attention.py",
+    ),
+    Fact(
+        key="block_size_flash_attention_keeps_default",
+        claim="FlashAttention on NVIDIA GPUs takes any multiple of 16, so it keeps the default block size",
+        path="vllm/v1/attention/backends/flash_attn.py",
+        pattern=r"(?s)def get_supported_kernel_block_sizes\(.{0,600}?return \[MultipleOf\(16\)\]",
+        where="engine/memory/startup.py, lessons/paged.md",
+    ),
+    Fact(
+        key="extensible_unset_utilization",
+        claim=f"with the extensible KV cache an unset gpu_memory_utilization is {extensible.UNSET_UTILIZATION}",
+        path="vllm/config/cache.py",
+        pattern=rf"if self\.enable_extensible_kv_cache:\s+return {_num(extensible.UNSET_UTILIZATION)}",
+        where="engine/memory/extensible.py",
+    ),
+    Fact(
+        key="extensible_margin",
+        claim=f"the measured KV cache keeps a margin of max({extensible.MARGIN_FLOOR_BYTES['cuda'] >> 30} GiB "
+        f"({extensible.MARGIN_FLOOR_BYTES['rocm'] >> 30} on ROCm), {extensible.MARGIN_FRACTION} x the transient "
+        "peak) free, and the transient peak itself",
+        path="vllm/v1/worker/extensible_kv_cache.py",
+        pattern=rf"(?s)KV_CACHE_MARGIN_FLOOR_BYTES = \({extensible.MARGIN_FLOOR_BYTES['rocm'] >> 30} if "
+        rf"current_platform\.is_rocm\(\) else {extensible.MARGIN_FLOOR_BYTES['cuda'] >> 30}\) << 30\s+"
+        rf"KV_CACHE_MARGIN_FRACTION = {_num(extensible.MARGIN_FRACTION)}$"
+        r".*available = min\(requested_memory - non_kv_used, headroom - margin\)\s+"
+        r"available -= max\(transient_peak_bytes, torch_reserve_growth_bytes\)",
+        where="engine/memory/extensible.py",
+    ),
+    Fact(
+        key="extensible_non_torch_reserve",
+        claim="after sizing, torch's allocator is capped to leave 0.5 GiB (1 GiB on ROCm) for memory outside it",
+        path="vllm/v1/worker/extensible_kv_cache.py",
+        pattern=r"KV_CACHE_NON_TORCH_RESERVE_BYTES = \(2 if current_platform\.is_rocm\(\) else 1\) << 29",
+        where="engine/memory/extensible.py",
+    ),
+    Fact(
+        key="extensible_peak_seeded_with_graphs",
+        claim="the kept-free transient peak starts as the profiled activation peak plus the CUDA graphs' estimate",
+        path="vllm/v1/worker/gpu_worker.py",
+        pattern=r"(?s)self\.peak_activation_memory = \(\s+profile_result\.transient_peak_headroom \+ "
+        r"cudagraph_memory_estimate\s+\).*kv_cache\.reserved_headroom_bytes = getattr\(\s+self, "
+        r"\"peak_activation_memory\", 0\s+\)",
+        where="engine/memory/extensible.py",
+    ),
+    Fact(
+        key="extensible_log_lines",
+        claim="the measured sizing logs 'Memory after warmup: ...' and 'Extended KV cache to N blocks (X GiB).'",
+        path="vllm/v1/worker/extensible_kv_cache.py",
+        pattern=r"(?s)\"Extended KV cache to %d blocks \(%\.2f GiB\)\.\".*"
+        r"\"Memory after warmup: %s GiB free, %s GiB committed to the KV cache, \"",
+        where="engine/memory/extensible.py",
+    ),
+    Fact(
+        key="extensible_utilization_warning",
+        claim="a gpu_memory_utilization set between 0.7 and 1.0 that keeps at least 1 GiB out of the measured cache "
+        "is warned about",
+        path="vllm/v1/worker/extensible_kv_cache.py",
+        pattern=r"(?s)if utilization is not None and 0\.7 < utilization < 1\.0:.{0,400}?if withheld >= 1 << 30:",
+        where="engine/memory/extensible.py",
     ),
     Fact(
         key="block_size_backend_preference",

@@ -28,6 +28,9 @@ from kernels.validate import check_int
 # vLLM's default share of the device (CacheConfig.gpu_memory_utilization): 0.92 since v0.21.0, when vLLM PR
 # #38284 turned CUDA-graph memory profiling on and raised the default from 0.9 to make room for the estimate.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+# vLLM's default KV-cache block size in tokens (CacheConfig.DEFAULT_BLOCK_SIZE): 64 since v0.34.0, 16 before. The
+# attention backend may ask for another (FlashAttention on NVIDIA GPUs takes any multiple of 16, so 64 stands).
+DEFAULT_BLOCK_SIZE = 64
 PRE_V021_GPU_MEMORY_UTILIZATION = 0.9  # the default before v0.21.0 (no CUDA graphs in the profile)
 
 # vLLM's estimate of its CUDA graphs ("Estimated CUDA graph memory: X GiB total") per decoder layer and captured

@@ -29,7 +29,7 @@ from __future__ import annotations
 from engine.memory.footprint import ServingFootprint, serving_footprint
 from engine.memory.roofline import StepTimeModel
 from engine.memory.specs import GpuSpec, ModelSpec
-from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
+from engine.memory.startup import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 from lessons.sim.group_blocks import GroupBlocks, sim_pool
 from lessons.sim.loop import ServingLoop, SimConfig
 from lessons.sim.metrics import SimResult
@@ -61,7 +61,7 @@ def simulate_model(
     gpu: GpuSpec | str,
     policy: str = "paged",
     *,
-    block_size: int = 16,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     max_model_len: int = 2048,
     max_num_seqs: int = 256,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,

@@ -74,7 +74,11 @@ def test_chat_oom_numbers():
     assert before.summary.peak_concurrency == fp.kv_budget_bytes // reserve  # 1 GiB per session
     after = run_outcome(sc, {"policy": "paged"})
     assert after.summary.peak_concurrency >= 4 * before.summary.peak_concurrency  # up to max_num_seqs=32 at once
-    assert after.summary.avg_waste < 0.04
+    # paged: no reservation and no gaps, only each request's last block's tail: with vLLM v0.34.0's 64-token
+    # blocks about 7% of the slots here, under the paper's 4% with its 16-token blocks
+    assert after.summary.avg_reserved == after.summary.avg_external == 0
+    assert after.summary.avg_waste == after.summary.avg_internal < 0.1
+    assert run_outcome(sc, {"policy": "paged", "block_size": 16}).summary.avg_waste < 0.04
 
 
 def test_chat_oom_log_shows_what_pytorch_would_print():
@@ -105,10 +109,12 @@ def test_mha_rag_promises_what_the_grader_computes():
 def test_default_128k_any_length_up_to_the_pool_starts():
     sc = get_scenario("default-128k")
     pool = run_outcome(sc).footprint.kv_token_capacity
-    for n in (16384, 29000, 32768, (pool - 16) // 1024 * 1024, pool - 16):
+    block = run_outcome(sc).footprint.block_size
+    assert block == 64  # vLLM v0.34.0's default
+    for n in (16384, 29000, 32768, (pool - block) // 1024 * 1024, pool - block):
         assert run_outcome(sc, {"max_model_len": n}).startup_error is None, n  # V1: no V0-style dip below 32K
-    assert run_outcome(sc, {"max_model_len": pool - 15}).startup_error  # v0.29 keeps one null block back
-    assert f"up to {pool - 16:,} starts" in sc.diagnoses[0].explanation
+    assert run_outcome(sc, {"max_model_len": pool - block + 1}).startup_error  # one null block is kept back
+    assert f"up to {pool - block:,} starts" in sc.diagnoses[0].explanation
 
 
 @pytest.mark.parametrize(
@@ -182,7 +188,7 @@ def test_vllm_command_renders_fixes():
     sc = get_scenario("default-128k")
     cmd = vllm_command(sc, {"max_model_len": 16384, "kv_cache_dtype": "fp8", "tensor_parallel_size": 2})
     assert cmd.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct")
-    for flag in ("--max-model-len 16384", "--kv-cache-dtype fp8", "--tensor-parallel-size 2", "--block-size 16"):
+    for flag in ("--max-model-len 16384", "--kv-cache-dtype fp8", "--tensor-parallel-size 2", "--block-size 64"):
         assert flag in cmd
     # every flag the course emits exists in current vLLM (checked against its engine-argument docs)
     every = {

@@ -288,7 +288,9 @@ def test_a_request_whose_groups_never_fit_is_rejected_naming_them():
 def test_dense_runs_are_unchanged():
     # Llama-2-13B on an A100 40GB at lesson 6's sweep settings, pinned to the numbers before KV-cache groups
     trace = generate_trace("sharegpt", 300, 16.0, seed=0, max_len=2048)
-    res = simulate_model(trace, "llama-2-13b", "a100-40gb", "paged", max_model_len=2048, gpu_memory_utilization=0.92)
+    res = simulate_model(
+        trace, "llama-2-13b", "a100-40gb", "paged", max_model_len=2048, gpu_memory_utilization=0.92, block_size=16
+    )  # the block size of the pinned run (vLLM's default then)
     s = res.summary
     assert (res.capacity_tokens, s.peak_concurrency, s.num_preemptions, s.generated_tokens) == (15060, 57, 234, 94511)
     assert (len(res.steps), sum(r[2] for r in res.steps), sum(r[4] for r in res.steps)) == (3252, 38797980, 712884)
