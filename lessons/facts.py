@@ -37,7 +37,7 @@ from engine.memory.startup import (
     default_max_num_batched_tokens,
     default_max_num_seqs,
 )
-from lessons.diagnosis import metrics, own_log
+from lessons.diagnosis import metrics
 from lessons.vllm_source import SourceError, VllmSource, open_source
 
 STATED_RELEASE = "0.34.0"  # the vLLM release the course states ("vLLM v0.34.0" in every Sources list)

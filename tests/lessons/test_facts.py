@@ -16,13 +16,14 @@ import pytest
 
 from engine.memory.catalog import GPUS
 from engine.memory.startup import (
+    DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     cudagraph_capture_sizes,
     default_max_num_batched_tokens,
     default_max_num_seqs,
 )
 from lessons import facts
-from lessons.diagnosis import metrics, own_log
+from lessons.diagnosis import metrics
 from lessons.facts import FACTS, HISTORY, Fact, HistoryFact
 from lessons.vllm_source import SourceError, open_source
 
@@ -324,7 +325,7 @@ CONSTANT_BUILT = {
         DEFAULT_GPU_MEMORY_UTILIZATION,
         "    DEFAULT_GPU_MEMORY_UTILIZATION: ClassVar[float] = {}\n",
     ),
-    "block_size_default": (own_log.BLOCK, "    DEFAULT_BLOCK_SIZE: ClassVar[int] = {}\n"),
+    "block_size_default": (DEFAULT_BLOCK_SIZE, "    DEFAULT_BLOCK_SIZE: ClassVar[int] = {}\n"),
     "cudagraph_capture_max": (
         cudagraph_capture_sizes(1024, 16384)[-1],
         "        default_max_graph_size = 1024 if is_data_center_blackwell else {}\n",
