@@ -345,7 +345,8 @@ class BlockManager:
         new_computed_blocks, ...) -> KVCacheBlocks | None` (vllm/v1/core/kv_cache_manager.py): one call that
         either allocates everything the step needs for the sequence or returns None. A sequence that holds no
         blocks is admitted: its prompt's leading full blocks found in the prefix cache are reused (their
-        tokens count as computed: num_cached_tokens = num_computed_tokens = the hit; `computed`, from
+        tokens count as computed: num_computed_tokens = the hit, and num_cached_tokens too unless it is a
+        preempted request's readmission (vLLM reports the first admission's hit); `computed`, from
         `get_computed_blocks` just before, saves looking them up again), and num_new_tokens (None: the rest of
         its tokens) get fresh blocks. A sequence that holds blocks grows from its num_computed_tokens: shared
         blocks it writes into are replaced by copies (the (src, dst) pairs to copy before the step), and blocks
@@ -382,7 +383,9 @@ class BlockManager:
             new.extend(fresh)
         seq.block_tables = tables
         num_cached = computed.num_tokens
-        seq.num_cached_tokens = seq.num_computed_tokens = num_cached
+        seq.num_computed_tokens = num_cached
+        if not seq.num_preemptions:  # what a request reports is its first admission's hit, as vLLM's prefill stats
+            seq.num_cached_tokens = num_cached
         if alloc.enable_prefix_caching and seq.num_preemptions:  # a resumed request: vLLM counts it apart
             self.prefix_cache_preempted_queries += seq.num_tokens
             self.prefix_cache_preempted_hits += num_cached

@@ -145,8 +145,7 @@ class Scheduler:
         self.block_manager.free_sequence(seq)
         done = max(seq.num_computed_tokens, self._recompute_until.get(seq.seq_id, 0))
         self._recompute_until[seq.seq_id] = done
-        seq.num_computed_tokens = 0
-        seq.num_cached_tokens = 0
+        seq.num_computed_tokens = 0  # num_cached_tokens keeps its first admission's hit, as vLLM reports it
         seq.status = SequenceStatus.PREEMPTED
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)

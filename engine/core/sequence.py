@@ -73,7 +73,7 @@ class Sequence:
         self.token_ids: list[int] = token_ids  # prompt followed by generated tokens
         self.num_prompt_tokens = len(token_ids)
         self.num_computed_tokens = 0  # tokens whose K/V is in the cache
-        self.num_cached_tokens = 0  # of those, tokens reused from the prefix cache at admission
+        self.num_cached_tokens = 0  # of those, tokens reused from the prefix cache at its first admission
         # Per KV-cache group: logical block i -> physical block id (a model with one kind of layer has one group).
         self.block_tables: list[list[int]] = [[]]
         self.status = SequenceStatus.WAITING

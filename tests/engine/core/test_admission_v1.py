@@ -169,7 +169,8 @@ def test_a_preempted_request_recomputes_only_what_the_cache_lost():
         if 1 in out.preempted:
             computed_at_preemption, held = computed, dict(enumerate(table))
         if 1 in out.admitted and computed_at_preemption is not None:
-            hit = b.num_cached_tokens
+            hit = next(s.num_computed_tokens for s in out.scheduled if s.seq is b)  # the readmission's hit
+            assert b.num_cached_tokens == 0  # what b reports is its first admission's hit (vLLM's prefill stats)
             hits.append(hit)
             assert hit % BS == 0 and hit <= computed_at_preemption
             assert all(b.block_table[i] == held[i] for i in range(hit // BS))  # its own blocks, found again
