@@ -311,6 +311,11 @@ class BlockManager:
         full_sequence_must_fit: bool,
         max_in_flight_tokens: int | None,
     ) -> bool:
+        if max_in_flight_tokens is not None and (type(max_in_flight_tokens) is not int or max_in_flight_tokens < 1):
+            raise ValueError(
+                f"max_in_flight_tokens={max_in_flight_tokens!r} must be a whole number of tokens >= 1 (the step's "
+                "token budget), or None"
+            )
         free = self.allocator.num_free_blocks + plan.gained
         if full_sequence_must_fit and isinstance(plan, _Admission):
             # An admission gate only: the whole sequence must fit now, but only the step's blocks are taken.

@@ -183,3 +183,9 @@ def test_a_preempted_request_recomputes_only_what_the_cache_lost():
     # the readmissions' lookups are counted apart from vllm:prefix_cache_queries, as vLLM's PrefixCacheStats does
     assert bm.prefix_cache_queries == 16 and bm.prefix_cache_hits == 0
     assert bm.prefix_cache_preempted_hits == sum(hits) > 0
+
+
+def test_a_bad_step_size_is_named():
+    bm = BlockManager(5, BS, sliding_window=8)
+    with pytest.raises(ValueError, match="max_in_flight_tokens=0 must be a whole number of tokens >= 1"):
+        bm.can_allocate(seq(0, 40), 4, full_sequence_must_fit=True, max_in_flight_tokens=0)
