@@ -40,7 +40,7 @@ class RequestOutput:
     arrival_time: float  # time.perf_counter() clock
     first_token_time: float | None = None
     finish_time: float | None = None
-    num_cached_tokens: int = 0  # prompt tokens reused from the prefix cache at the last admission
+    num_cached_tokens: int = 0  # prompt tokens reused from the prefix cache at its first admission (vLLM's)
     num_preemptions: int = 0  # times the request was evicted and recomputed
 
     @classmethod

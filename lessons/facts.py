@@ -769,6 +769,73 @@ FACTS: tuple[Fact, ...] = (
         pattern=r"def _check_enough_kv_cache_memory\(",
         where="engine/memory/startup.py",
     ),
+    Fact(
+        key="sched_watermark_rounds_down",
+        claim="a nonzero watermark keeps int(watermark x num_blocks) blocks free",
+        path="vllm/v1/core/kv_cache_manager.py",
+        pattern=r"self\.watermark_blocks = int\(watermark \* kv_cache_config\.num_blocks\)",
+        where="engine/core/admission.py",
+    ),
+    Fact(
+        key="sched_watermark_scope",
+        claim="the watermark applies to waiting and preempted requests, and only while others are scheduled",
+        path="vllm/v1/core/kv_cache_manager.py",
+        pattern=r"if has_scheduled_reqs and request\.status in \(\s*RequestStatus\.WAITING,\s*RequestStatus\.PREEMPTED,",
+        where="engine/core/admission.py",
+    ),
+    Fact(
+        key="sched_full_isl_passed",
+        claim="the scheduler passes scheduler_reserve_full_isl as full_sequence_must_fit when it admits",
+        path="vllm/v1/core/sched/scheduler.py",
+        pattern=r"full_sequence_must_fit=self\.scheduler_reserve_full_isl",
+        where="engine/core/scheduler.py, lessons/playground.md",
+    ),
+    Fact(
+        key="sched_full_isl_counts_num_tokens",
+        claim="the whole-sequence check counts all of a request's tokens (a resumed one's generated tokens too), "
+        "capped at max_model_len, and only checks",
+        path="vllm/v1/core/kv_cache_manager.py",
+        pattern=r"full_num_tokens = min\(request\.num_tokens, self\.max_model_len\)",
+        where="engine/core/block_manager.py",
+    ),
+    Fact(
+        key="preempt_prefix_stats_apart",
+        claim="a preempted request's readmission lookup is counted apart from vllm:prefix_cache_queries and hits",
+        path="vllm/v1/metrics/stats.py",
+        pattern=r"self\.preempted_queries \+= num_tokens",
+        where="engine/core/block_manager.py, lessons/paged.md",
+    ),
+    Fact(
+        key="cached_tokens_first_admission",
+        claim="a request's reported cached tokens come from its first admission, not a readmission",
+        path="vllm/v1/core/sched/scheduler.py",
+        pattern=r"if request\.prefill_stats and request\.num_preemptions <= 0:",
+        where="engine/core/block_manager.py, engine/outputs.py",
+    ),
+    Fact(
+        key="cow_only_partial_hits",
+        claim="V1 copies a block only on a partial-block prefix hit, which needs a Mamba group in 'align' mode",
+        path="vllm/v1/core/kv_cache_utils.py",
+        pattern=r'spec\.mamba_cache_mode == "align"',
+        where="lessons/paged.md",
+    ),
+    Fact(
+        key="cow_partial_hits_switch",
+        claim="the KV-cache coordinator turns partial hash hits on only where every group allows them",
+        path="vllm/v1/core/kv_cache_coordinator.py",
+        pattern=r"self\.enable_partial_hash_hits = \(\s+allow_partial_hash_hits\s+and partial_hash_hits_enabled\(",
+        where="lessons/paged.md",
+    ),
+    Fact(
+        key="cuda_backend_order",
+        claim="on NVIDIA GPUs other than compute capability 10.x, FlashAttention is the first attention backend "
+        "tried; on 10.x (Blackwell data-center) FlashInfer is",
+        path="vllm/platforms/cuda.py",
+        pattern=r"(?s)if device_capability\.major == 10 and not use_non_causal:\s+return \[.{0,120}?"
+        r"AttentionBackendEnum\.FLASHINFER,\s+AttentionBackendEnum\.FLASH_ATTN,.{0,300}?else:\s+return \[.{0,400}?"
+        r"AttentionBackendEnum\.FLASH_ATTN,\s+AttentionBackendEnum\.FLASHINFER,",
+        where="lessons/paged.md, lessons/labs/paged_kernel.py",
+    ),
 )
 
 HISTORY: tuple[HistoryFact, ...] = (

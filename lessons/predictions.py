@@ -27,10 +27,12 @@ import cachetools
 
 from engine.attention.attn_bias import SeqLenInfo
 from engine.core.block_manager import BlockManager
+from engine.core.scheduler import Scheduler, SchedulerConfig
 from engine.core.sequence import Sequence
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import kv_bytes_per_token, kv_cache_bytes, weight_bytes
 from engine.memory.units import GiB, KiB
+from engine.sampling_params import SamplingParams
 from lessons.labs.mla import latent_of
 
 PAGES: tuple[str, ...] = ("bandwidth", "gqa", "packing", "fragmentation", "paged", "pressure", "diagnosis")
@@ -310,23 +312,33 @@ def _paged() -> Prediction:
 PRESSURE_BLOCKS, PRESSURE_BLOCK, PRESSURE_PROMPT, PRESSURE_OUTPUT = 24, 16, 48, 24  # the pressure page's defaults
 
 
-def _fill(prompt: int, tokens: int) -> tuple[int, int]:
-    """(sequences of `tokens` tokens, sequences of `prompt` tokens) the engine's BlockManager fits at once in
-    the pressure page's default pool: allocated one after another until the pool refuses the next."""
-    counts = []
-    for length in (tokens, prompt):
-        bm, n = BlockManager(num_blocks=PRESSURE_BLOCKS, block_size=PRESSURE_BLOCK), 0
-        while bm.can_allocate(seq := Sequence(n, [1] * length, block_size=PRESSURE_BLOCK)):
-            bm.allocate_sequence(seq)
-            n += 1
-        counts.append(n)
-    return counts[0], counts[1]
+def _fill(tokens: int) -> int:
+    """Sequences of `tokens` tokens the engine's BlockManager fits at once in the pressure page's default pool:
+    allocated one after another until the pool refuses the next."""
+    bm, n = BlockManager(num_blocks=PRESSURE_BLOCKS, block_size=PRESSURE_BLOCK), 0
+    while bm.can_allocate(seq := Sequence(n, [1] * tokens, block_size=PRESSURE_BLOCK)):
+        bm.allocate_sequence(seq)
+        n += 1
+    return n
+
+
+def admitted_at_once(num_requests: int = 16) -> int:
+    """Requests the engine's scheduler admits in its first step when `num_requests` of the pressure page's
+    requests arrive together, with memory the only limit (seats and token budget to spare): vLLM V1's rule, the
+    whole prompt's blocks must fit and no watermark by default."""
+    final = PRESSURE_PROMPT + PRESSURE_OUTPUT
+    config = SchedulerConfig(num_requests, num_requests * PRESSURE_PROMPT, final)
+    sched = Scheduler(config, BlockManager(num_blocks=PRESSURE_BLOCKS, block_size=PRESSURE_BLOCK))
+    for i in range(num_requests):
+        params = SamplingParams(max_tokens=PRESSURE_OUTPUT, ignore_eos=True)
+        sched.add(Sequence(i, [1] * PRESSURE_PROMPT, PRESSURE_BLOCK, params))
+    return len(sched.schedule().admitted)
 
 
 def predict_pressure() -> Prediction:
     """Page 6 (serving under KV pressure): how many requests at full length the default pool holds."""
     final = PRESSURE_PROMPT + PRESSURE_OUTPUT
-    full, prompts_only = _fill(PRESSURE_PROMPT, final)
+    full, prompts_only = _fill(final), admitted_at_once()
     per_request = -(-final // PRESSURE_BLOCK)
     slots = PRESSURE_BLOCKS * PRESSURE_BLOCK
     return Prediction(
@@ -339,9 +351,11 @@ def predict_pressure() -> Prediction:
         0.0,
         f"a finished request holds {PRESSURE_PROMPT} + {PRESSURE_OUTPUT} = {final} tokens = ceil({final} ÷ "
         f"{PRESSURE_BLOCK}) = {per_request} blocks; {PRESSURE_BLOCKS} ÷ {per_request} rounded down = **{full} "
-        f"requests** (the engine's BlockManager, filled one request after another, agrees). Admission only checks "
-        f"the prompt's {-(-PRESSURE_PROMPT // PRESSURE_BLOCK)} blocks, so {prompts_only} prompts fit: admit more "
-        f"than {full} and, as they grow, the scheduler must preempt.",
+        f"requests** (the engine's BlockManager, filled one request after another, agrees). Admission checks "
+        f"only the whole prompt's {-(-PRESSURE_PROMPT // PRESSURE_BLOCK)} blocks, so the engine's scheduler, like "
+        f"vLLM V1's, admits {prompts_only} at once: more than {full}, and as they grow it must preempt. (vLLM "
+        f"keeps one of its blocks as a null block that holds no tokens, so with num_gpu_blocks = {PRESSURE_BLOCKS} "
+        f"it admits {(PRESSURE_BLOCKS - 1) // -(-PRESSURE_PROMPT // PRESSURE_BLOCK)}.)",
         "a pool that admits a request by its prompt must hold its final length too; the gap between the two "
         "counts is where preemptions come from.",
         1e6,

@@ -92,9 +92,9 @@ def _calculator() -> None:
         "Block size (tokens per KV block)",
         options=paged_kernel.BLOCK_SIZES,
         key=view.keys["block_size"],
-        help="vLLM's default is 16. Its --block-size takes any positive number (v0.29), but FlashAttention, the "
-        "default on NVIDIA GPUs, needs a multiple of 16 (ROCm's kernel: 16 or 32). "
-        "Use the arrow keys to move the slider.",
+        help="vLLM v0.34.0's default is 64 (16 until v0.33). Its --block-size takes any positive number, but "
+        "FlashAttention, its first choice on NVIDIA GPUs before Blackwell, needs a multiple of 16 (ROCm's backend: "
+        "multiples of 16, 16 by default). Use the arrow keys to move the slider.",
     )
     max_context = c2.select_slider(
         "Max context (max_model_len)",

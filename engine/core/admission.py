@@ -1,18 +1,20 @@
 """The scheduler's memory rule, shared by the engine's `Scheduler` and the serving simulator's paged policy.
 
-One rule, written once (vLLM's scheduler, recompute preemption):
+One rule, written once (vLLM V1's scheduler at v0.34.0, recompute preemption):
 - running requests go first, oldest first; when the pool cannot give a running request its next blocks,
   the *newest* running request is preempted (`preempt_newest`: taken off the running list, then its blocks
   are freed and it is recomputed later) until it can;
 - a step that had to preempt admits nobody (memory is tight);
-- otherwise waiting requests are admitted first-come-first-served while fewer than `max_num_seqs` run and
-  the pool keeps `watermark` of its blocks free after the admission, so running decodes have room to grow;
-  with nothing running the watermark is waived (it could only block a request that fits).
+- otherwise waiting requests (new ones and preempted ones alike) are admitted first-come-first-served while
+  fewer than `max_num_seqs` run and the pool holds the blocks of the request's *whole* sequence, not only
+  of its first chunk (`scheduler_reserve_full_isl`, on by default: a check, nothing is set aside), after its
+  prefix-cache hit; both that check and the chunk's allocation must leave `watermark` of the pool's blocks
+  free while anything runs. vLLM's default watermark is 0.0: no headroom, so by default an admission may
+  take the last free block.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import MutableSequence
 from typing import TypeVar
 
@@ -20,10 +22,10 @@ T = TypeVar("T")
 
 
 def watermark_blocks(watermark: float, num_blocks: int) -> int:
-    """Blocks admission leaves free: ceil(watermark * num_blocks)."""
+    """Blocks admission leaves free: int(watermark * num_blocks), rounded down as vLLM's `KVCacheManager` does."""
     if not 0.0 <= watermark < 1.0:
         raise ValueError(f"watermark={watermark} must be a fraction in [0, 1)")
-    return math.ceil(watermark * num_blocks)
+    return int(watermark * num_blocks)
 
 
 def may_admit(num_running: int, max_num_seqs: int, preempted_this_step: bool) -> bool:

@@ -7,7 +7,10 @@ sequence that holds no blocks (reusing its cached prefix blocks) or grows one th
 the shared blocks it will write into, new blocks at the end), and returns a `SlotAllocation` saying what it
 did, or None, having changed nothing, when the pool cannot give all of it. Queries (`can_allocate`,
 `num_cached_prefix_tokens`, `snapshot`, `usage`) change nothing; `prefix_cache_queries` / `prefix_cache_hits`
-count the tokens admissions looked up and found (`prefix_cache_hit_rate`), as vLLM's metrics do. The caller advances
+count the tokens first admissions looked up and found (`prefix_cache_hit_rate`), as vLLM's metrics do, and
+`prefix_cache_preempted_queries` / `_hits` the readmissions of preempted requests. `free_sequence` keeps
+the hashes of a sequence's full computed blocks, so a preempted sequence readmitted before they are evicted
+finds them again and recomputes only the rest (vLLM V1 at v0.34.0 does the same). The caller advances
 seq.num_computed_tokens after the step; the manager sets it only at admission, to the prefix hit.
 With a sliding window (engine/core/sliding_window.py) an allocation counts the blocks no query of the
 sequence can see any more as free, and frees them (their table entries become `FREED`) only if it goes
@@ -33,7 +36,7 @@ from engine.core.block_allocator import BlockAllocator, OutOfBlocksError, comput
 from engine.core.block_usage import BlockInfo, BlockUsage, pool_usage, snapshot_blocks
 from engine.core.kv_groups import KVCacheGroup
 from engine.core.sequence import Sequence
-from engine.core.sliding_window import FREED, first_needed_block, skipped_blocks
+from engine.core.sliding_window import FREED, first_needed_block, kv_blocks_per_seq, skipped_blocks
 from kernels.validate import check_int
 
 __all__ = ["BlockManager", "ComputedBlocks", "SlotAllocation", "group_key"]
@@ -135,10 +138,14 @@ class BlockManager:
         self._num_slots: dict[int, int] = {}  # seq_id -> positions covered by its last allocation
         self._hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of its leading full blocks, computed once
         self._published: dict[int, int] = {}  # seq_id -> leading full blocks already offered to the prefix cache
-        # Prefix-cache counters in tokens, as vLLM counts them (vllm:prefix_cache_queries / _hits): every admission
-        # with prefix caching on queries its tokens and hits the ones found in cached full blocks.
+        # Prefix-cache counters in tokens, as vLLM counts them (vllm:prefix_cache_queries / _hits): every first
+        # admission with prefix caching on queries its tokens and hits the ones found in cached full blocks. A
+        # preempted request's readmission is counted apart, as vLLM's `PrefixCacheStats.preempted_queries` /
+        # `preempted_hits` are (they never reach those two metrics).
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        self.prefix_cache_preempted_queries = 0
+        self.prefix_cache_preempted_hits = 0
 
     def __repr__(self) -> str:
         return f"BlockManager({self.allocator!r}, num_sequences={len(self.sequences)})"
@@ -281,10 +288,52 @@ class BlockManager:
             return self._plan_growth(seq, num_new_tokens)
         return self._plan_admission(seq, num_new_tokens, computed)
 
-    def can_allocate(self, seq: Sequence, num_new_tokens: int | None = None, watermark_blocks: int = 0) -> bool:
+    def _full_sequence_cost(self, seq: Sequence, computed: ComputedBlocks, max_in_flight_tokens: int | None) -> int:
+        """Free blocks admitting `seq`'s whole sequence would consume after its prefix-cache hit (vLLM V1's
+        `full_sequence_must_fit` count, `get_num_blocks_to_allocate` over `request.num_tokens`).
+
+        Per group: the blocks of all its tokens, a sliding group's capped at what its window and one step of
+        `max_in_flight_tokens` new tokens can hold (`kv_blocks_per_seq`, vLLM's
+        `max_admission_blocks_per_request`; None: no cap), less the hit's blocks; plus the cached-free hits
+        that leave the free pool when revived."""
+        bs, n, hit_blocks = self.block_size, seq.num_tokens, computed.num_tokens // self.block_size
+        cost = sum(
+            max(kv_blocks_per_seq(n, bs, window, max_in_flight_tokens) - hit_blocks, 0) for window in self.group_windows
+        )
+        refs = self.allocator.ref_counts
+        return cost + sum(1 for kept in computed.blocks for b in kept if refs[b] == 0)
+
+    def _fits(
+        self,
+        seq: Sequence,
+        plan: _Admission | _Growth,
+        watermark_blocks: int,
+        full_sequence_must_fit: bool,
+        max_in_flight_tokens: int | None,
+    ) -> bool:
+        if max_in_flight_tokens is not None and (type(max_in_flight_tokens) is not int or max_in_flight_tokens < 1):
+            raise ValueError(
+                f"max_in_flight_tokens={max_in_flight_tokens!r} must be a whole number of tokens >= 1 (the step's "
+                "token budget), or None"
+            )
+        free = self.allocator.num_free_blocks + plan.gained
+        if full_sequence_must_fit and isinstance(plan, _Admission):
+            # An admission gate only: the whole sequence must fit now, but only the step's blocks are taken.
+            if not fits(self._full_sequence_cost(seq, plan.computed, max_in_flight_tokens), free, watermark_blocks):
+                return False
+        return fits(plan.cost, free, watermark_blocks)
+
+    def can_allocate(
+        self,
+        seq: Sequence,
+        num_new_tokens: int | None = None,
+        watermark_blocks: int = 0,
+        full_sequence_must_fit: bool = False,
+        max_in_flight_tokens: int | None = None,
+    ) -> bool:
         """Whether `allocate_slots` with these arguments would succeed right now (a query: nothing changes)."""
         plan = self._plan(seq, num_new_tokens, watermark_blocks)
-        return fits(plan.cost, self.allocator.num_free_blocks + plan.gained, watermark_blocks)
+        return self._fits(seq, plan, watermark_blocks, full_sequence_must_fit, max_in_flight_tokens)
 
     def allocate_slots(
         self,
@@ -292,6 +341,8 @@ class BlockManager:
         num_new_tokens: int | None = None,
         watermark_blocks: int = 0,
         computed: ComputedBlocks | None = None,
+        full_sequence_must_fit: bool = False,
+        max_in_flight_tokens: int | None = None,
     ) -> SlotAllocation | None:
         """Give `seq`'s next `num_new_tokens` positions cache slots, in every KV-cache group, all of them or none.
 
@@ -299,7 +350,8 @@ class BlockManager:
         new_computed_blocks, ...) -> KVCacheBlocks | None` (vllm/v1/core/kv_cache_manager.py): one call that
         either allocates everything the step needs for the sequence or returns None. A sequence that holds no
         blocks is admitted: its prompt's leading full blocks found in the prefix cache are reused (their
-        tokens count as computed: num_cached_tokens = num_computed_tokens = the hit; `computed`, from
+        tokens count as computed: num_computed_tokens = the hit, and num_cached_tokens too unless it is a
+        preempted request's readmission (vLLM reports the first admission's hit); `computed`, from
         `get_computed_blocks` just before, saves looking them up again), and num_new_tokens (None: the rest of
         its tokens) get fresh blocks. A sequence that holds blocks grows from its num_computed_tokens: shared
         blocks it writes into are replaced by copies (the (src, dst) pairs to copy before the step), and blocks
@@ -308,10 +360,16 @@ class BlockManager:
         when the allocation goes ahead (vLLM frees them even when it returns None). Full computed blocks are
         published to the prefix cache first.
 
+        full_sequence_must_fit (the scheduler passes its `scheduler_reserve_full_isl`, vLLM's argument of the
+        same name): an admission also needs the blocks of the sequence's *whole* length (prompt, plus the
+        tokens generated so far for a preempted request) after its prefix-cache hit, with the watermark on
+        top, free right now; a check only, nothing is reserved, and a sequence that holds blocks skips it.
+        `max_in_flight_tokens` (the step's token budget) caps a sliding group's share of that count.
+
         Returns None, having changed nothing, when the pool cannot give it all; bad arguments are a ValueError.
         """
         plan = self._plan(seq, num_new_tokens, watermark_blocks, computed)
-        if not fits(plan.cost, self.allocator.num_free_blocks + plan.gained, watermark_blocks):
+        if not self._fits(seq, plan, watermark_blocks, full_sequence_must_fit, max_in_flight_tokens):
             return None
         if isinstance(plan, _Growth):
             return self._grow(seq, plan)
@@ -330,8 +388,13 @@ class BlockManager:
             new.extend(fresh)
         seq.block_tables = tables
         num_cached = computed.num_tokens
-        seq.num_cached_tokens = seq.num_computed_tokens = num_cached
-        if alloc.enable_prefix_caching:
+        seq.num_computed_tokens = num_cached
+        if not seq.num_preemptions:  # what a request reports is its first admission's hit, as vLLM's prefill stats
+            seq.num_cached_tokens = num_cached
+        if alloc.enable_prefix_caching and seq.num_preemptions:  # a resumed request: vLLM counts it apart
+            self.prefix_cache_preempted_queries += seq.num_tokens
+            self.prefix_cache_preempted_hits += num_cached
+        elif alloc.enable_prefix_caching:
             self.prefix_cache_queries += seq.num_tokens
             self.prefix_cache_hits += num_cached
         self.sequences[seq.seq_id] = seq

@@ -1,6 +1,6 @@
 """Continuous-batching scheduler: a token budget per step, admission by free blocks, preemption by recompute.
 
-Follows vLLM v1's scheduler rewrite (one rule, no prefill/decode phases): every request has `num_tokens`
+Follows vLLM V1's scheduler (as of v0.34.0) (one rule, no prefill/decode phases): every request has `num_tokens`
 token ids and `num_computed_tokens` of them already have K/V in the paged cache; each step hands out a
 budget of `max_num_batched_tokens` new tokens so the counters catch up. Orca (Yu et al., OSDI 2022)
 introduced this iteration-level scheduling; PagedAttention (Kwon et al., SOSP 2023) supplies the blocks.
@@ -10,13 +10,23 @@ One step, in order:
    decode, a chunk for a long prompt (chunked prefill), their slots from one `BlockManager.allocate_slots`
    call. When it returns None, the *newest* running request is preempted (taken off `running` and freed in
    one call): its counter is reset to 0 and it goes back to the front of the waiting queue, to be
-   recomputed later (prompt + tokens so far); then the allocation is tried again. `num_preemptions` counts
-   preemptions and `num_recomputed_tokens` the tokens computed a second time because of them.
-2. Only if nobody was preempted, waiting requests are admitted in arrival order while the budget,
-   `max_num_seqs` and the free blocks allow; a watermark of free blocks is kept for running requests'
-   decodes so a new admission does not immediately force a preemption. Prefix-cache hits are counted as
+   recomputed later (prompt + tokens so far, less any prefix-cache hit); then the allocation is tried
+   again. `num_preemptions` counts preemptions and `num_recomputed_tokens` the tokens computed a second time
+   because of them.
+2. Only if nobody was preempted, waiting requests (preempted ones first: they went back to the front) are
+   admitted in arrival order while the budget, `max_num_seqs` and the free blocks allow. With
+   `scheduler_reserve_full_isl` (on, as in vLLM) a request is admitted only if the blocks of its whole
+   sequence fit now, not just those of the chunk it computes this step; that is a check, nothing is set
+   aside, so a later chunk can still meet a shortage and preempt. `watermark` (vLLM's default 0.0: none)
+   keeps that fraction of the pool free on admission while anything runs. Prefix-cache hits are counted as
    computed at admission, so their tokens are skipped; the lookup (`get_computed_blocks`) hashes the prompt's
-   blocks once and hands its result to `allocate_slots`, as vLLM V1's scheduler does.
+   blocks once and hands its result to `allocate_slots`, as vLLM V1's scheduler does. A preempted request's
+   freed blocks keep their hashes, so with prefix caching on its readmission finds the full blocks nobody
+   has evicted since and recomputes only the rest (`num_recomputed_tokens` counts only those).
+
+Where it differs from vLLM V1 (v0.34.0, `vllm/v1/core/sched/scheduler.py`): vLLM's pool holds back one null
+block (`BlockPool.null_block`, so `num_gpu_blocks` N leaves N - 1 for requests) and this engine's does not;
+vLLM can run a step's model asynchronously, speculate, and schedule by priority; none of that is modelled.
 `schedule()` returns a `SchedulerOutput` whose `scheduled` list holds one `ScheduledSequence` (the sequence,
 its new-token count and what it already had cached) per sequence in the step. After the model runs,
 `update()` advances the counters, appends sampled tokens, applies stop rules and frees finished requests.
@@ -45,7 +55,10 @@ class SchedulerConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     max_model_len: int = 2048
-    watermark: float = 0.01  # fraction of blocks admission leaves free for running decodes (vLLM v0's default)
+    # Fraction of the pool's blocks an admission leaves free while anything runs; vLLM V1's default, 0.0, keeps none.
+    watermark: float = 0.0
+    # Admit a request only if its whole sequence's blocks fit now, not only its first chunk's (vLLM V1's flag, on).
+    scheduler_reserve_full_isl: bool = True
 
     def __post_init__(self) -> None:
         assert min(self.max_num_seqs, self.max_num_batched_tokens, self.max_model_len) >= 1, self
@@ -132,8 +145,7 @@ class Scheduler:
         self.block_manager.free_sequence(seq)
         done = max(seq.num_computed_tokens, self._recompute_until.get(seq.seq_id, 0))
         self._recompute_until[seq.seq_id] = done
-        seq.num_computed_tokens = 0
-        seq.num_cached_tokens = 0
+        seq.num_computed_tokens = 0  # num_cached_tokens keeps its first admission's hit, as vLLM reports it
         seq.status = SequenceStatus.PREEMPTED
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)
@@ -169,7 +181,10 @@ class Scheduler:
             computed = bm.get_computed_blocks(seq)  # the prefix chain is hashed once, here, per admission
             n = min(seq.num_tokens - computed.num_tokens, budget)
             headroom = admission_headroom(len(self.running), self._watermark_blocks)
-            if bm.allocate_slots(seq, n, headroom, computed) is None:  # sets num_computed to the hit
+            got = bm.allocate_slots(
+                seq, n, headroom, computed, self.config.scheduler_reserve_full_isl, self.config.max_num_batched_tokens
+            )
+            if got is None:  # else it set num_computed to the hit
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING

@@ -47,7 +47,8 @@ def check_block_size(block_size: object) -> int:
     """Return `block_size` if it is a power of two in 1..256, else raise a ValueError saying so."""
     if not is_whole(block_size) or block_size not in _BLOCK_SIZES:
         raise ValueError(
-            f"block_size={block_size!r} is not supported; use a power of two from 1 to 256 (vLLM's default is 16)"
+            f"block_size={block_size!r} is not supported; use a power of two from 1 to 256 (this engine's default "
+            "is 16, vLLM v0.34.0's 64)"
         )
     return int(block_size)
 
@@ -73,7 +74,7 @@ class Sequence:
         self.token_ids: list[int] = token_ids  # prompt followed by generated tokens
         self.num_prompt_tokens = len(token_ids)
         self.num_computed_tokens = 0  # tokens whose K/V is in the cache
-        self.num_cached_tokens = 0  # of those, tokens reused from the prefix cache at admission
+        self.num_cached_tokens = 0  # of those, tokens reused from the prefix cache at its first admission
         # Per KV-cache group: logical block i -> physical block id (a model with one kind of layer has one group).
         self.block_tables: list[list[int]] = [[]]
         self.status = SequenceStatus.WAITING

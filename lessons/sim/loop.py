@@ -5,8 +5,10 @@ Each step follows the engine's scheduler (`engine.core.scheduler.Scheduler`, vLL
 the rule it shares in `engine.core.admission`: running requests go first, oldest first, each writing one token;
 when one needs memory the policy cannot give, the newest running request is preempted (`preempt_newest`)
 until it can; a step that preempted admits nobody (`may_admit`); otherwise waiting requests are admitted
-first-come-first-served while seats and memory allow, and they prefill their `ctx` tokens in that step. A
-preempted request keeps its tokens and prefills them all again when re-admitted. With admission "unchecked"
+first-come-first-served while seats and memory allow, and they prefill their `ctx` tokens in that step, so
+admission always asks for the whole sequence's memory (what the engine's `scheduler_reserve_full_isl` checks
+when a prompt is chunked). A preempted request keeps its tokens and prefills them all again when
+re-admitted (no prefix cache here). With admission "unchecked"
 nothing waits for memory: an admission or a growth that does not fit fails the request with an OOM.
 
 The model of a token follows the vLLM paper's accounting (Kwon et al., SOSP 2023, Fig. 2): a request that
@@ -41,10 +43,11 @@ class SimConfig:
 
     step_time(num_decode, context_tokens, prefill_tokens, prefill_pairs) -> seconds prices a step (e.g. an
     `engine.memory.roofline.StepTimeModel`); None charges a flat 20 ms. watermark is the fraction of blocks the
-    paged policy keeps free when admitting (vLLM's default 1%). max_steps bounds a run; what is left is
-    "unfinished". reservation sizes a static server's regions; a paged server ignores it. groups: the KV-cache
-    groups of a hybrid model (engine.core.kv_groups; two or more), whose paged server holds blocks per group over
-    one pool of capacity_tokens // block_size blocks (lessons.sim.group_blocks); () for one group.
+    paged policy keeps free when admitting while anything runs (vLLM V1's `SchedulerConfig.watermark`, 0.0 by
+    default: none, as the engine's scheduler). max_steps bounds a run; what is left is "unfinished". reservation
+    sizes a static server's regions; a paged server ignores it. groups: the KV-cache groups of a hybrid model
+    (engine.core.kv_groups; two or more), whose paged server holds blocks per group over one pool of
+    capacity_tokens // block_size blocks (lessons.sim.group_blocks); () for one group.
     """
 
     policy: str
@@ -54,7 +57,7 @@ class SimConfig:
     max_num_seqs: int = 256
     reservation: str = "max_model_len"
     admission: str = "fcfs"
-    watermark: float = 0.01
+    watermark: float = 0.0
     step_time: Callable[..., float] | None = None
     max_steps: int = 1_000_000
     groups: tuple[KVCacheGroup, ...] = ()

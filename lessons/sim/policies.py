@@ -6,8 +6,9 @@ and never grows it: *Max* reserves `max_model_len` slots (FasterTransformer), *P
 of the request's final length (Orca's), *Oracle* exactly the final length (a bound no real server reaches:
 it knows the output length in advance). The *paged* server is the engine's own
 `engine.core.block_manager.BlockManager`: a request holds only the blocks its tokens reach, and takes one
-more from its allocator when a token crosses into a new block. Admission keeps the scheduler's watermark of
-free blocks (`engine.core.admission`, the rule `engine.core.scheduler.Scheduler` applies).
+more from its allocator when a token crosses into a new block. Admission takes the blocks of the request's
+whole `ctx` at once and keeps the scheduler's watermark of free blocks, 0.0 by default as in vLLM V1
+(`engine.core.admission`, the rule `engine.core.scheduler.Scheduler` applies).
 
 A policy answers what the simulation loop (`lessons.sim.loop`) asks of it, request by request:
     admit(req, num_running) -> verdict              take memory for the request's `ctx` tokens now

@@ -68,7 +68,7 @@ def test_bad_folder_and_prompts_show_guidance(at, tiny, tmp_path):
 def test_paths_outside_the_allowed_folders_all_get_the_same_message(at, tiny, tmp_path):
     make_tiny_model(tmp_path / "outside")
     (Path(tiny).parent / "link-out").symlink_to(tmp_path / "outside")
-    at.radio(key="pg_source").set_value("folder")
+    at.radio(key="pg_source").set_value("folder").run()  # enables the path box, whatever test ran before
     shown = set()
     typed = ["/root", "/etc", "/nonexistent", "/proc/self", "/etc/passwd", str(tmp_path / "outside"), str(tmp_path)]
     typed += [f"{Path(tiny).parent}-evil", "../outside", "link-out", f"{tiny}/config.json"]
@@ -88,7 +88,7 @@ def test_paths_outside_the_allowed_folders_all_get_the_same_message(at, tiny, tm
 
 
 def test_folder_model_generates_and_steps(at, tiny):
-    at.radio(key="pg_source").set_value("folder")
+    at.radio(key="pg_source").set_value("folder").run()  # enables the path box, whatever test ran before
     at.text_input(key="pg_path").set_value("tiny")  # relative: under the first allowed folder
     at.text_area(key="pg_prompts").set_value(PROMPTS)
     generate(at)
@@ -112,7 +112,7 @@ def test_folder_model_generates_and_steps(at, tiny):
 
 
 def test_knobs_at_extremes(at, tiny):
-    at.radio(key="pg_source").set_value("folder")
+    at.radio(key="pg_source").set_value("folder").run()  # enables the path box, whatever test ran before
     at.text_input(key="pg_path").set_value(tiny)
     at.text_area(key="pg_prompts").set_value("def add(a, b):\nclass Stack:")
     at.slider(key="pg_max_tokens").set_value(1)
@@ -151,7 +151,7 @@ def test_knobs_at_extremes(at, tiny):
 
 
 def test_the_prefix_cache_hit_rate_of_a_repeated_prompt(at, tiny):
-    at.radio(key="pg_source").set_value("folder")
+    at.radio(key="pg_source").set_value("folder").run()  # enables the path box, whatever test ran before
     at.text_input(key="pg_path").set_value(tiny)
     at.text_area(key="pg_prompts").set_value("def add(a, b): return a + b")
     at.select_slider(key="pg_block").set_value(4)

@@ -2,8 +2,8 @@
 
 GQA: 2 layers x 2 KV heads x 16 x 2 (K, V) x 4 bytes = 512 bytes per token; MLA: 2 layers x (32 + 8) x 4 = 320.
 At 32 KiB and blocks of 16: GQA 4 blocks (64 tokens), MLA 6 blocks (96 tokens, of 102 that fit); requests of
-8 + 24 tokens end in 2 blocks each (31 tokens stored): 2 and 3 at once. (Short prompts, so admission's
-free-block watermark, which counts prompt blocks, does not bind before the pool does.)
+8 + 24 tokens end in 2 blocks each (31 tokens stored): 2 and 3 at once. (Admission checks whole prompts, one
+block each here, with no watermark, so it does not bind before the pool does.)
 """
 
 from __future__ import annotations

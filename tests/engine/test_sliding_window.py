@@ -116,8 +116,11 @@ def test_prefix_hits_and_preemption_past_the_window(mistral):
     assert [o.token_ids for o in again] == refs
     assert [o.num_cached_tokens for o in again] == [(n - 1) // 4 * 4 for n in PROMPT_LENS]
     # A pool of a few windows for three sequences: decodes run out of blocks and the newest is preempted.
-    need = kv_blocks_per_seq(256, 4, window, 8)
+    # Admission checks each whole prompt's blocks, capped at what its window and one step hold (vLLM V1's
+    # scheduler_reserve_full_isl), so with 8 tokens a step a window of 8 never preempts here (each admitted
+    # request already had its most); at 4 tokens a step it does, for both windows.
+    need = kv_blocks_per_seq(256, 4, window, 4)
     traces = []
-    small = LLM(str(folder), device="cpu", block_size=4, num_gpu_blocks=need + 2, max_num_batched_tokens=8)
+    small = LLM(str(folder), device="cpu", block_size=4, num_gpu_blocks=need + 2, max_num_batched_tokens=4)
     assert [o.token_ids for o in small.generate(prompts, greedy, on_step=traces.append)] == refs
     assert any(t.preempted for t in traces) and small.block_manager.num_free_blocks == need + 2

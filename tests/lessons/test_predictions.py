@@ -6,6 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.core.block_manager import BlockManager
+from engine.core.scheduler import Scheduler, SchedulerConfig
+from engine.core.sequence import Sequence
+from engine.sampling_params import SamplingParams
 from lessons import predictions
 from ui.course import LESSON_IDS
 
@@ -207,3 +211,20 @@ def test_a_saved_prediction_gives_back_its_number_or_none():
     assert predictions.saved_value({"value": 3}) == 3.0  # JSON may bring an int back
     for damaged in (None, {}, {"value": "128"}, {"value": True}, {"value": None}, [128], "128"):
         assert predictions.saved_value(damaged) is None, damaged
+
+
+def test_the_pressure_working_says_what_the_engine_admits():
+    # 16 of the page's requests (48-token prompts, 24 tokens out) arrive at once in its pool of 24 blocks of 16,
+    # with seats and token budget to spare: the engine's scheduler admits as many as memory allows in its
+    # first step. vLLM V1's rule: each whole prompt's 3 blocks must fit, no watermark, so 24 // 3 = 8.
+    sched = Scheduler(SchedulerConfig(16, 16 * 48, 72), BlockManager(24, 16))
+    for i in range(16):
+        sched.add(Sequence(i, [1] * 48, 16, SamplingParams(max_tokens=24, ignore_eos=True)))
+    admitted = len(sched.schedule().admitted)
+    assert admitted == 24 // 3 == predictions.admitted_at_once()
+    pred = predictions.for_page("pressure")
+    assert pred.answer == 24 // 5  # 72 tokens = 5 blocks each at their final length
+    assert f"admits {admitted} at once" in pred.working
+    assert "counted the prompts' blocks only" in {t.slip for t in pred.traps if t.value == admitted}
+    # vLLM's pool keeps a null block: num_gpu_blocks = 24 leaves 23 for requests, 7 prompts
+    assert f"num_gpu_blocks = 24 it admits {(24 - 1) // 3}" in pred.working

@@ -5,9 +5,11 @@ import pytest
 from engine.core.admission import admission_headroom, fits, may_admit, preempt_newest, watermark_blocks
 
 
-def test_watermark_rounds_up_and_rejects_bad_fractions():
+def test_watermark_rounds_down_as_vllm_and_rejects_bad_fractions():
+    # vLLM V1's KVCacheManager: watermark_blocks = int(watermark * num_blocks), so it rounds down
     assert watermark_blocks(0.01, 100) == 1
-    assert watermark_blocks(0.01, 101) == 2  # ceil, never fewer blocks than the fraction asks
+    assert watermark_blocks(0.01, 199) == 1
+    assert watermark_blocks(0.01, 24) == 0  # a 1 % watermark leaves nothing free in a small pool
     assert watermark_blocks(0.0, 100) == 0
     with pytest.raises(ValueError, match="watermark=1.0"):
         watermark_blocks(1.0, 10)

@@ -23,9 +23,10 @@ def make(
     max_model_len: int | None = None,
     prefix: bool = False,
     watermark: float = 0.0,
+    reserve_full_isl: bool = True,
 ) -> Scheduler:
     bm = BlockManager(num_blocks, block_size, enable_prefix_caching=prefix)
-    cfg = SchedulerConfig(max_num_seqs, budget, max_model_len or num_blocks * block_size, watermark)
+    cfg = SchedulerConfig(max_num_seqs, budget, max_model_len or num_blocks * block_size, watermark, reserve_full_isl)
     return Scheduler(cfg, bm)
 
 
@@ -162,10 +163,13 @@ def test_preempted_request_goes_back_ahead_of_older_waiting_ones():
     assert admitted == [1, 2]  # b is re-admitted before c, although c alone would have fit sooner
 
 
-def test_a_step_that_preempts_admits_nobody():
+@pytest.mark.parametrize("reserve_full_isl", [False, True])
+def test_a_step_that_preempts_admits_nobody(reserve_full_isl):
     # A token budget of 2 leaves 1 token for an admission after a's decode, and b's first 1-token chunk needs
     # only the 1 block b's preemption just freed: it fits, yet memory is tight, so it waits for the next step.
-    sched = make(num_blocks=4, budget=2, max_model_len=16)
+    # That rule shows only with first-chunk admission (scheduler_reserve_full_isl off): b's whole sequence,
+    # 9 tokens = 3 blocks, does not fit in that 1 free block, so by default b waits until a finishes.
+    sched = make(num_blocks=4, budget=2, max_model_len=16, reserve_full_isl=reserve_full_isl)
     a, b = seq(0, 7, max_tokens=6), seq(1, 7, max_tokens=6)
     sched.add(a)
     sched.add(b)
@@ -174,10 +178,17 @@ def test_a_step_that_preempts_admits_nobody():
         assert sched.has_unfinished
         out, _ = step(sched)
     assert out.preempted == [1] and ids(out) == [0] and out.num_batched_tokens == 1
-    assert sched.block_manager.can_allocate(b, 1)  # the head of the queue would fit right now
+    bm = sched.block_manager
+    assert bm.can_allocate(b, 1)  # the head of the queue's first chunk would fit right now ...
+    assert not bm.can_allocate(b, 1, full_sequence_must_fit=True)  # ... its whole sequence would not
     assert out.admitted == [] and list(sched.waiting) == [b]
     out, _ = step(sched)
-    assert out.admitted == [1]  # admitted one step later
+    if not reserve_full_isl:
+        assert out.admitted == [1]  # admitted one step later
+        return
+    assert out.admitted == [] and a.is_finished  # a's last decode: its blocks come back after the step
+    out, _ = step(sched)
+    assert out.admitted == [1]  # admitted one step later than with first-chunk admission
 
 
 def test_preempting_itself_when_alone_cannot_happen_within_max_model_len():

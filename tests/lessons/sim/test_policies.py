@@ -102,7 +102,9 @@ def test_configs_pick_their_policy():
     assert isinstance(make_policy(SimConfig("paged", 256)), PagedBlocks)
     kinds = {r: type(make_policy(SimConfig("static", 256, reservation=r))) for r in ("max_model_len", "pow2", "oracle")}
     assert kinds == {"max_model_len": MaxReservation, "pow2": Pow2Reservation, "oracle": OracleReservation}
-    assert make_policy(SimConfig("paged", 1000, watermark=0.01)).watermark_blocks == 1  # ceil(0.01 * 62 blocks)
+    assert make_policy(SimConfig("paged", 1000)).watermark_blocks == 0  # vLLM V1's default watermark, 0.0
+    # a watermark rounds down as vLLM's KVCacheManager does: int(0.05 * 62 blocks) = 3, not 4
+    assert make_policy(SimConfig("paged", 1000, watermark=0.05)).watermark_blocks == 3
     assert make_policy(SimConfig("paged", 1000, admission="unchecked")).watermark_blocks == 0
     with pytest.raises(ValueError, match="capacity_tokens=8 holds no whole 16-token block"):
         SimConfig("paged", 8)
@@ -195,6 +197,6 @@ def test_the_comparison_covers_watermark_admission_and_preemption():
     lens = [(20, 5), (10, 13), (14, 27), (3, 1), (20, 7), (11, 6), (8, 8), (15, 13), (19, 28), (14, 2)]
     ours, _, num_preemptions = sim_decisions(lens, 30, 4, 7, 0.2)
     assert num_preemptions > 0 and any(preempted for _, preempted, _ in ours)
-    # a step that preempts admits nobody, and the watermark keeps ceil(0.2 * 30) = 6 blocks from admissions
+    # a step that preempts admits nobody, and the watermark keeps int(0.2 * 30) = 6 blocks from admissions
     assert all(not admitted for admitted, preempted, _ in ours if preempted)
     assert ours[0][2] <= 30 - 6
