@@ -22,8 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.memory.catalog import resolve_model
-from engine.memory.layers import DEFAULT_IN_FLIGHT_TOKENS, LayerKind, LinearState
-from engine.memory.specs import ModelSpec
+from engine.memory.layers import DEFAULT_IN_FLIGHT_TOKENS, LayerKind, LinearState, max_in_flight_tokens
+from engine.memory.specs import GpuSpec, ModelSpec
+from engine.memory.startup import default_max_num_batched_tokens
 from engine.memory.units import dtype_bytes
 from kernels.validate import is_whole
 
@@ -50,6 +51,12 @@ def check_num_tokens(num_tokens: object) -> int:
     if not is_whole(num_tokens) or num_tokens < 0:
         raise ValueError(f"num_tokens={num_tokens!r} must be a whole number of tokens >= 0")
     return int(num_tokens)
+
+
+def default_in_flight_tokens(gpu: GpuSpec) -> int:
+    """The tokens in flight under a default `vllm serve` on this GPU: two batches (async scheduling, on by default)
+    of the device's default token budget (`engine.memory.startup.default_max_num_batched_tokens`)."""
+    return max_in_flight_tokens(default_max_num_batched_tokens(gpu))
 
 
 def _check_sizes(block_size: object, in_flight_tokens: object) -> None:
@@ -147,7 +154,8 @@ def kv_request_bytes(
     block) + 1``; chunked layers ``cdiv(min(chunk + in flight, tokens), block)``; linear layers one state page
     (vllm/v1/kv_cache_interface.py). Each block id costs `pool_bytes_per_block`, padding slots included.
     in_flight_tokens: tokens scheduled but not settled (vLLM's ``max_in_flight_tokens`` =
-    ``max_concurrent_batches * max_num_batched_tokens``); the default is one 2048-token step.
+    ``max_concurrent_batches * max_num_batched_tokens``); the default, `DEFAULT_IN_FLIGHT_TOKENS`, is a default
+    `vllm serve` on a GPU under 70 GiB: two batches of 2,048 tokens (`default_in_flight_tokens` for another GPU).
     """
     m = resolve_model(model)
     check_num_tokens(num_tokens)
