@@ -42,7 +42,7 @@ Which limit binds, per engine (``BINDS_KV_POOL``, ``BINDS_MAX_NUM_SEQS``, ``BIND
 3. waiting and the KV usage at least ``KV_FULL`` (0.95): the KV pool.
 4. waiting and running at max_num_seqs (usage below ``KV_FULL``): max_num_seqs. max_num_seqs comes from a
    config-info label, else the ``max_num_seqs`` argument, else vLLM's defaults (``DEFAULT_MAX_NUM_SEQS``:
-   256, or 1024 on a GPU of 70 GiB or more that is not an A100; doubled by --performance-mode throughput;
+   256, or 1024 on a GPU of 70 GiB or more that is not an A100 or a GB10; doubled by --performance-mode throughput;
    128 on a CPU): running equal to one of them counts, with a note that the default was assumed.
 5. waiting, room in both, but preemptions: the KV pool (a preemption frees blocks, so the usage reads lower
    just after one; the counter says the pool ran out). With ``earlier`` the counter must have risen since
@@ -92,13 +92,14 @@ MAX_BLOCKS = 10**10
 MAX_BLOCK_SIZE = 2**20
 KV_FULL = 0.95  # usage at or above this counts as a full pool (vLLM's own watermark keeps a few blocks free)
 
-# vLLM's default max_num_seqs for `vllm serve` (EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py): 256, or
-# 1024 on a GPU of 70 GiB or more that is not an A100; twice either with --performance-mode throughput; 128 on a
-# CPU (times the world size) and in SchedulerConfig itself. The V0 engine's was 256.
+# vLLM's default max_num_seqs for `vllm serve` (EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py, v0.34.0):
+# 256, or 1024 on a GPU of 70 GiB or more that is not an A100 or a GB10 (and on every GPU of 160 GiB or more); twice
+# either with --performance-mode throughput; 128 on a CPU (times the world size) and in SchedulerConfig itself. The
+# V0 engine's was 256.
 DEFAULT_MAX_NUM_SEQS = (128, 256, 512, 1024, 2048)
 _DEFAULTS_WORDS = (
-    "256, or 1024 on a GPU of 70 GiB or more that is not an A100, twice that with --performance-mode throughput, "
-    "128 on a CPU"
+    "256, or 1024 on a GPU of 70 GiB or more that is not an A100 or a GB10, twice that with --performance-mode "
+    "throughput, 128 on a CPU"
 )
 
 BINDS_KV_POOL = "kv_pool"
