@@ -1,12 +1,14 @@
 """How vLLM V1 lays a model's layers over one shared block pool: KV-cache groups, bytes per block, bytes per request.
 
 vLLM V1 buckets the layers by KV-cache spec, then cuts the buckets into groups of equal size
-(``_get_kv_cache_groups_uniform_page_size`` in vllm/v1/core/kv_cache_utils.py): the group size is the smallest
+(``_get_kv_cache_groups_uniform_page_size`` in vllm/v1/core/kv_cache_planning.py, vLLM v0.34.0; kv_cache_utils.py
+before): the group size is the smallest
 bucket (the "1" of an n:1 pattern: Gemma 3's 10 global layers, gpt-oss's 18 of each kind), or the largest when
 that is under 1.5x the smallest; a bucket that does not divide evenly is padded with empty layer slots. Every group
 draws block ids from one pool, and one block id spans the same bytes in every group, so a block costs
 ``group_size * page_size_bytes`` (``_get_kv_cache_bytes_per_block``) and a request costs the sum over groups of
-the blocks it holds in each (``get_max_concurrency_for_kv_cache_config``, ``_max_memory_usage_bytes_from_groups``).
+the blocks it holds in each (``get_max_concurrency_for_kv_cache_config`` in kv_cache_utils.py,
+``_max_memory_usage_bytes_from_groups`` in kv_cache_planning.py).
 A uniform model is one group of all its layers: a block is ``block_size * kv_bytes_per_token`` and nothing here
 changes its numbers.
 
