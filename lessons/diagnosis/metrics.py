@@ -38,7 +38,10 @@ verdict (KV pool before max_num_seqs before neither), naming that engine when th
 Which limit binds, per engine (``BINDS_KV_POOL``, ``BINDS_MAX_NUM_SEQS``, ``BINDS_NEITHER``, ``BINDS_UNKNOWN``):
 
 1. running, waiting or the KV usage missing: unknown.
-2. nothing waiting: neither (the server admits every request it gets; past preemptions get a note).
+2. nothing waiting: neither (the server admits every request it gets; past preemptions get a note); requests
+   waiting but none of them for capacity (``vllm:num_requests_waiting_by_reason{reason="capacity"}`` at 0):
+   neither too, with ``FIX_DEFERRED``. Past this step "waiting" counts the capacity requests when the scrape
+   splits them out.
 3. waiting and the KV usage at least ``KV_FULL`` (0.95): the KV pool.
 4. waiting and running at max_num_seqs (usage below ``KV_FULL``): max_num_seqs. max_num_seqs comes from a
    config-info label, else the ``max_num_seqs`` argument, else vLLM's defaults (``DEFAULT_MAX_NUM_SEQS``:
