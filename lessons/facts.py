@@ -836,6 +836,41 @@ FACTS: tuple[Fact, ...] = (
         r"AttentionBackendEnum\.FLASH_ATTN,\s+AttentionBackendEnum\.FLASHINFER,",
         where="lessons/paged.md, lessons/labs/paged_kernel.py",
     ),
+    Fact(
+        key="block_size_divisible_by_a_kernel_size",
+        claim="a backend accepts a --block-size that one of its kernel block sizes divides (a larger block is split)",
+        path="vllm/v1/attention/backend.py",
+        pattern=r"if block_size % supported_size == 0:\s+return True",
+        where="lessons/labs/paged_kernel.py, lessons/paged.md",
+    ),
+    Fact(
+        key="flashinfer_kernel_block_sizes",
+        claim="FlashInfer's kernels read blocks of 16, 32 or 64 tokens",
+        path="vllm/v1/attention/backends/flashinfer.py",
+        pattern=r"return \[16, 32, 64\]",
+        where="lessons/labs/paged_kernel.py, lessons/paged.md, pages/5_paged_attention.py",
+    ),
+    Fact(
+        key="rocm_aiter_fa_kernel_block_sizes",
+        claim="ROCm's AITER FlashAttention kernel reads blocks of 16 or 32 tokens",
+        path="vllm/v1/attention/backends/rocm_aiter_fa.py",
+        pattern=r"(?s)def get_supported_kernel_block_sizes\(.{0,300}?return \[16, 32\]",
+        where="lessons/labs/paged_kernel.py, lessons/paged.md, pages/5_paged_attention.py",
+    ),
+    Fact(
+        key="metric_waiting_reasons",
+        claim='vllm:num_requests_waiting_by_reason has reason="capacity" and reason="deferred"',
+        path="vllm/v1/metrics/loggers.py",
+        pattern=r'(?s)WAITING_REASON_CAPACITY = "capacity"\s+WAITING_REASON_DEFERRED = "deferred"',
+        where="lessons/pressure.md, lessons/labs/pressure.py, lessons/diagnosis/metrics.py",
+    ),
+    Fact(
+        key="batch_defaults_gb10_small",
+        claim="a GB10 keeps the small GPUs' batch defaults",
+        path="vllm/engine/arg_utils.py",
+        pattern=r'and "a100" not in device_name\s+and not is_gb10',
+        where="engine/memory/startup.py, lessons/pressure.md",
+    ),
 )
 
 HISTORY: tuple[HistoryFact, ...] = (

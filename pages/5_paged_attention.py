@@ -92,9 +92,11 @@ def _calculator() -> None:
         "Block size (tokens per KV block)",
         options=paged_kernel.BLOCK_SIZES,
         key=view.keys["block_size"],
-        help="vLLM v0.34.0's default is 64 (16 until v0.33). Its --block-size takes any positive number, but "
-        "FlashAttention, its first choice on NVIDIA GPUs before Blackwell, needs a multiple of 16 (ROCm's backend: "
-        "multiples of 16, 16 by default). Use the arrow keys to move the slider.",
+        help="vLLM v0.34.0's default is 64 (16 until v0.33). Its --block-size takes any positive number, but its GPU "
+        "attention backends need a multiple of 16: FlashAttention (its first choice on NVIDIA GPUs before "
+        "Blackwell), FlashInfer, Triton and ROCm's. FlashInfer's kernels run 16, 32 or 64 and ROCm's AITER "
+        "FlashAttention 16 or 32; a larger multiple of 16 is split into those. "
+        "Use the arrow keys to move the slider.",
     )
     max_context = c2.select_slider(
         "Max context (max_model_len)",
@@ -126,8 +128,8 @@ def _calculator() -> None:
     m8.metric("vLLM accepts this block size", row.vllm_accepts)
     if row.vllm_accepts != "yes":
         st.warning(
-            f"vLLM would not run {block_size}-token blocks on an NVIDIA GPU: its config takes any positive block size, "
-            "but its FlashAttention backend, the default there, needs a multiple of 16."
+            f"vLLM would not run {block_size}-token blocks on a GPU: its config takes any positive block size, "
+            "but its attention backends (FlashAttention, FlashInfer, Triton, ROCm's) need a multiple of 16."
         )
     st.markdown(
         f"With **{block_size}-token blocks**, only the last block of a sequence can be partly empty: at most "
@@ -157,7 +159,7 @@ def _calculator() -> None:
         f"sequences × {kernel.context:,} cached tokens, the demo model's heads, blocks scattered over the pool; "
         "on a CPU one thread, charged its CPU time). "
         f"Peak here: {best.block_size}-token blocks. Dotted bars: not a multiple of 16, so accepted by vLLM's config "
-        "but not by its FlashAttention backend. The left axis starts near the lowest bar, not at zero.",
+        "but not by its GPU attention backends. The left axis starts near the lowest bar, not at zero.",
         swept.rows(),
         f"paged-block-size-throughput-{max_context}",
         "paged_throughput",

@@ -120,7 +120,11 @@ def _calculator() -> None:
         m1.metric("Preemptions", f"{run.preemptions}", help=f"{m['preemptions']} at the end of the run")
         m2.metric("Peak KV-cache usage", f"{run.peak_kv_usage:.0%}", help=m["kv_usage"])
         m3.metric("Peak running", f"{run.peak_running}", help=m["running"])
-        m4.metric("Peak waiting", f"{run.peak_waiting}", help=m["waiting"])
+        m4.metric(
+            "Peak waiting",
+            f"{run.peak_waiting}",
+            help=f"{m['waiting']}; all of them wait for capacity here ({m['waiting_capacity']})",
+        )
         m5, m6, m7, m8 = metric_row(4)
         m5.metric("Recomputed tokens", f"{run.recomputed_tokens:,}", help="the engine's own counter; vLLM has none")
         m6.metric("TTFT p50 / p95", f"{run.ttft_ms(50):,.0f} / {run.ttft_ms(95):,.0f} ms", help=m["ttft"])

@@ -39,6 +39,7 @@ from engine.memory.kv_pool import (
     KVGroup,
     attention_block_size,
     blocks_per_request,
+    default_in_flight_tokens,
     kv_groups,
     kv_request_bytes,
     max_concurrency,
@@ -46,12 +47,14 @@ from engine.memory.kv_pool import (
 )
 from engine.memory.layers import (
     DEFAULT_IN_FLIGHT_TOKENS,
+    MAX_CONCURRENT_BATCHES,
     ChunkedLocal,
     FullAttention,
     LatentAttention,
     LayerKind,
     LinearState,
     SlidingWindow,
+    max_in_flight_tokens,
 )
 from engine.memory.specs import WEIGHT_FORMATS, GpuSpec, ModelSpec, custom_model, estimate_params
 from engine.memory.startup import (
@@ -71,6 +74,7 @@ __all__ = [
     "Catalog",
     "ChunkedLocal",
     "DEFAULT_IN_FLIGHT_TOKENS",
+    "MAX_CONCURRENT_BATCHES",
     "DTYPE_BYTES",
     "FullAttention",
     "GPUS",
@@ -93,6 +97,7 @@ __all__ = [
     "activation_bytes",
     "attention_block_size",
     "blocks_per_request",
+    "default_in_flight_tokens",
     "check_startup_args",
     "cuda_graph_bytes",
     "cudagraph_capture_sizes",
@@ -112,6 +117,7 @@ __all__ = [
     "kv_groups",
     "kv_request_bytes",
     "max_concurrency",
+    "max_in_flight_tokens",
     "model_from_config",
     "pool_bytes_per_block",
     "resolve_gpu",

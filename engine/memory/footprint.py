@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from engine.core.sliding_window import kv_blocks_per_seq
 from engine.memory import kv_pool
 from engine.memory.catalog import resolve_gpu, resolve_model
+from engine.memory.layers import max_in_flight_tokens
 from engine.memory.specs import GpuSpec, ModelSpec, param_parts
 from engine.memory.startup import (
     DEFAULT_BLOCK_SIZE,
@@ -207,6 +208,7 @@ class ServingFootprint:
     cuda_graph_bytes: int = 0
     total_bytes: int | None = None  # what CUDA reports as the device's total (None: the catalog's capacity)
     block_bytes: int | None = None  # one block id's bytes in the shared pool (None: block_size * kv_bytes_per_token)
+    async_scheduling: bool = True  # vLLM's default: two batches in flight (`in_flight_tokens`)
 
     @property
     def pool_block_bytes(self) -> int:
@@ -219,9 +221,20 @@ class ServingFootprint:
         """Whether the model's layers are sized per KV kind (explicit layer kinds: hybrids, MLA, state)."""
         return bool(self.model.layers)
 
+    @property
+    def in_flight_tokens(self) -> int:
+        """vLLM's ``max_in_flight_tokens``: the token budget times the batches in flight (two under async
+        scheduling, vLLM's default), the tokens whose blocks a sliding or chunked layer cannot free yet."""
+        return max_in_flight_tokens(self.max_num_batched_tokens, self.async_scheduling)
+
+    @property
+    def _per_group(self) -> bool:
+        """Whether vLLM's per-request figures need the KV-cache groups: per-kind layers, or a sliding window."""
+        return self.per_kind or self.model.sliding_window is not None
+
     def _request_blocks(self, context_len: int) -> int:
         return kv_pool.blocks_per_request(
-            self.model, context_len, self.block_size, self.max_num_batched_tokens, self.kv_dtype, self.tensor_parallel
+            self.model, context_len, self.block_size, self.in_flight_tokens, self.kv_dtype, self.tensor_parallel
         )
 
     @property
@@ -233,9 +246,9 @@ class ServingFootprint:
     def kv_token_capacity(self) -> int:
         """Tokens the KV pool holds (all sequences together): num_blocks * block_size.
 
-        Per-kind models: vLLM's "GPU KV cache size" line, int(max concurrency * max_model_len)
+        Per-kind and sliding-window models: vLLM's "GPU KV cache size" line, int(max concurrency * max_model_len)
         (``get_kv_cache_capacity`` in vllm/v1/core/kv_cache_utils.py)."""
-        if self.per_kind:
+        if self._per_group:
             return int(self.vllm_concurrency() * self.max_model_len)
         return self.num_blocks * self.block_size
 
@@ -247,13 +260,13 @@ class ServingFootprint:
                 self.model,
                 self.max_model_len,
                 self.block_size,
-                self.max_num_batched_tokens,
+                self.in_flight_tokens,
                 self.kv_dtype,
                 self.tensor_parallel,
             )
         else:
             per_seq = kv_blocks_per_seq(
-                self.max_model_len, self.block_size, self.model.sliding_window, self.max_num_batched_tokens
+                self.max_model_len, self.block_size, self.model.sliding_window, self.in_flight_tokens
             )
         return startup_error_text(
             self.capacity_bytes,
@@ -275,7 +288,7 @@ class ServingFootprint:
             mid = (lo + hi + 1) // 2
             fits = (
                 kv_pool.admission_blocks(
-                    self.model, mid, self.block_size, self.max_num_batched_tokens, self.kv_dtype, self.tensor_parallel
+                    self.model, mid, self.block_size, self.in_flight_tokens, self.kv_dtype, self.tensor_parallel
                 )
                 <= usable
             )
@@ -289,21 +302,22 @@ class ServingFootprint:
         length = self._context_len(context_len)
         if self.per_kind:
             return self.num_blocks // self._request_blocks(length)
-        per_seq = kv_blocks_per_seq(length, self.block_size, self.model.sliding_window, self.max_num_batched_tokens)
+        per_seq = kv_blocks_per_seq(length, self.block_size, self.model.sliding_window, self.in_flight_tokens)
         return self.num_blocks // per_seq
 
     def vllm_concurrency(self, context_len: int | None = None) -> float:
         """vLLM's log figure "Maximum concurrency for N tokens per request: X.XXx" (tokens / N).
 
-        Per-kind models follow ``get_max_concurrency_for_kv_cache_config``: the pool's blocks over the sum of each
-        KV-cache group's admission cap for one N-token request."""
-        if self.per_kind:
+        Per-kind and sliding-window models follow ``get_max_concurrency_for_kv_cache_config``: the pool's blocks
+        over the sum of each KV-cache group's admission cap for one N-token request, the tokens in flight included
+        (Mistral-7B v0.1 on an H100 at its defaults: 1,281 blocks per request)."""
+        if self._per_group:
             return kv_pool.max_concurrency(
                 self.model,
                 self.num_blocks,
                 self._context_len(context_len),
                 self.block_size,
-                self.max_num_batched_tokens,
+                self.in_flight_tokens,
                 self.kv_dtype,
                 self.tensor_parallel,
             )
@@ -358,6 +372,7 @@ def serving_footprint(
     cuda_graph_bytes: int = 0,
     kv_cache_memory_bytes: int | None = None,
     total_bytes: int | None = None,
+    async_scheduling: bool = True,
 ) -> ServingFootprint:
     """vLLM V1's start-up arithmetic: KV blocks = (total * util - weights - activations - non-torch - graphs) / block.
 
@@ -369,6 +384,8 @@ def serving_footprint(
     CUDA-graph estimate when it profiles graphs. kv_cache_memory_bytes, when set, is the KV size itself (vLLM's
     --kv-cache-memory-bytes). total_bytes: the device total CUDA reports (None: the catalog's CUDA figure).
     overhead_bytes: non-torch memory per GPU (None: `non_torch_bytes(tensor_parallel)`, NCCL's buffers included).
+    async_scheduling: vLLM's default (on) keeps two batches in flight, which a sliding or chunked layer holds blocks
+    for (`ServingFootprint.in_flight_tokens`); --no-async-scheduling keeps one.
     """
     m, g = resolve_model(model), resolve_gpu(gpu)
     if overhead_bytes is None:
@@ -433,4 +450,5 @@ def serving_footprint(
         cuda_graph_bytes=cuda_graph_bytes,
         total_bytes=total_bytes,
         block_bytes=block_bytes,
+        async_scheduling=bool(async_scheduling),
     )

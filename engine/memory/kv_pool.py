@@ -1,12 +1,14 @@
 """How vLLM V1 lays a model's layers over one shared block pool: KV-cache groups, bytes per block, bytes per request.
 
 vLLM V1 buckets the layers by KV-cache spec, then cuts the buckets into groups of equal size
-(``_get_kv_cache_groups_uniform_page_size`` in vllm/v1/core/kv_cache_utils.py): the group size is the smallest
+(``_get_kv_cache_groups_uniform_page_size`` in vllm/v1/core/kv_cache_planning.py, vLLM v0.34.0; kv_cache_utils.py
+before): the group size is the smallest
 bucket (the "1" of an n:1 pattern: Gemma 3's 10 global layers, gpt-oss's 18 of each kind), or the largest when
 that is under 1.5x the smallest; a bucket that does not divide evenly is padded with empty layer slots. Every group
 draws block ids from one pool, and one block id spans the same bytes in every group, so a block costs
 ``group_size * page_size_bytes`` (``_get_kv_cache_bytes_per_block``) and a request costs the sum over groups of
-the blocks it holds in each (``get_max_concurrency_for_kv_cache_config``, ``_max_memory_usage_bytes_from_groups``).
+the blocks it holds in each (``get_max_concurrency_for_kv_cache_config`` in kv_cache_utils.py,
+``_max_memory_usage_bytes_from_groups`` in kv_cache_planning.py).
 A uniform model is one group of all its layers: a block is ``block_size * kv_bytes_per_token`` and nothing here
 changes its numbers.
 
@@ -22,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.memory.catalog import resolve_model
-from engine.memory.layers import DEFAULT_IN_FLIGHT_TOKENS, LayerKind, LinearState
-from engine.memory.specs import ModelSpec
+from engine.memory.layers import DEFAULT_IN_FLIGHT_TOKENS, LayerKind, LinearState, max_in_flight_tokens
+from engine.memory.specs import GpuSpec, ModelSpec
+from engine.memory.startup import default_max_num_batched_tokens
 from engine.memory.units import dtype_bytes
 from kernels.validate import is_whole
 
@@ -50,6 +53,12 @@ def check_num_tokens(num_tokens: object) -> int:
     if not is_whole(num_tokens) or num_tokens < 0:
         raise ValueError(f"num_tokens={num_tokens!r} must be a whole number of tokens >= 0")
     return int(num_tokens)
+
+
+def default_in_flight_tokens(gpu: GpuSpec) -> int:
+    """The tokens in flight under a default `vllm serve` on this GPU: two batches (async scheduling, on by default)
+    of the device's default token budget (`engine.memory.startup.default_max_num_batched_tokens`)."""
+    return max_in_flight_tokens(default_max_num_batched_tokens(gpu))
 
 
 def _check_sizes(block_size: object, in_flight_tokens: object) -> None:
@@ -147,7 +156,8 @@ def kv_request_bytes(
     block) + 1``; chunked layers ``cdiv(min(chunk + in flight, tokens), block)``; linear layers one state page
     (vllm/v1/kv_cache_interface.py). Each block id costs `pool_bytes_per_block`, padding slots included.
     in_flight_tokens: tokens scheduled but not settled (vLLM's ``max_in_flight_tokens`` =
-    ``max_concurrent_batches * max_num_batched_tokens``); the default is one 2048-token step.
+    ``max_concurrent_batches * max_num_batched_tokens``); the default, `DEFAULT_IN_FLIGHT_TOKENS`, is a default
+    `vllm serve` on a GPU under 70 GiB: two batches of 2,048 tokens (`default_in_flight_tokens` for another GPU).
     """
     m = resolve_model(model)
     check_num_tokens(num_tokens)

@@ -8,9 +8,10 @@ with the same three methods, so a model is a tuple of them (`ModelSpec.layer_kin
 - `FullAttention` (`FullAttentionSpec`): K and V of every token, ``2 * kv_heads * head_dim`` values per token;
   ``cdiv(tokens, block_size)`` blocks.
 - `SlidingWindow` (`SlidingWindowSpec`): the same page, but only the last ``window - 1`` tokens plus the tokens in
-  flight, in whole blocks, + 1 block because the window need not start on a block boundary
-  (``max_admission_blocks_per_request``). Attention sinks (gpt-oss) are learned per-head logits, weights, not
-  cache: they add nothing here.
+  flight, never more than ``max_model_len``, in whole blocks, + 1 block because the window need not start on a
+  block boundary (``max_admission_blocks_per_request``; its ``extra_retained_tokens`` is 0 without multi-module
+  speculative decoding, which the course does not model). Attention sinks (gpt-oss) are learned per-head
+  logits, weights, not cache: they add nothing here.
 - `ChunkedLocal` (`ChunkedLocalAttentionSpec`, Llama 4's ``attention_chunk_size``): at most one chunk plus the
   tokens in flight, whole blocks, no extra block.
 - `LatentAttention` (`MLAAttentionSpec`, DeepSeek-V2/V3, Kimi K2): one latent of ``kv_lora_rank +
@@ -22,8 +23,12 @@ with the same three methods, so a model is a tuple of them (`ModelSpec.layer_kin
   ``(v_heads / tp, v_dim, k_dim)``), in the model's dtype (``mamba_cache_dtype = "auto"``), one page per request
   (``mamba_cache_mode = "none"``: ``1 + num_speculative_blocks`` pages, no speculation here).
 
-"In flight" is vLLM's ``VllmConfig.max_in_flight_tokens``: ``max_concurrent_batches * max_num_batched_tokens``,
-the tokens scheduled but not yet settled, whose blocks a sliding or chunked layer cannot free yet.
+"In flight" is vLLM's ``VllmConfig.max_in_flight_tokens`` (vllm/config/vllm.py): ``max_concurrent_batches *
+max_num_batched_tokens``, the tokens scheduled but not yet settled, whose blocks a sliding or chunked layer cannot
+free yet. ``max_concurrent_batches`` is the pipeline-parallel size, plus one under async scheduling, which vLLM
+turns on by default: a default `vllm serve` on one pipeline stage has two batches, twice its token budget, in
+flight (`max_in_flight_tokens`). Mistral-7B v0.1 (a 4,096-token window, max_model_len 32,768) on an H100 with
+its default 8,192-token budget: cdiv(min(4,095 + 16,384, 32,768), 16) + 1 = 1,281 blocks per request.
 """
 
 from __future__ import annotations
@@ -33,10 +38,31 @@ from typing import ClassVar
 
 from kernels.validate import is_whole
 
-# The in-flight tokens assumed when a caller names none: one step of vLLM's default token budget for `vllm serve`
-# on GPUs under 70 GiB (2048). vLLM reserves max_concurrent_batches such steps: two under async scheduling (its
-# default in v0.29), so pass 2 * max_num_batched_tokens to match a default `vllm serve` exactly.
-DEFAULT_IN_FLIGHT_TOKENS = 2048
+# vLLM's VllmConfig.max_concurrent_batches on one pipeline stage under its defaults: pipeline_parallel_size (1)
+# plus one, because async scheduling is on (VllmConfig turns async_scheduling None into True unless the model is
+# a pooling model, the executor cannot, or ROCm's DeepEP high-throughput DBO is in use).
+MAX_CONCURRENT_BATCHES = 2
+
+# The in-flight tokens assumed when a caller names no device: a default `vllm serve` on a GPU under 70 GiB, two
+# batches of its 2,048-token budget (engine.memory.startup.default_max_num_batched_tokens; a test holds the two
+# equal). With a device in hand, `engine.memory.kv_pool.default_in_flight_tokens(gpu)` is its own default.
+DEFAULT_IN_FLIGHT_TOKENS = MAX_CONCURRENT_BATCHES * 2048
+
+
+def max_in_flight_tokens(
+    max_num_batched_tokens: int, async_scheduling: bool = True, pipeline_parallel_size: int = 1
+) -> int:
+    """vLLM's ``VllmConfig.max_in_flight_tokens``: (pipeline stages, + 1 under async scheduling) x the token budget.
+
+    A ValueError names a budget or a pipeline size that is not a positive whole number.
+    """
+    for name, value in (
+        ("max_num_batched_tokens", max_num_batched_tokens),
+        ("pipeline_parallel_size", pipeline_parallel_size),
+    ):
+        if not is_whole(value) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive whole number")
+    return (int(pipeline_parallel_size) + bool(async_scheduling)) * int(max_num_batched_tokens)
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -15,9 +15,15 @@ Public API (what the KV-pressure lesson's paste box calls):
 What is read (names as vLLM exports them; `_total` is how a counter's sample is named):
 
 - ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (gauges, every release);
-- the KV-cache usage, 0..1: ``vllm:kv_cache_usage_perc`` (vLLM 0.9 and later) or ``vllm:gpu_cache_usage_perc``
-  (the name before 0.9, and the V0 engine's; 0.9 and 0.10 export both, deprecated then hidden); ``naming``
-  says which generation the scrape is;
+- ``vllm:num_requests_waiting_by_reason`` (a gauge, vLLM 0.20 and later; label ``reason``): ``capacity``, the
+  requests waiting for room in the batch or the pool, and ``deferred``, those held back by something else (a LoRA
+  budget, a KV transfer, a blocked status); the two sum to ``vllm:num_requests_waiting``. When the scrape has it,
+  the verdict counts the ``capacity`` requests only;
+- the KV-cache usage, 0..1: ``vllm:kv_cache_usage_perc`` or ``vllm:gpu_cache_usage_perc``, whose history
+  (vllm/v1/metrics/loggers.py of each release) dates the scrape: 0.9.1 and earlier export only the old name (the
+  V0 engine always did); 0.9.2 added the new one beside it and deprecated the old; 0.10 exports both; 0.11 hides
+  the old one unless the server runs with ``--show-hidden-metrics-for-version=0.10``; 0.12 removed it.
+  ``naming`` says which name the usage was read from, ``release`` the releases the names point to;
 - ``vllm:num_preemptions_total`` (counter: preemptions since the server started);
 - ``vllm:cache_config_info``'s labels ``num_gpu_blocks`` and ``block_size`` (and ``max_num_seqs`` from any
   ``vllm:*_config_info`` that carries it; vLLM's own cache_config_info does not);
@@ -32,11 +38,14 @@ verdict (KV pool before max_num_seqs before neither), naming that engine when th
 Which limit binds, per engine (``BINDS_KV_POOL``, ``BINDS_MAX_NUM_SEQS``, ``BINDS_NEITHER``, ``BINDS_UNKNOWN``):
 
 1. running, waiting or the KV usage missing: unknown.
-2. nothing waiting: neither (the server admits every request it gets; past preemptions get a note).
+2. nothing waiting: neither (the server admits every request it gets; past preemptions get a note); requests
+   waiting but none of them for capacity (``vllm:num_requests_waiting_by_reason{reason="capacity"}`` at 0):
+   neither too, with ``FIX_DEFERRED``. Past this step "waiting" counts the capacity requests when the scrape
+   splits them out.
 3. waiting and the KV usage at least ``KV_FULL`` (0.95): the KV pool.
 4. waiting and running at max_num_seqs (usage below ``KV_FULL``): max_num_seqs. max_num_seqs comes from a
    config-info label, else the ``max_num_seqs`` argument, else vLLM's defaults (``DEFAULT_MAX_NUM_SEQS``:
-   256, or 1024 on a GPU of 70 GiB or more that is not an A100; doubled by --performance-mode throughput;
+   256, or 1024 on a GPU of 70 GiB or more that is not an A100 or a GB10; doubled by --performance-mode throughput;
    128 on a CPU): running equal to one of them counts, with a note that the default was assumed.
 5. waiting, room in both, but preemptions: the KV pool (a preemption frees blocks, so the usage reads lower
    just after one; the counter says the pool ran out). With ``earlier`` the counter must have risen since
@@ -86,13 +95,14 @@ MAX_BLOCKS = 10**10
 MAX_BLOCK_SIZE = 2**20
 KV_FULL = 0.95  # usage at or above this counts as a full pool (vLLM's own watermark keeps a few blocks free)
 
-# vLLM's default max_num_seqs for `vllm serve` (EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py): 256, or
-# 1024 on a GPU of 70 GiB or more that is not an A100; twice either with --performance-mode throughput; 128 on a
-# CPU (times the world size) and in SchedulerConfig itself. The V0 engine's was 256.
+# vLLM's default max_num_seqs for `vllm serve` (EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py, v0.34.0):
+# 256, or 1024 on a GPU of 70 GiB or more that is not an A100 or a GB10 (and on every GPU of 160 GiB or more); twice
+# either with --performance-mode throughput; 128 on a CPU (times the world size) and in SchedulerConfig itself. The
+# V0 engine's was 256.
 DEFAULT_MAX_NUM_SEQS = (128, 256, 512, 1024, 2048)
 _DEFAULTS_WORDS = (
-    "256, or 1024 on a GPU of 70 GiB or more that is not an A100, twice that with --performance-mode throughput, "
-    "128 on a CPU"
+    "256, or 1024 on a GPU of 70 GiB or more that is not an A100 or a GB10, twice that with --performance-mode "
+    "throughput, 128 on a CPU"
 )
 
 BINDS_KV_POOL = "kv_pool"
@@ -104,8 +114,11 @@ _PRESSURE = {BINDS_KV_POOL: 3, BINDS_MAX_NUM_SEQS: 2, BINDS_NEITHER: 1, BINDS_UN
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 SWAPPED = "vllm:num_requests_swapped"  # V0 only
-KV_NEW = "vllm:kv_cache_usage_perc"  # vLLM 0.9 and later
-KV_OLD = "vllm:gpu_cache_usage_perc"  # before 0.9 (and V0); exported beside the new name in 0.9-0.10
+KV_NEW = "vllm:kv_cache_usage_perc"  # vLLM 0.9.2 and later
+# 0.9.1 and earlier (and V0); beside the new name, deprecated, in 0.9.2-0.10; hidden in 0.11; removed in 0.12
+KV_OLD = "vllm:gpu_cache_usage_perc"
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"  # vLLM 0.20 and later; reason "capacity" or "deferred"
+_REASON_FIELDS = {"capacity": "waiting_capacity", "deferred": "waiting_deferred"}
 PREEMPTIONS = "vllm:num_preemptions_total"
 _PREEMPTION_SAMPLES = (PREEMPTIONS, "vllm:num_preemptions")  # a paste without TYPE lines keeps what it has
 CACHE_CONFIG = "vllm:cache_config_info"
@@ -123,6 +136,10 @@ FIX_BUDGET = (
     "No limit is at its cap: scrape again under the same load; if requests keep waiting with room in both, "
     "raise --max-num-batched-tokens (the token budget) so prompts are admitted faster."
 )
+FIX_DEFERRED = (
+    "No memory or seat flag to change: the waiting requests are deferred (a LoRA adapter beyond --max-loras, a KV "
+    "transfer in progress, a blocked status), none waits for capacity."
+)
 FIX_UNKNOWN = "Paste the whole /metrics output (curl -s http://HOST:8000/metrics) to get a verdict."
 
 
@@ -134,6 +151,8 @@ class EngineMetrics:
     model: str | None
     running: int | None = None
     waiting: int | None = None
+    waiting_capacity: int | None = None  # vllm:num_requests_waiting_by_reason{reason="capacity"} (0.20 and later)
+    waiting_deferred: int | None = None  # vllm:num_requests_waiting_by_reason{reason="deferred"}
     swapped: int | None = None  # V0's swapped-out requests
     kv_cache_usage: float | None = None  # 0..1
     preemptions: int | None = None  # since the server started
@@ -154,6 +173,8 @@ class VllmMetrics:
 
     running: int | None = None  # summed over engines
     waiting: int | None = None  # summed over engines
+    waiting_capacity: int | None = None  # summed over engines, when the scrape has vllm:num_requests_waiting_by_reason
+    waiting_deferred: int | None = None  # summed over engines, likewise
     swapped: int | None = None  # summed over engines (V0 only)
     kv_cache_usage: float | None = None  # 0..1, the highest engine's
     preemptions: int | None = None  # summed over engines, since start
@@ -164,7 +185,7 @@ class VllmMetrics:
     max_num_seqs_source: str | None = None  # "scrape", "argument" or "vLLM's default"
     model: str | None = None  # when the scrape serves one model
     models: tuple[str, ...] = ()
-    naming: str | None = None  # "new" (kv_cache_usage_perc) or "old" (gpu_cache_usage_perc)
+    naming: str | None = None  # the usage's name: "new" (kv_cache_usage_perc) or "old" (gpu_cache_usage_perc)
     kv_metric: str | None = None  # the metric the usage was read from
     release: str | None = None  # the releases the names point to, in words
     engines: tuple[EngineMetrics, ...] = ()
@@ -315,34 +336,51 @@ def _verdict(e: EngineMetrics, limit: int | None, assumed: bool) -> tuple[str, s
     usage = f"{e.kv_cache_usage:.1%}"
     if e.waiting == 0:
         return BINDS_NEITHER, f"No request is waiting ({e.running} running, KV cache {usage} used): no limit binds."
+    if e.waiting_capacity == 0:
+        return BINDS_NEITHER, (
+            f'{e.waiting} requests wait, but none for capacity ({WAITING_BY_REASON} reason="capacity" is 0): '
+            f"they are deferred, not short of seats or blocks ({e.running} running, KV cache {usage} used)."
+        )
+    waiting = _for_capacity(e)
     at_seq_limit = limit is not None and e.running >= limit
     if e.kv_cache_usage >= KV_FULL:
         return BINDS_KV_POOL, (
-            f"{e.waiting} requests wait while the KV cache is {usage} used: the pool is full, so the scheduler "
+            f"{waiting} wait while the KV cache is {usage} used: the pool is full, so the scheduler "
             "cannot give a new request its blocks."
         )
     if at_seq_limit:
         which = f"vLLM's default max_num_seqs {limit}" if assumed else f"max_num_seqs ({limit})"
         return BINDS_MAX_NUM_SEQS, (
-            f"{e.waiting} requests wait while {e.running} run, which is {which}, and the KV cache is only "
+            f"{waiting} wait while {e.running} run, which is {which}, and the KV cache is only "
             f"{usage} used: the batch is full, not the pool."
         )
     rising = e.preemptions if e.preemptions_since_earlier is None else e.preemptions_since_earlier
     if rising:
         when = "since it started" if e.preemptions_since_earlier is None else "since the earlier scrape"
         return BINDS_KV_POOL, (
-            f"{e.waiting} requests wait and the engine has preempted {rising:,} times {when}: the pool ran out "
+            f"{waiting} wait and the engine has preempted {rising:,} times {when}: the pool ran out "
             f"(a preemption frees blocks, so the usage reads {usage} just after one)."
         )
     seqs = f"running {e.running} of max_num_seqs {limit}" if limit is not None else f"{e.running} running"
     return BINDS_NEITHER, (
-        f"{e.waiting} requests wait, but neither limit is at its cap (KV cache {usage} used, {seqs}, no "
+        f"{waiting} wait, but neither limit is at its cap (KV cache {usage} used, {seqs}, no "
         "preemptions): new requests are admitted at the token budget's pace, or a long prompt needs more free "
         "blocks than are left."
     )
 
 
-def _fix(binding: str, waiting: int | None) -> str:
+def _for_capacity(e: EngineMetrics) -> str:
+    """'12 requests' or, when the scrape splits the queue by reason, '12 requests (of 14 waiting) for capacity'."""
+    if e.waiting_capacity is None:
+        return f"{e.waiting} requests"
+    if e.waiting_capacity == e.waiting:
+        return f"{e.waiting} requests, all for capacity,"
+    return f"{e.waiting_capacity} requests for capacity (of {e.waiting} waiting)"
+
+
+def _fix(binding: str, waiting: int | None, capacity: int | None = None) -> str:
+    if binding == BINDS_NEITHER and waiting and capacity == 0:
+        return FIX_DEFERRED
     if binding == BINDS_KV_POOL:
         return FIX_KV_POOL
     if binding == BINDS_MAX_NUM_SEQS:
@@ -352,17 +390,49 @@ def _fix(binding: str, waiting: int | None) -> str:
     return FIX_UNKNOWN
 
 
+# What the KV-usage names (and vllm:num_requests_swapped, vllm:num_requests_waiting_by_reason) say of the release.
+RELEASE_BOTH = (
+    "vLLM 0.9.2 to 0.10 (the old and the new names side by side, the old ones deprecated), or 0.11 run with "
+    "--show-hidden-metrics-for-version=0.10"
+)
+RELEASE_NEW = "vLLM 0.11 or later (vllm:kv_cache_usage_perc alone)"
+RELEASE_BY_REASON = "vLLM 0.20 or later (vllm:kv_cache_usage_perc and vllm:num_requests_waiting_by_reason)"
+RELEASE_OLD = (
+    "vLLM 0.9.1 or earlier (vllm:gpu_cache_usage_perc alone; 0.9.2 added vllm:kv_cache_usage_perc beside it, 0.11 "
+    "hid the old name and 0.12 removed it)"
+)
+RELEASE_V0 = "the V0 engine (vllm:gpu_cache_usage_perc and vllm:num_requests_swapped; V1 never exported the latter)"
+
+
+# vLLM renamed the prefix-cache counters with the KV usage (0.9.2) and retired the old names with it (hidden in
+# 0.11, removed in 0.12), so either pair dates a scrape cut before its KV-usage line.
+_OLD_NAMES = (KV_OLD, "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hits")
+_NEW_NAMES = (KV_NEW, "vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+
+
+def _family(name: str) -> str:
+    """A sample's metric name: a counter's samples carry _total and _created."""
+    for suffix in ("_total", "_created"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def _release(names: set[str]) -> tuple[str | None, str | None, str | None]:
-    """(naming, the KV metric read, the releases it points to)."""
-    v0 = SWAPPED in names
-    if KV_NEW in names and KV_OLD in names:
-        return "new", KV_NEW, "vLLM 0.9 or 0.10 (both KV-usage names are exported; the old one is deprecated)"
-    if KV_NEW in names:
-        return "new", KV_NEW, "vLLM 0.9 or later (vllm:kv_cache_usage_perc)"
-    if KV_OLD in names:
-        engine = "the V0 engine" if v0 else "a release before vLLM 0.9"
-        return "old", KV_OLD, f"{engine} (vllm:gpu_cache_usage_perc, renamed vllm:kv_cache_usage_perc in 0.9)"
-    return None, None, None
+    """(naming, the KV metric read, the releases the names point to)."""
+    families = {_family(n) for n in names} | names
+    old, new = any(n in families for n in _OLD_NAMES), any(n in families for n in _NEW_NAMES)
+    kv = KV_NEW if KV_NEW in names else KV_OLD if KV_OLD in names else None
+    naming = {KV_NEW: "new", KV_OLD: "old", None: None}[kv]
+    if old and new:
+        release = RELEASE_BOTH
+    elif new:
+        release = RELEASE_BY_REASON if WAITING_BY_REASON in names else RELEASE_NEW
+    elif old:
+        release = RELEASE_V0 if SWAPPED in names else RELEASE_OLD
+    else:
+        release = None
+    return naming, kv, release
 
 
 def read_vllm_metrics(text: object, max_num_seqs: int | None = None, earlier: object = None) -> VllmMetrics:
@@ -439,6 +509,8 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
         field = {RUNNING: "running", WAITING: "waiting", SWAPPED: "swapped", kv_metric: "kv"}.get(name)
         if field is None and name in _PREEMPTION_SAMPLES:
             field = "preemptions"
+        if field is None and name == WAITING_BY_REASON:
+            field = _REASON_FIELDS.get(labels.get("reason", ""))
         if field is None:
             continue
         key = (_label(labels, "model_name"), _label(labels, "engine"))
@@ -460,6 +532,8 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
         for field, high in (
             ("running", MAX_COUNT),
             ("waiting", MAX_COUNT),
+            ("waiting_capacity", MAX_COUNT),
+            ("waiting_deferred", MAX_COUNT),
             ("swapped", MAX_COUNT),
             ("preemptions", MAX_PREEMPTIONS),
         ):
@@ -478,6 +552,8 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
             model=model,
             running=values["running"],  # type: ignore[arg-type]
             waiting=values["waiting"],  # type: ignore[arg-type]
+            waiting_capacity=values["waiting_capacity"],  # type: ignore[arg-type]
+            waiting_deferred=values["waiting_deferred"],  # type: ignore[arg-type]
             swapped=values["swapped"],  # type: ignore[arg-type]
             kv_cache_usage=kv,
             preemptions=values["preemptions"],  # type: ignore[arg-type]
@@ -530,12 +606,14 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
     if kv_metric is None:
         error = (
             "The scrape has vLLM metrics but no KV-cache usage (vllm:kv_cache_usage_perc, or "
-            "vllm:gpu_cache_usage_perc before vLLM 0.9): it was cut, or filtered. Paste the whole /metrics output."
+            "vllm:gpu_cache_usage_perc up to vLLM 0.10): it was cut, or filtered. Paste the whole /metrics output."
         )
     usages = [e.kv_cache_usage for e in engines if e.kv_cache_usage is not None]
     return VllmMetrics(
         running=_sum(e.running for e in engines),
         waiting=_sum(e.waiting for e in engines),
+        waiting_capacity=_sum(e.waiting_capacity for e in engines),
+        waiting_deferred=_sum(e.waiting_deferred for e in engines),
         swapped=_sum(e.swapped for e in engines),
         kv_cache_usage=max(usages) if usages else None,
         preemptions=_sum(e.preemptions for e in engines),
@@ -552,13 +630,20 @@ def _read(text: object, max_num_seqs: object, before: dict[tuple[str | None, str
         engines=tuple(engines),
         binding=binding,
         reason=reason,
-        fix=_fix(binding, worst.waiting if worst else None),
+        fix=_fix(binding, worst.waiting if worst else None, worst.waiting_capacity if worst else None),
         error=error,
         notes=tuple(dict.fromkeys(notes)),
     )
 
 
-_FIELD_METRIC = {"running": RUNNING, "waiting": WAITING, "swapped": SWAPPED, "preemptions": PREEMPTIONS}
+_FIELD_METRIC = {
+    "running": RUNNING,
+    "waiting": WAITING,
+    "waiting_capacity": f'{WAITING_BY_REASON}{{reason="capacity"}}',
+    "waiting_deferred": f'{WAITING_BY_REASON}{{reason="deferred"}}',
+    "swapped": SWAPPED,
+    "preemptions": PREEMPTIONS,
+}
 
 
 def _engine_order(engine: str | None) -> tuple[int, str]:
@@ -599,7 +684,7 @@ def metrics_rows(result: VllmMetrics) -> list[dict[str, str]]:
     """
     if not result.engines and result.num_gpu_blocks is None:
         return []
-    kv_name = result.kv_metric or f"{KV_NEW} (or {KV_OLD} before 0.9)"
+    kv_name = result.kv_metric or f"{KV_NEW} (or {KV_OLD} before 0.9.2)"
     several = len(result.engines) > 1
     rows = [
         {
@@ -614,6 +699,20 @@ def metrics_rows(result: VllmMetrics) -> list[dict[str, str]]:
             "value": _per_engine(result, "waiting"),
             "meaning": "Requests queued for a place in the batch; above 0, some limit binds.",
         },
+        *(
+            [
+                {
+                    "signal": "Waiting for capacity",
+                    "metric": f'{WAITING_BY_REASON}{{reason="capacity"}}',
+                    "value": _per_engine(result, "waiting_capacity")
+                    + (f"; {result.waiting_deferred:,} deferred" if result.waiting_deferred is not None else ""),
+                    "meaning": "The waiting requests short of seats or blocks; deferred ones (LoRA budget, KV "
+                    "transfer, blocked status) wait for something else.",
+                }
+            ]
+            if result.waiting_capacity is not None
+            else []
+        ),
         {
             "signal": "KV-cache usage",
             "metric": kv_name,

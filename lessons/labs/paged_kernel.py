@@ -21,26 +21,31 @@ from kernels import ops
 from lessons.measure import default_device, time_interleaved
 
 BLOCK_SIZES: tuple[int, ...] = tuple(1 << i for i in range(9))  # 1, 2, 4, ..., 256 (engine.core.sequence's range)
-# vLLM v0.29's CacheConfig takes any positive block size (vllm/config/cache.py: `block_size: int`, gt=0); each
-# attention backend limits the kernel block sizes it runs: FlashAttention, the default on NVIDIA GPUs, needs a
-# multiple of 16 (get_supported_kernel_block_sizes). Releases before 2026 typed it Literal[1, 8, 16, 32, 64, 128].
-FLASH_ATTENTION_MULTIPLE = 16
+# vLLM v0.34.0's CacheConfig takes any positive block size (vllm/config/cache.py: `block_size: int`, gt=0); each
+# attention backend says which kernel block sizes it runs (get_supported_kernel_block_sizes in
+# vllm/v1/attention/backends/) and takes a --block-size that is a multiple of one of them
+# (AttentionBackend.supports_block_size, vllm/v1/attention/backend.py: a larger block is split into kernel blocks).
+# For a model with ordinary K/V heads every GPU backend asks for a multiple of 16: FlashAttention (the default on
+# NVIDIA GPUs), Triton, FlexAttention, ROCm's ROCM_ATTN and AITER unified attention take any multiple of 16;
+# FlashInfer's kernels run 16, 32 or 64 (up to 1,024 on Blackwell) and ROCm's AITER FlashAttention 16 or 32, so a
+# larger multiple of 16 is split into those. Releases before 2026 typed block_size Literal[1, 8, 16, 32, 64, 128].
+GPU_BLOCK_MULTIPLE = 16
 # The timed decode batch: the demo model's attention shape (the model this engine runs here), fp32 on CPU.
 KERNEL_SEQS, KERNEL_CONTEXT, KERNEL_REPEATS = 8, 2048, 25
 
 
 class VllmAccepts(StrEnum):
-    """Whether vLLM v0.29 runs a --block-size on a GPU: its config takes any, its default backend only some.
+    """Whether vLLM v0.34.0 runs a --block-size on a GPU: its config takes any, its attention backends only some.
 
-    A str enum: its value is the page's word for it ("yes", "not on FlashAttention")."""
+    A str enum: its value is the page's word for it ("yes", "not on a GPU backend")."""
 
     YES = "yes"
-    NOT_ON_FLASH_ATTENTION = "not on FlashAttention"  # not a multiple of 16
+    NOT_ON_A_GPU_BACKEND = "not on a GPU backend"  # not a multiple of 16: FlashAttention, FlashInfer, Triton, ROCm
 
 
 def vllm_accepts(block_size: int) -> VllmAccepts:
-    """Whether vLLM v0.29 runs this --block-size on a GPU: YES, or NOT_ON_FLASH_ATTENTION (not a multiple of 16)."""
-    return VllmAccepts.YES if block_size % FLASH_ATTENTION_MULTIPLE == 0 else VllmAccepts.NOT_ON_FLASH_ATTENTION
+    """Whether vLLM v0.34.0 runs this --block-size on a GPU: YES, or NOT_ON_A_GPU_BACKEND (not a multiple of 16)."""
+    return VllmAccepts.YES if block_size % GPU_BLOCK_MULTIPLE == 0 else VllmAccepts.NOT_ON_A_GPU_BACKEND
 
 
 def kernel_inputs(

@@ -65,12 +65,16 @@ DEFAULTS: dict[str, Any] = {
 GROWN_POOL = 96  # "grow the pool": 12 requests x 72 tokens = 54 blocks fit at once, so nobody is preempted
 LOW_RATE = 0.05  # "little traffic": a request every 20 steps on average, each done in about 25
 
-# vLLM v0.29.0's names for what the page shows (vllm/v1/metrics/loggers.py; counters are declared without
-# `_total`, which prometheus_client adds when it exposes them).
+# vLLM v0.34.0's names for what the page shows (vllm/v1/metrics/loggers.py; counters are declared without
+# `_total`, which prometheus_client adds when it exposes them). The waiting gauge splits by reason (0.20 and
+# later): "capacity" counts the requests waiting for room in the batch or the pool, "deferred" those held back by a
+# LoRA budget, a KV transfer or a blocked status. The engine here defers nothing, so every waiting request of its
+# runs waits for capacity.
 METRICS: dict[str, str] = {
     "kv_usage": "vllm:kv_cache_usage_perc",
     "running": "vllm:num_requests_running",
     "waiting": "vllm:num_requests_waiting",
+    "waiting_capacity": 'vllm:num_requests_waiting_by_reason{reason="capacity"}',
     "preemptions": "vllm:num_preemptions_total",
     "ttft": "vllm:time_to_first_token_seconds",
     "tpot": "vllm:request_time_per_output_token_seconds",
@@ -88,7 +92,10 @@ SCRAPE_BINDING: dict[str, str] = {
 # The simulator's GPU-scale configuration: a ShareGPT-like trace, paged KV at vLLM's memory arithmetic
 GPU_MODEL = "llama-2-13b"  # no GQA: 800 KiB of KV per token, so the pool binds on a 40 GB card
 GPU_MAX_MODEL_LEN = 2048
-GPU_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.21
+# vLLM's gpu_memory_utilization when the KV cache is sized from a profiling estimate (CacheConfig's
+# DEFAULT_GPU_MEMORY_UTILIZATION, the default since v0.21; v0.34.0 keeps it for that sizing and defaults to 1.0 with
+# its extensible KV cache, on by default on CUDA and ROCm, which measures the free memory after CUDA graph capture)
+GPU_UTILIZATION = 0.92
 GPU_RATES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)  # requests per second
 GPU_REQUESTS = 300
 GPU_DEFAULT = "a100-40gb"

@@ -65,7 +65,7 @@ def test_lesson_4_draws_the_hybrid_chart(app_test):
     at.run()
     assert not at.exception
     summary = next(m.value for m in at.markdown if "falls below the all-full one at" in m.value)
-    assert "gpt-oss-120b's per-kind line falls below the all-full one at 2,193 tokens" in summary
+    assert "gpt-oss-120b's per-kind line falls below the all-full one at 4,241 tokens" in summary
     rows = next(
         d.value for d in open_chart_tables(at).dataframe if "per kind, as vLLM allocates (GiB)" in d.value.columns
     )

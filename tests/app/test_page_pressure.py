@@ -47,6 +47,9 @@ def test_defaults_preempt_and_the_pool_binds(at):
     assert [r["requests per step"] for r in rows] == list(lab.SWEEP_RATES)
     assert rows[0]["preemptions"] == 0 and rows[-1]["preemptions"] > 0
     assert any("vllm:num_preemptions_total" in m.help for m in at.metric if m.label == "Preemptions")
+    waiting = next(m for m in at.metric if m.label == "Peak waiting")
+    assert "vllm:num_requests_waiting;" in waiting.help
+    assert 'vllm:num_requests_waiting_by_reason{reason="capacity"}' in waiting.help
 
 
 def test_growing_the_pool_removes_the_preemptions(at):

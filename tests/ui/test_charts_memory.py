@@ -88,7 +88,7 @@ def test_block_size_throughput_labels_the_peak_and_dots_what_vllm_refuses():
     assert list(bars.marker.pattern.shape) == [".", ".", "", ""]  # 2 and 8: not a multiple of 16
     assert list(bars.marker.color) == [cm.PALETTE[0], cm.PALETTE[0], cm.PALETTE[1], cm.PALETTE[0]]
     # the pattern follows the verdict the row carries, not the block size
-    (bars, _) = cm.block_size_throughput([size_row(16, vllm_accepts=VllmAccepts.NOT_ON_FLASH_ATTENTION)], 16).data
+    (bars, _) = cm.block_size_throughput([size_row(16, vllm_accepts=VllmAccepts.NOT_ON_A_GPU_BACKEND)], 16).data
     assert list(bars.marker.pattern.shape) == ["."]
     with pytest.raises(ValueError, match="chosen block size 4"):
         cm.block_size_throughput(rows, 4)

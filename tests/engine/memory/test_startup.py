@@ -143,5 +143,15 @@ def test_a_sliding_window_caps_what_one_sequence_needs_at_start_up():
     per_token = 128 * 1024
     assert "max seq len (32768)" in startup_error_text(24 * GiB, 0, 0.92, 400, 16, per_token, 32768)
     assert startup_error_text(24 * GiB, 0, 0.92, 400, 16, per_token, 32768, blocks_per_seq=385) is None
-    fp = serving_footprint("mistral-7b", "l4", max_model_len=32768, kv_cache_memory_bytes=1 * GiB)  # 512 blocks
-    assert fp.kv_token_capacity < 32768 and fp.startup_error is None  # window 4096: ~385 blocks per sequence
+    # 1 GiB is 512 blocks. Without async scheduling one 2,048-token batch is in flight: cdiv(4,095 + 2,048, 16) + 1
+    # = 385 blocks per sequence fit. vLLM's default keeps two batches in flight: cdiv(4,095 + 4,096, 16) + 1 = 513
+    # blocks, more than the pool, and vLLM refuses to start.
+    one = serving_footprint(
+        "mistral-7b", "l4", max_model_len=32768, kv_cache_memory_bytes=1 * GiB, async_scheduling=False, block_size=16
+    )
+    assert one.num_blocks == 512 and one.in_flight_tokens == 2048
+    assert one.startup_error is None
+    assert one.kv_token_capacity == int(512 / 385 * 32768)  # vLLM's line: max concurrency x max_model_len
+    two = serving_footprint("mistral-7b", "l4", max_model_len=32768, kv_cache_memory_bytes=1 * GiB, block_size=16)
+    assert two.in_flight_tokens == 4096
+    assert "max seq len (32768)" in two.startup_error

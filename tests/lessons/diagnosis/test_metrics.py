@@ -14,12 +14,18 @@ from lessons.diagnosis.metrics import (
     BINDS_NEITHER,
     BINDS_UNKNOWN,
     FIX_BUDGET,
+    FIX_DEFERRED,
     FIX_KV_POOL,
     FIX_MAX_NUM_SEQS,
     FIX_NONE,
     KV_FULL,
     MAX_SCRAPE_BYTES,
     MAX_SCRAPE_LINES,
+    RELEASE_BOTH,
+    RELEASE_BY_REASON,
+    RELEASE_NEW,
+    RELEASE_OLD,
+    RELEASE_V0,
     VllmMetrics,
     metrics_rows,
 )
@@ -61,7 +67,7 @@ def test_v1_scrape_before_the_rename():
     assert (r.num_gpu_blocks, r.block_size) == (None, None)
     assert r.model == "Qwen/Qwen2.5-Coder-32B-Instruct"
     assert r.naming == "old" and r.kv_metric == "vllm:gpu_cache_usage_perc"
-    assert "before vLLM 0.9" in r.release
+    assert r.release.startswith("vLLM 0.9.1 or earlier")
     assert r.binding == BINDS_NEITHER
 
 
@@ -70,6 +76,8 @@ def test_v0_10_scrape_new_names_engine_label():
     assert r.ok
     assert r.kv_cache_usage == 9.75010481363281e-06
     assert r.naming == "new" and r.kv_metric == "vllm:kv_cache_usage_perc"
+    # the excerpt stops before vllm:gpu_cache_usage_perc, but its deprecated gpu_prefix_cache counters date it
+    assert r.release == RELEASE_BOTH
     assert r.model == "zai-org/GLM-4.5"
     assert [(e.engine, e.model) for e in r.engines] == [("0", "zai-org/GLM-4.5")]
     # the excerpt has no running/waiting lines: values are None and the verdict says it cannot tell
@@ -177,7 +185,7 @@ def test_old_names_give_the_same_verdict():
 def test_both_names_prefer_the_new_one():
     text = scrape(5, 1, "0.5") + 'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.99\n'
     r = read_vllm_metrics(text, max_num_seqs=256)
-    assert r.naming == "new" and r.kv_cache_usage == 0.5 and "0.9 or 0.10" in r.release
+    assert r.naming == "new" and r.kv_cache_usage == 0.5 and r.release == RELEASE_BOTH
 
 
 def test_several_engines_are_summed_and_the_most_pressed_one_decides():
@@ -432,3 +440,113 @@ def test_lines_end_at_newlines_only_as_the_parser_reads_them(parsed_lines):
     crlf = scrape(2, 0, "0.5").replace("\n", "\r\n")
     r = read_vllm_metrics(crlf)
     assert r.ok and r.running == 2 and r.kv_cache_usage == 0.5
+
+
+# Scrapes shaped like each release's (the names each vllm/v1/metrics/loggers.py declares), and what they date.
+_OLD = ("vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hits")
+_NEW = ("vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+_BY_REASON = ("vllm:num_requests_waiting_by_reason",)
+RELEASE_NAMES = {
+    "0.8.5": _OLD,
+    "0.9.0": _OLD,
+    "0.9.1": _OLD,  # the rename came in 0.9.2, not 0.9.0
+    "0.9.2": _OLD + _NEW,  # the old names deprecated beside the new ones
+    "0.10.0": _OLD + _NEW,
+    "0.10.1": _OLD + _NEW,
+    "0.11.0": _NEW,  # the old names hidden
+    "0.11.0 --show-hidden-metrics-for-version=0.10": _OLD + _NEW,
+    "0.12.0": _NEW,  # the old names removed
+    "0.19.1": _NEW,
+    "0.20.0": _NEW + _BY_REASON,
+    "0.29.0": _NEW + _BY_REASON,
+    "0.34.0": _NEW + _BY_REASON,
+}
+EXPECTED_RELEASE = {
+    "0.8.5": RELEASE_OLD,
+    "0.9.0": RELEASE_OLD,
+    "0.9.1": RELEASE_OLD,
+    "0.9.2": RELEASE_BOTH,
+    "0.10.0": RELEASE_BOTH,
+    "0.10.1": RELEASE_BOTH,
+    "0.11.0": RELEASE_NEW,
+    "0.11.0 --show-hidden-metrics-for-version=0.10": RELEASE_BOTH,
+    "0.12.0": RELEASE_NEW,
+    "0.19.1": RELEASE_NEW,
+    "0.20.0": RELEASE_BY_REASON,
+    "0.29.0": RELEASE_BY_REASON,
+    "0.34.0": RELEASE_BY_REASON,
+}
+
+
+def release_scrape(release: str, running=3, waiting=2, usage="0.42", capacity=None) -> str:
+    labels = 'engine="0",model_name="m"'
+    lines = [
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{labels}}} {running}",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{labels}}} {waiting}",
+    ]
+    for name in RELEASE_NAMES[release]:
+        if name.endswith("usage_perc"):
+            lines += [f"# TYPE {name} gauge", f"{name}{{{labels}}} {usage}"]
+        elif name.endswith("by_reason"):
+            cap = waiting if capacity is None else capacity
+            lines += [
+                f"# TYPE {name} gauge",
+                f'{name}{{{labels},reason="capacity"}} {cap}',
+                f'{name}{{{labels},reason="deferred"}} {waiting - cap}',
+            ]
+        else:  # a counter: prometheus_client exposes _total and _created
+            lines += [f"# TYPE {name} counter", f"{name}_total{{{labels}}} 16.0", f"{name}_created{{{labels}}} 1.7e9"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_NAMES))
+def test_each_releases_scrape_is_dated_by_its_names(release):
+    r = read_vllm_metrics(release_scrape(release), max_num_seqs=256)
+    assert r.ok and r.release == EXPECTED_RELEASE[release]
+    new = "vllm:kv_cache_usage_perc" in RELEASE_NAMES[release]
+    assert r.kv_metric == ("vllm:kv_cache_usage_perc" if new else "vllm:gpu_cache_usage_perc")
+    assert r.naming == ("new" if new else "old") and r.kv_cache_usage == 0.42
+
+
+def test_the_release_words_name_each_boundary():
+    assert "0.9.1 or earlier" in RELEASE_OLD and "0.9.2" in RELEASE_OLD and "0.12" in RELEASE_OLD
+    assert "0.9.2 to 0.10" in RELEASE_BOTH and "--show-hidden-metrics-for-version=0.10" in RELEASE_BOTH
+    assert RELEASE_NEW.startswith("vLLM 0.11 or later") and RELEASE_BY_REASON.startswith("vLLM 0.20 or later")
+    assert "V0" in RELEASE_V0
+
+
+def test_a_scrape_cut_before_its_kv_line_is_dated_by_its_prefix_cache_counters():
+    text = release_scrape("0.10.0").replace('vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.42\n', "")
+    r = read_vllm_metrics(text)
+    assert r.kv_metric == "vllm:kv_cache_usage_perc" and r.release == RELEASE_BOTH
+
+
+# vllm:num_requests_waiting_by_reason (v0.34.0: reason "capacity" and "deferred", summing to the waiting gauge).
+def test_only_the_requests_waiting_for_capacity_count():
+    r = read_vllm_metrics(release_scrape("0.34.0", running=40, waiting=14, usage="0.99", capacity=12))
+    assert (r.waiting, r.waiting_capacity, r.waiting_deferred) == (14, 12, 2)
+    assert r.binding == BINDS_KV_POOL and "12 requests for capacity (of 14 waiting)" in r.reason
+    row = next(x for x in metrics_rows(r) if x["signal"] == "Waiting for capacity")
+    assert row["metric"] == 'vllm:num_requests_waiting_by_reason{reason="capacity"}'
+    assert row["value"] == "12; 2 deferred"
+
+
+def test_deferred_requests_alone_bind_no_limit():
+    # a full pool and requests waiting, but every one of them deferred (LoRA budget, KV transfer, blocked status)
+    r = read_vllm_metrics(release_scrape("0.34.0", running=40, waiting=3, usage="0.99", capacity=0))
+    assert r.binding == BINDS_NEITHER and r.fix == FIX_DEFERRED
+    assert "none for capacity" in r.reason
+    # the same scrape without the split reads the waiting gauge: the pool binds
+    older = read_vllm_metrics(release_scrape("0.19.1", running=40, waiting=3, usage="0.99"))
+    assert older.waiting_capacity is None and older.binding == BINDS_KV_POOL
+    assert not any(x["signal"] == "Waiting for capacity" for x in metrics_rows(older))
+
+
+def test_waiting_for_capacity_is_summed_over_engines():
+    one = release_scrape("0.34.0", running=10, waiting=4, usage="0.5", capacity=3)
+    two = one.replace('engine="0"', 'engine="1"')
+    r = read_vllm_metrics(one + two.replace("# TYPE", "# HELP"), max_num_seqs=256)
+    assert (r.waiting, r.waiting_capacity, r.waiting_deferred) == (8, 6, 2)
+    assert [e.waiting_capacity for e in r.engines] == [3, 3]

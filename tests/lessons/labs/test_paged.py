@@ -131,13 +131,28 @@ def test_one_token_blocks_never_need_a_copy():
     assert len(a) == 4 and a[:3] == stages[1].picture.tables["B"]  # A's new token went to a fresh block
 
 
-def test_vllm_verdicts_follow_flash_attentions_multiple_of_16():
+def test_vllm_verdicts_follow_the_gpu_backends_multiple_of_16():
+    # v0.34.0: FlashAttention, Triton, ROCM_ATTN, ROCM_AITER_UNIFIED_ATTN return [MultipleOf(16)]; FlashInfer [16, 32,
+    # 64]; ROCM_AITER_FA [16, 32]. supports_block_size takes a --block-size divisible by one of them: multiples of 16.
+    kernel_sizes = {
+        "FLASH_ATTN": 16,
+        "TRITON_ATTN": 16,
+        "ROCM_ATTN": 16,
+        "FLASHINFER": (16, 32, 64),
+        "AITER_FA": (16, 32),
+    }
+
+    def supported(bs, sizes):
+        return any(bs % s == 0 for s in (sizes if isinstance(sizes, tuple) else (sizes,)))
+
     verdicts = {bs: paged_kernel.vllm_accepts(bs) for bs in BLOCK_SIZES}
-    assert set(verdicts.values()) == set(paged_kernel.VllmAccepts)  # v0.29's config takes any positive size
-    refused = paged_kernel.VllmAccepts.NOT_ON_FLASH_ATTENTION
+    assert set(verdicts.values()) == set(paged_kernel.VllmAccepts)  # v0.34.0's config takes any positive size
+    for bs, verdict in verdicts.items():
+        every = all(supported(bs, sizes) for sizes in kernel_sizes.values())
+        assert (verdict is paged_kernel.VllmAccepts.YES) == every, bs
+    refused = paged_kernel.VllmAccepts.NOT_ON_A_GPU_BACKEND
     assert [bs for bs, v in verdicts.items() if v is refused] == [1, 2, 4, 8]
-    assert all(verdicts[bs] is paged_kernel.VllmAccepts.YES for bs in (16, 32, 64, 128, 256))
-    assert [v.value for v in paged_kernel.VllmAccepts] == ["yes", "not on FlashAttention"]  # the page's words
+    assert [v.value for v in paged_kernel.VllmAccepts] == ["yes", "not on a GPU backend"]  # the page's words
 
 
 @pytest.mark.parametrize("bs", [1, 16, 256])

@@ -221,3 +221,26 @@ def test_a_runs_point_carries_its_numbers_and_its_row_the_tables_columns(default
     assert row["peak KV usage %"] == round(100 * default_run.peak_kv_usage, 1) and row["binding limit"] == p.binding
     assert lab.RateSweep((default_run,)).rows() == [row] == lab.BudgetSweep((default_run,)).rows()
     assert lab.RateSweep((default_run, default_run)).points() == (p, p)
+
+
+def test_the_signals_are_named_as_vllm_exports_them():
+    # vLLM v0.34.0, vllm/v1/metrics/loggers.py: counters gain `_total` in the scrape; the waiting gauge's split by
+    # reason carries the label reason="capacity" (and "deferred")
+    assert lab.METRICS == {
+        "kv_usage": "vllm:kv_cache_usage_perc",
+        "running": "vllm:num_requests_running",
+        "waiting": "vllm:num_requests_waiting",
+        "waiting_capacity": 'vllm:num_requests_waiting_by_reason{reason="capacity"}',
+        "preemptions": "vllm:num_preemptions_total",
+        "ttft": "vllm:time_to_first_token_seconds",
+        "tpot": "vllm:request_time_per_output_token_seconds",
+        "itl": "vllm:inter_token_latency_seconds",
+    }
+
+
+def test_the_pasted_scrape_reader_knows_every_waiting_signal_the_page_names():
+    from lessons.diagnosis import metrics
+
+    assert lab.METRICS["waiting"] == metrics.WAITING
+    assert lab.METRICS["waiting_capacity"].startswith(metrics.WAITING_BY_REASON + "{")
+    assert lab.METRICS["kv_usage"] == metrics.KV_NEW and lab.METRICS["preemptions"] == metrics.PREEMPTIONS
