@@ -1,20 +1,26 @@
 """The log lines an incident's server prints: PyTorch's OOM message, or vLLM V1's start-up and metrics lines.
 
-The formats follow PyTorch's `torch.OutOfMemoryError` text and vLLM v0.29's start-up lines in the order it prints
-them (model loading; "Profiling CUDA graph memory", "Estimated CUDA graph memory"; "Available KV cache memory";
-the CUDA graph profiling notice; "GPU KV cache size: N tokens, Maximum concurrency for L tokens per request",
-one line in v0.29, two before) and its periodic metrics line, as real logs in public issues show them
-(tests/lessons/diagnosis/fixtures/, gpustack/runner#251, LMCache/LMCache#3430) and vllm/v1/core/kv_cache_utils.py
-at v0.29.0 prints them; every number in them comes from the memory model and the simulator's outcome, not from a
-template.
+The formats follow PyTorch's `torch.OutOfMemoryError` text and vLLM v0.34.0's start-up lines in the order it
+prints them: "Model loading took X GiB memory and N seconds" (vllm/v1/worker/gpu/model_runner.py); "Available KV
+cache memory" and the CUDA graph profiling notice, which still says "default since v0.21.0" although the default
+changed in v0.20.0 (vllm/v1/worker/gpu_worker.py); "GPU KV cache size: N tokens, Maximum concurrency for L tokens
+per request" (vllm/v1/core/kv_cache_utils.py); and its periodic metrics line ("Avg prompt throughput", "Avg
+generation throughput", "Running", "Waiting", "Preemptions" when there were any, "GPU KV cache usage", "Prefix
+cache hit rate"; vllm/v1/metrics/loggers.py). Older releases also printed "Profiling CUDA graph memory" and
+"Estimated CUDA graph memory" lines (gpustack/runner#251, LMCache/LMCache#3430); v0.34.0 does not. Every number
+comes from the memory model and the simulator's outcome, not from a template. The loading time is the weights read
+at `LOAD_BYTES_PER_S`, an assumption (a local NVMe copy of the checkpoint); nothing in the incident depends on it.
 """
 
 from __future__ import annotations
 
 from engine.memory.catalog import MODELS
-from engine.memory.startup import cudagraph_capture_sizes
+from engine.memory.startup import format_gib
 from engine.memory.units import GiB
 from lessons.diagnosis.scenarios import Outcome, Scenario
+
+LOAD_BYTES_PER_S = 2 * GiB  # the checkpoint read from a local NVMe drive: an assumption, for the loading line only
+LOG_STATS_INTERVAL_S = 10.0  # vLLM's VLLM_LOG_STATS_INTERVAL default (vllm/envs.py): the metrics line's window
 
 
 def _static_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
@@ -50,18 +56,34 @@ def _static_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
 
 
 def _serving_logs(outcome: Outcome) -> list[str]:
-    """vLLM V1 while serving: its periodic metrics line at the longest queue (V1 preempts by recompute, silently)."""
-    s, lines = outcome.summary, []
-    if outcome.result and s:
-        rows = outcome.result.to_rows()
-        worst = max(rows, key=lambda r: r["waiting"])
-        used = 100 * (1 - worst["free"] / outcome.result.capacity_tokens)
-        lines.append(
-            f"INFO  [loggers.py] Engine 000: Avg generation throughput: {s.tokens_per_s:.1f} tokens/s, Running: "
-            f"{int(worst['running'])} reqs, Waiting: {int(worst['waiting'])} reqs, GPU KV cache usage: {used:.1f}%, "
-            f"Prefix cache hit rate: 0.0%"
-        )
-    return lines
+    """vLLM V1 while serving: its periodic metrics line for the 10 s that end at the longest queue.
+
+    The throughputs and the preemption count are those of that window, as vLLM's `LoggingStatLogger` counts them
+    between two lines: prompt tokens are the prefills admitted in it (a request preempted by recompute prefills
+    its prompt and generated tokens again), generation tokens the decode steps' tokens.
+    """
+    if not (outcome.result and outcome.summary):
+        return []
+    result = outcome.result
+    rows = result.to_rows()
+    worst = max(rows, key=lambda r: r["waiting"])
+    end = worst["time_s"] + worst["step_s"]
+    start = end - LOG_STATS_INTERVAL_S
+    generated = sum(r["generated"] for r in rows if start < r["time_s"] + r["step_s"] <= end)
+    window = [e for e in result.events if start < e.time_s <= end]
+    prompt = sum(int(e.detail.split()[0]) for e in window if e.kind == "admit")
+    preempted = sum(1 for e in window if e.kind == "preempt")
+    used = 100 * (1 - worst["free"] / result.capacity_tokens)
+    parts = [
+        f"Avg prompt throughput: {prompt / LOG_STATS_INTERVAL_S:.1f} tokens/s",
+        f"Avg generation throughput: {generated / LOG_STATS_INTERVAL_S:.1f} tokens/s",
+        f"Running: {int(worst['running'])} reqs",
+        f"Waiting: {int(worst['waiting'])} reqs",
+    ]
+    if preempted:
+        parts.append(f"Preemptions: {preempted}")
+    parts += [f"GPU KV cache usage: {used:.1f}%", "Prefix cache hit rate: 0.0%"]
+    return ["INFO  [loggers.py] Engine 000: " + ", ".join(parts)]
 
 
 def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
@@ -77,17 +99,12 @@ def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
         )
     if outcome.startup_error and "Free memory" in outcome.startup_error:
         return [*lines, f"ERROR {outcome.startup_error}"]
-    lines.append(f"INFO  [gpu_model_runner.py] Model loading took {fp.weights_bytes / GiB:.4f} GiB")
-    if fp.cuda_graph_bytes:
-        sizes = cudagraph_capture_sizes(cfg.max_num_seqs, fp.max_num_batched_tokens)
-        full = [s for s in sizes if s <= cfg.max_num_seqs]  # FULL graphs: decode-only batches
-        lines += [
-            f"INFO  [gpu_model_runner.py] Profiling CUDA graph memory: PIECEWISE={len(sizes)} "
-            f"(largest={sizes[-1]}), FULL={len(full)} (largest={full[-1]})",
-            f"INFO  [gpu_model_runner.py] Estimated CUDA graph memory: {fp.cuda_graph_bytes / GiB:.2f} GiB total",
-        ]
+    lines.append(
+        f"INFO  [model_runner.py] Model loading took {format_gib(fp.weights_bytes)} GiB memory and "
+        f"{fp.weights_bytes / LOAD_BYTES_PER_S:.6f} seconds"
+    )
     if fp.num_blocks > 0:
-        lines.append(f"INFO  [gpu_worker.py] Available KV cache memory: {max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB")
+        lines.append(f"INFO  [gpu_worker.py] Available KV cache memory: {format_gib(max(fp.kv_budget_bytes, 0))} GiB")
     if fp.cuda_graph_bytes:
         share, util = fp.cuda_graph_bytes / fp.capacity_bytes, cfg.gpu_memory_utilization
         lines.append(

@@ -38,7 +38,11 @@ def footprint_for(scenario: Scenario, cfg: ServeConfig) -> ServingFootprint:
         util = (total - scenario.other_process_bytes) / total
     tokens = cfg.max_num_batched_tokens or default_max_num_batched_tokens(GPUS[cfg.gpu])
     try:
-        graphs = 0 if static else cuda_graph_bytes(MODELS[cfg.model], cfg.max_num_seqs, tokens, cfg.enforce_eager)
+        graphs = (
+            0
+            if static
+            else cuda_graph_bytes(MODELS[cfg.model], cfg.max_num_seqs, tokens, cfg.enforce_eager, GPUS[cfg.gpu])
+        )
         return serving_footprint(
             cfg.model,
             cfg.gpu,
