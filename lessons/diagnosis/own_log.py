@@ -46,7 +46,7 @@ __all__ = [
     "suggestions",
 ]
 _LABELS = {
-    "weights_gb": "weights (GiB; vLLM prints 'GB')",
+    "weights_gb": "weights (GiB; older releases print 'GB')",
     "kv_cache_gib": "KV cache (GiB)",
     "kv_cache_tokens": "KV cache (tokens)",
     "num_gpu_blocks": "GPU blocks",
@@ -55,7 +55,7 @@ _LABELS = {
     "cuda_graph_gib": "CUDA graphs (GiB)",
     "total_gib": "total GPU memory (GiB)",
     "gpu_memory_utilization": "gpu_memory_utilization",
-    "suggested_utilization": "suggested gpu_memory_utilization (same KV as before v0.21)",
+    "suggested_utilization": "suggested gpu_memory_utilization (same KV as before v0.20)",
     "peak_torch_gib": "peak torch memory (GiB)",
     "non_torch_gib": "non-torch memory (GiB)",
     "activation_gib": "activation peak (GiB)",
@@ -63,6 +63,10 @@ _LABELS = {
     "oom_total_gib": "OOM: total capacity (GiB)",
     "oom_free_gib": "OOM: free (GiB)",
     "oom_allocated_gib": "OOM: allocated by PyTorch (GiB)",
+    "running_reqs": "running requests (last metrics line)",
+    "waiting_reqs": "waiting requests (last metrics line)",
+    "preemptions": "preemptions (last metrics line; vLLM prints none when 0)",
+    "kv_cache_usage_pct": "GPU KV cache usage (%, last metrics line)",
 }
 
 
@@ -242,7 +246,13 @@ def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> lis
                 request_len,
             )
         )
-    if log.cuda_graph_gib and log.suggested_utilization and log.suggested_utilization <= 1:
+    # the notice caps its suggestion at 1.0: at the extensible KV cache's default of 1.0 it suggests no change
+    raises = (
+        log.gpu_memory_utilization is None
+        or log.suggested_utilization is None
+        or (log.suggested_utilization > log.gpu_memory_utilization)
+    )
+    if log.cuda_graph_gib and log.suggested_utilization and log.suggested_utilization <= 1 and raises:
         rows.append(
             _row(
                 f"--gpu-memory-utilization {log.suggested_utilization:g}",
@@ -315,6 +325,17 @@ def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> lis
             )
         )
     if log.errors and any("max seq len" in e for e in log.errors):
+        rows.append(
+            _row(
+                "--max-model-len auto",
+                "vLLM (v0.34.0) picks the longest context the pool holds, the model's own if it fits; longer "
+                "requests are rejected",
+                kv,
+                per,
+                request_len,
+                pool.tokens,
+            )
+        )
         fit = pool.tokens // 1024 * 1024
         rows.append(
             _row(

@@ -28,6 +28,10 @@ FIELDS = (
     "oom_total_gib",
     "oom_free_gib",
     "oom_allocated_gib",
+    "running_reqs",
+    "waiting_reqs",
+    "preemptions",
+    "kv_cache_usage_pct",
 )
 
 # Every number below is read off the fixture's text by eye; fields not listed must come back None.

@@ -312,3 +312,19 @@ def test_mla_tp_numbers_follow_the_latent_not_the_gpu_count():
     assert grade(sc, ["latent-replicated"], {"kv_cache_dtype": "fp8"}).resolved  # 35,136 B/token: 163,840 fit
     assert run_outcome(sc, {"kv_cache_dtype": "fp8"}).footprint.kv_bytes_per_token == 61 * 576
     assert "--tensor-parallel-size 8" in vllm_command(sc)
+
+
+def test_the_metrics_line_counts_the_10_s_before_the_longest_queue():
+    from lessons.diagnosis.logs import incident_logs
+
+    sc = get_scenario("mha-rag")
+    out = run_outcome(sc)
+    rows = out.result.to_rows()
+    worst = max(rows, key=lambda r: r["waiting"])
+    end = worst["time_s"] + worst["step_s"]
+    preempted = sum(1 for e in out.result.events if e.kind == "preempt" and end - 10 < e.time_s <= end)
+    decoded = sum(r["generated"] for r in rows if end - 10 < r["time_s"] + r["step_s"] <= end)
+    line = next(x for x in incident_logs(sc, out) if "Waiting: " in x)
+    assert f"Avg generation throughput: {decoded / 10:.1f} tokens/s" in line
+    assert preempted > 0 and f", Preemptions: {preempted}, GPU KV cache usage" in line
+    assert f"Running: {int(worst['running'])} reqs, Waiting: {int(worst['waiting'])} reqs" in line
