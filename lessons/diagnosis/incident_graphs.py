@@ -31,9 +31,9 @@ SEVEN_B_CLASS = ("llama-2-7b", "llama-3-8b", "llama-3.1-8b", "mistral-7b", "qwen
 
 
 def suggested_utilization(scenario: Scenario) -> float:
-    """The --gpu-memory-utilization the start-up log suggests to keep the old KV size (its 4 decimals)."""
+    """The --gpu-memory-utilization the start-up log suggests to keep the old KV size (its 4 decimals, at most 1)."""
     fp, util = footprint_for(scenario, scenario.config), scenario.config.gpu_memory_utilization
-    return round(util + fp.cuda_graph_bytes / fp.capacity_bytes, 4)
+    return min(round(util + fp.cuda_graph_bytes / fp.capacity_bytes, 4), 1.0)  # vLLM caps it at 1.0
 
 
 def offered_utilization(suggested: float) -> float:

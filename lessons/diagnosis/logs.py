@@ -107,12 +107,12 @@ def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
         lines.append(f"INFO  [gpu_worker.py] Available KV cache memory: {format_gib(max(fp.kv_budget_bytes, 0))} GiB")
     if fp.cuda_graph_bytes:
         share, util = fp.cuda_graph_bytes / fp.capacity_bytes, cfg.gpu_memory_utilization
+        equivalent, suggested = round(util - share, 4), min(round(util + share, 4), 1.0)  # as gpu_worker.py rounds
         lines.append(
             f"INFO  [gpu_worker.py] CUDA graph memory profiling is enabled (default since v0.21.0). The current "
-            f"--gpu-memory-utilization={util:.4f} is equivalent to --gpu-memory-utilization={util - share:.4f} without "
+            f"--gpu-memory-utilization={util:.4f} is equivalent to --gpu-memory-utilization={equivalent:.4f} without "
             f"CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase "
-            f"--gpu-memory-utilization to {util + share:.4f}. To disable, set "
-            f"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."
+            f"--gpu-memory-utilization to {suggested:.4f}. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."
         )
     if fp.num_blocks > 0 and not outcome.startup_error:  # V1 checks max_model_len before it reports the pool
         lines.append(

@@ -328,3 +328,25 @@ def test_the_metrics_line_counts_the_10_s_before_the_longest_queue():
     assert f"Avg generation throughput: {decoded / 10:.1f} tokens/s" in line
     assert preempted > 0 and f", Preemptions: {preempted}, GPU KV cache usage" in line
     assert f"Running: {int(worst['running'])} reqs, Waiting: {int(worst['waiting'])} reqs" in line
+
+
+def test_max_model_len_auto_fits_what_vllm_says_fits():
+    import re
+
+    sc = get_scenario("default-128k")
+    error = run_outcome(sc).startup_error
+    estimate = int(re.search(r"estimated maximum model length is (\d+)", error).group(1))
+    g = grade(sc, [], {"max_model_len": "auto"})
+    # vLLM's auto-fit and its error's estimate search the same memory (the pool less the null block)
+    assert g.after.config.max_model_len == estimate and g.after.startup_error is None
+    assert "--max-model-len auto" in g.command and f"settled on {estimate:,} tokens" in g.costs[0]
+    assert run_outcome(sc, {"max_model_len": "auto"}).config.max_model_len == estimate
+    # one more token would not start
+    assert run_outcome(sc, {"max_model_len": estimate + 1}).startup_error is not None
+    # where the checkpoint's whole context fits, auto keeps it
+    rag = get_scenario("mha-rag")
+    assert run_outcome(rag, {"max_model_len": "auto"}).config.max_model_len == rag.config.checkpoint_max_context
+    # a server that fails for another reason still fails
+    assert run_outcome(get_scenario("util-neighbour"), {"max_model_len": "auto"}).startup_error is not None
+    with pytest.raises(ValueError, match="max_model_len='automatic'"):
+        apply_fixes(sc.config, {"max_model_len": "automatic"})
