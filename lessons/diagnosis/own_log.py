@@ -1,11 +1,10 @@
 """Page 7's "Diagnose your own server": a learner's pasted vLLM log -> memory bar, room for requests, flag changes.
 
 `memory_parts` turns a `VllmLog` (lessons/diagnosis/readlog.py) into the GPU memory bar's parts (`memory_rows`: its
-table); `kv_pool` finds how
-many KV tokens the server holds and what one token costs; `room_for` says how many requests of a given length fit
-at once (whole 16-token blocks each, vLLM's default block size); `suggestions` recomputes vLLM V1's start-up
-arithmetic (engine/memory/startup.py) for each flag change that applies to this log: a `FlagChange` each, with
-the new pool and its table row.
+table); `kv_pool` finds how many KV tokens the server holds and what one token costs; `room_for` says how many
+requests of a given length fit at once (whole 16-token blocks each, vLLM's default block size up to v0.33; v0.34.0's
+is 64); `suggestions` recomputes vLLM V1's start-up arithmetic (engine/memory/startup.py) for each flag change that
+applies to this log: a `FlagChange` each, with the new pool and its table row.
 No Streamlit here.
 """
 
@@ -22,7 +21,9 @@ from kernels.validate import is_whole
 from lessons.diagnosis.readlog import MAX_BYTES_PER_TOKEN, MAX_TOKENS, MIN_BYTES_PER_TOKEN, VllmLog, read_vllm_log
 from lessons.diagnosis.scenarios import CHAT_REPOS, MemoryPart
 
-BLOCK = 16  # vLLM's default block size on CUDA
+# vLLM's default block size on CUDA up to v0.33, which the "# GPU blocks" of older logs count in. v0.34.0's default
+# (CacheConfig.DEFAULT_BLOCK_SIZE) is 64: whole 64-token blocks fit at most 48 tokens per request fewer.
+BLOCK = 16
 MAX_OOM_CHARS = 20_000  # the OOM box: a PyTorch out-of-memory message is a few hundred characters
 MAX_REQUEST_LEN = 10_000_000  # the longest request the room question takes (tokens)
 DEFAULT_REQUEST_LEN = 4096  # the request length asked about when the log states no max_model_len

@@ -78,7 +78,7 @@ class ServeConfig:
     block_size: int = 16
     max_model_len: int | str | None = None  # None: the model's max context, as vLLM defaults; "auto": fitted
     max_num_seqs: int = 256
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's default since v0.21.0
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's estimate-based default since v0.20.0
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
     quantization: str = "none"  # "fp8": vLLM's --quantization fp8 (weights in fp8 from a bf16 checkpoint)

@@ -74,7 +74,7 @@ def test_suggestions_recompute_the_pool_for_each_flag():
     graphs = {c.flag: c for c in own_log.suggestions(log("gpustack-runner-251-v1-cuda-graph.log"), 4096, "llama-3-8b")}
     assert graphs["--enforce-eager"].kv_gib == pytest.approx(6.87 + 0.36, abs=0.01)
     assert 6.87 < graphs["--max-num-seqs 64"].kv_gib < 6.87 + 0.36
-    # the v0.21+ profiling notice: "increase --gpu-memory-utilization to 0.8352" gives back the graphs' 0.36 GiB
+    # the v0.20+ profiling notice: "increase --gpu-memory-utilization to 0.8352" gives back the graphs' 0.36 GiB
     assert graphs["--gpu-memory-utilization 0.8352"].kv_gib == pytest.approx(6.87 + 0.36, abs=0.01)
     assert "--gpu-memory-utilization 0.8352" not in rows  # the V0 log has no such notice
     # with the model known, fp8 saves half of the linear layers only: Llama-3-8B's embedding and lm_head stay bf16

@@ -108,7 +108,7 @@ def test_default_128k_any_length_up_to_the_pool_starts():
     pool = run_outcome(sc).footprint.kv_token_capacity
     for n in (16384, 29000, 32768, (pool - 16) // 1024 * 1024, pool - 16):
         assert run_outcome(sc, {"max_model_len": n}).startup_error is None, n  # V1: no V0-style dip below 32K
-    assert run_outcome(sc, {"max_model_len": pool - 15}).startup_error  # v0.29 keeps one null block back
+    assert run_outcome(sc, {"max_model_len": pool - 15}).startup_error  # v0.34.0 keeps one null block back
     assert f"up to {pool - 16:,} starts" in sc.diagnoses[0].explanation
 
 
