@@ -253,6 +253,12 @@ def vllm_command(scenario: Scenario, fixes: dict[str, Any] | None = None) -> str
         (cfg.enforce_eager, "--enforce-eager"),
         (cfg.kv_cache_memory_bytes > 0, f"--kv-cache-memory-bytes {cfg.kv_cache_memory_bytes}"),
         (cfg.tensor_parallel_size > 1, f"--tensor-parallel-size {cfg.tensor_parallel_size}"),
+        # v0.34.0's extensible KV cache (its default on CUDA) skips the free-memory check and sizes the cache
+        # from what is left; a shared card fails at start-up only with the estimate-based sizing the course models
+        (
+            scenario.other_process_bytes > 0 and cfg.policy == "paged" and not cfg.kv_cache_memory_bytes,
+            "--no-enable-extensible-kv-cache",
+        ),
     ]
     parts += [flag for wanted, flag in optional if wanted]
     cmd = " \\\n    ".join(parts)

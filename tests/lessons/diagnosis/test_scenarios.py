@@ -350,3 +350,13 @@ def test_max_model_len_auto_fits_what_vllm_says_fits():
     assert run_outcome(get_scenario("util-neighbour"), {"max_model_len": "auto"}).startup_error is not None
     with pytest.raises(ValueError, match="max_model_len='automatic'"):
         apply_fixes(sc.config, {"max_model_len": "automatic"})
+
+
+def test_the_shared_card_incident_runs_the_estimate_based_sizing_it_teaches():
+    # v0.34.0's extensible KV cache (default on CUDA) skips the free-memory check (request_memory in
+    # vllm/v1/worker/utils.py), so the incident's command turns it off; the others do not need to
+    sc = get_scenario("util-neighbour")
+    assert "--no-enable-extensible-kv-cache" in vllm_command(sc) and "--no-enable-extensible-kv-cache" in sc.story
+    assert "Free memory on device" in run_outcome(sc).startup_error
+    for sid in ("mha-rag", "default-128k", "cuda-graphs", "mla-tp"):
+        assert "extensible" not in vllm_command(get_scenario(sid))
