@@ -88,7 +88,7 @@ SCRAPE_BINDING: dict[str, str] = {
 # The simulator's GPU-scale configuration: a ShareGPT-like trace, paged KV at vLLM's memory arithmetic
 GPU_MODEL = "llama-2-13b"  # no GQA: 800 KiB of KV per token, so the pool binds on a 40 GB card
 GPU_MAX_MODEL_LEN = 2048
-GPU_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.21
+GPU_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.20 (estimate-based sizing)
 GPU_RATES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)  # requests per second
 GPU_REQUESTS = 300
 GPU_DEFAULT = "a100-40gb"
