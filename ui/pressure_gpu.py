@@ -66,7 +66,7 @@ def gpu_scale_section(page: str, gpu: str) -> None:
         show_chart(
             figure(charts_pressure.gpu_sweep, sim.points, f"Simulated: {sim.model_name} on {sim.gpu_name}"),
             f"The simulator (lessons.sim over the engine's BlockManager and preemption rule, roofline step time; "
-            f"not measured): {sim.capacity_tokens:,} KV tokens, the same trace at each request rate. Preemptions "
+            f"not measured): {sim.pool()}, the same trace at each request rate. Preemptions "
             "(hatched bars), p95 queue time (solid) and peak KV usage (dashed).",
             sim.rows(),
             f"pressure-gpu-{gpu}" if choice == lab.GPU_MODEL else f"pressure-gpu-{gpu}-{choice.strip('_')}",

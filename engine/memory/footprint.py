@@ -19,6 +19,7 @@ from engine.memory import kv_pool
 from engine.memory.catalog import resolve_gpu, resolve_model
 from engine.memory.specs import GpuSpec, ModelSpec, param_parts
 from engine.memory.startup import (
+    DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     check_startup_args,
     default_max_num_batched_tokens,
@@ -350,7 +351,7 @@ def serving_footprint(
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     max_model_len: int | None = None,
     max_num_batched_tokens: int | None = None,
-    block_size: int = 16,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     tensor_parallel: int = 1,
     other_process_bytes: int = 0,
     overhead_bytes: int | None = None,

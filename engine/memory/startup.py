@@ -1,6 +1,6 @@
 """vLLM V1's start-up memory arithmetic: the token budget it profiles, its CUDA graphs, and its start-up errors.
 
-The course follows vLLM v0.34.0 (wheel commit 62d4bc3c7, `vllm/_version.py`). At start-up vLLM loads the weights,
+The course follows vLLM v0.34.0 (wheel commit 62d4bc3c7). At start-up vLLM loads the weights,
 runs one dummy forward pass over the token budget ``max_num_batched_tokens``, estimates the memory of the CUDA
 graphs it will capture (on by default since v0.20.0: ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to "1"
 in vllm/envs.py; PR #30515 added the estimate switched off, PR #38284 switched it on), and hands the rest of
@@ -43,6 +43,9 @@ from kernels.validate import check_int
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 PRE_V020_GPU_MEMORY_UTILIZATION = 0.9  # the default up to v0.19.1 (no CUDA graphs in the profile)
 EXTENSIBLE_KV_CACHE_GPU_MEMORY_UTILIZATION = 1.0  # the default with the extensible KV cache (v0.34.0)
+# vLLM's default KV-cache block size in tokens (CacheConfig.DEFAULT_BLOCK_SIZE): 64 since v0.34.0, 16 before. The
+# attention backend may ask for another (FlashAttention on NVIDIA GPUs takes any multiple of 16, so 64 stands).
+DEFAULT_BLOCK_SIZE = 64
 
 # vLLM's estimate of its CUDA graphs ("Estimated CUDA graph memory: X GiB total") per decoder layer and captured
 # batch size, calibrated on a v0.20+ log with the full default capture sizes: Qwen3-8B (36 layers) on a 24 GB card,

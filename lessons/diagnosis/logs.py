@@ -56,34 +56,51 @@ def _static_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
 
 
 def _serving_logs(outcome: Outcome) -> list[str]:
-    """vLLM V1 while serving: its periodic metrics line for the 10 s that end at the longest queue.
+    """vLLM V1 while serving: its periodic metrics lines, one per 10 s interval, at the longest queue and (when
+    there were any) at the most preemptions, in time order.
 
-    The throughputs and the preemption count are those of that window, as vLLM's `LoggingStatLogger` counts them
-    between two lines: prompt tokens are the prefills admitted in it (a request preempted by recompute prefills
-    its prompt and generated tokens again), generation tokens the decode steps' tokens.
+    Each line counts its interval as vLLM's `LoggingStatLogger` does between two lines: prompt tokens are the
+    prefills admitted in it (a request preempted by recompute prefills its prompt and generated tokens again),
+    generation tokens the decode steps' tokens, preemptions the requests preempted; running, waiting and the KV
+    cache usage are the scheduler's state at the interval's last step.
     """
     if not (outcome.result and outcome.summary):
         return []
     result = outcome.result
-    rows = result.to_rows()
-    worst = max(rows, key=lambda r: r["waiting"])
-    end = worst["time_s"] + worst["step_s"]
-    start = end - LOG_STATS_INTERVAL_S
-    generated = sum(r["generated"] for r in rows if start < r["time_s"] + r["step_s"] <= end)
-    window = [e for e in result.events if start < e.time_s <= end]
-    prompt = sum(int(e.detail.split()[0]) for e in window if e.kind == "admit")
-    preempted = sum(1 for e in window if e.kind == "preempt")
-    used = 100 * (1 - worst["free"] / result.capacity_tokens)
+    intervals: dict[int, dict[str, float]] = {}
+    for r in result.to_rows():
+        k = int((r["time_s"] + r["step_s"]) // LOG_STATS_INTERVAL_S)
+        acc = intervals.setdefault(k, {"generated": 0.0, "prompt": 0.0, "preempted": 0.0})
+        acc["generated"] += r["generated"]
+        acc.update(running=r["running"], waiting=r["waiting"], free=r["free"])
+    for e in result.events:
+        acc = intervals.get(int(e.time_s // LOG_STATS_INTERVAL_S))
+        if acc is None:
+            continue
+        if e.kind == "admit":
+            acc["prompt"] += int(e.detail.split()[0])
+        elif e.kind == "preempt":
+            acc["preempted"] += 1
+    shown = {max(intervals, key=lambda k: intervals[k]["waiting"])}
+    busiest = max(intervals, key=lambda k: intervals[k]["preempted"])
+    if intervals[busiest]["preempted"]:
+        shown.add(busiest)
+    return [_metrics_line(intervals[k], result.capacity_tokens) for k in sorted(shown)]
+
+
+def _metrics_line(acc: dict[str, float], capacity_tokens: int) -> str:
+    """One periodic metrics line in vllm/v1/metrics/loggers.py's format ("Preemptions" only when there were any)."""
     parts = [
-        f"Avg prompt throughput: {prompt / LOG_STATS_INTERVAL_S:.1f} tokens/s",
-        f"Avg generation throughput: {generated / LOG_STATS_INTERVAL_S:.1f} tokens/s",
-        f"Running: {int(worst['running'])} reqs",
-        f"Waiting: {int(worst['waiting'])} reqs",
+        f"Avg prompt throughput: {acc['prompt'] / LOG_STATS_INTERVAL_S:.1f} tokens/s",
+        f"Avg generation throughput: {acc['generated'] / LOG_STATS_INTERVAL_S:.1f} tokens/s",
+        f"Running: {int(acc['running'])} reqs",
+        f"Waiting: {int(acc['waiting'])} reqs",
     ]
-    if preempted:
-        parts.append(f"Preemptions: {preempted}")
+    if acc["preempted"]:
+        parts.append(f"Preemptions: {int(acc['preempted'])}")
+    used = 100 * (1 - acc["free"] / capacity_tokens)
     parts += [f"GPU KV cache usage: {used:.1f}%", "Prefix cache hit rate: 0.0%"]
-    return ["INFO  [loggers.py] Engine 000: " + ", ".join(parts)]
+    return "INFO  [loggers.py] Engine 000: " + ", ".join(parts)
 
 
 def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:

@@ -26,6 +26,7 @@ from lessons.diagnosis.scenarios import (
     Traffic,
     apply_fixes,
 )
+from lessons.sim.group_blocks import sim_pool
 from lessons.sim.loop import SimConfig
 from lessons.sim.metrics import SimSummary
 from lessons.sim.simulate import simulate
@@ -163,14 +164,16 @@ def run_outcome(scenario: Scenario, fixes: dict[str, Any] | None = None) -> Outc
     if error:
         return Outcome(cfg, fp, error, None, (f"the server does not start: {error}", *problems))
     trace = generate_trace(tr.dataset, tr.num_requests, tr.request_rate, seed=tr.seed, max_len=tr.required_context)
+    capacity, groups = sim_pool(fp, cfg.policy)  # a hybrid's paged server holds blocks per KV-cache group
     sim = SimConfig(
         cfg.policy,
-        max(1, fp.kv_token_capacity if fp.per_kind else fp.kv_budget_bytes // fp.kv_bytes_per_token),
+        capacity,
         block_size=cfg.block_size,
         max_model_len=cfg.context_len,
         max_num_seqs=cfg.max_num_seqs,
         admission="unchecked" if cfg.policy == "static" else "fcfs",
         step_time=StepTimeModel.for_model(cfg.model, cfg.gpu, "bf16", fp.kv_dtype, cfg.tensor_parallel_size),
+        groups=groups,
     )
     result = simulate(trace, sim)
     return Outcome(cfg, fp, None, result, tuple(problems + _service_problems(result.summary, tr)))

@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.memory.catalog import MODELS
 from engine.memory.footprint import ServingFootprint
-from engine.memory.startup import DEFAULT_GPU_MEMORY_UTILIZATION
+from engine.memory.startup import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 from engine.memory.units import GiB
 from kernels.validate import is_whole
 from lessons.sim.metrics import SimResult, SimSummary
@@ -26,11 +26,12 @@ AUTO_MAX_MODEL_LEN = "auto"  # --max-model-len auto: vLLM fits the context to th
 # The knobs a learner may turn, with the values the page offers (ints in between are accepted too).
 # block_size: vLLM's CacheConfig.block_size takes any positive integer, but each attention backend limits the kernel's
 # block sizes and FlashAttention, the default on these CUDA GPUs, needs a multiple of 16
-# (`get_supported_kernel_block_sizes` -> `MultipleOf(16)`), so the page offers 16, 32 and 64.
+# (`get_supported_kernel_block_sizes` -> `MultipleOf(16)`), so the page offers multiples of 16 around vLLM's default
+# of 64 (engine.memory.startup.DEFAULT_BLOCK_SIZE).
 # kv_cache_memory_bytes 0 means "not set".
 FIX_PARAMS: dict[str, tuple[Any, ...]] = {
     "policy": ("static", "paged"),
-    "block_size": (16, 32, 64),
+    "block_size": (16, 32, 64, 128),
     "model": tuple(k for k in MODELS if k != "demo"),
     "quantization": ("none", "fp8"),
     "kv_cache_dtype": ("auto", "fp8"),
@@ -75,7 +76,7 @@ class ServeConfig:
     gpu: str
     hf_repo: str
     policy: str = "paged"
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     max_model_len: int | str | None = None  # None: the model's max context, as vLLM defaults; "auto": fitted
     max_num_seqs: int = 256
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's estimate-based default since v0.20.0

@@ -671,8 +671,9 @@ class GpuSweep:
     model: str
     gpu: str
     gpu_memory_utilization: float
-    capacity_tokens: int
+    capacity_tokens: int  # the simulated pool's slots: a token each, or for a hybrid one token of one KV-cache group
     points: tuple[GpuPoint, ...]
+    kv_groups: int = 1  # KV-cache groups sharing the pool (a hybrid model's sliding groups give blocks back)
 
     @property
     def model_name(self) -> str:
@@ -684,6 +685,15 @@ class GpuSweep:
 
     def rows(self) -> list[dict[str, float | int]]:
         return [p.row() for p in self.points]
+
+    def pool(self) -> str:
+        """What the simulated KV pool holds, in words: tokens, or for a hybrid its slots over its groups."""
+        if self.kv_groups == 1:
+            return f"{self.capacity_tokens:,} KV tokens"
+        return (
+            f"{self.capacity_tokens:,} KV slots shared by {self.kv_groups} KV-cache groups (a token takes a slot in "
+            "each; the sliding-window groups give theirs back once the token leaves the window)"
+        )
 
     def summary(self) -> str:
         """The simulated chart in one sentence: the first rate that preempts, and the heaviest rate's count."""
@@ -739,7 +749,7 @@ def gpu_sweep(gpu: str = GPU_DEFAULT, model: ModelSpec | str = GPU_MODEL) -> Gpu
     error = gpu_fit_error(gpu, model)
     if error:
         raise ValueError(error)
-    points, capacity = [], 0
+    points, capacity, groups = [], 0, 1
     for rate in GPU_RATES:
         trace = generate_trace("sharegpt", GPU_REQUESTS, rate, seed=SEED, max_len=GPU_MAX_MODEL_LEN)
         res = simulate_model(
@@ -750,7 +760,7 @@ def gpu_sweep(gpu: str = GPU_DEFAULT, model: ModelSpec | str = GPU_MODEL) -> Gpu
             max_model_len=GPU_MAX_MODEL_LEN,
             gpu_memory_utilization=GPU_UTILIZATION,
         )
-        capacity = res.capacity_tokens
+        capacity, groups = res.capacity_tokens, max(1, len(res.config.groups))
         cols = res.columns
         free = min(cols["free"], default=capacity)
         s = res.summary
@@ -766,7 +776,7 @@ def gpu_sweep(gpu: str = GPU_DEFAULT, model: ModelSpec | str = GPU_MODEL) -> Gpu
             )
         )
     label = model if isinstance(model, str) else model.name
-    return GpuSweep(label, gpu, GPU_UTILIZATION, capacity, tuple(points))
+    return GpuSweep(label, gpu, GPU_UTILIZATION, capacity, tuple(points), groups)
 
 
 def claims() -> dict[str, dict]:

@@ -12,6 +12,8 @@ nothing waits for memory: an admission or a growth that does not fit fails the r
 The model of a token follows the vLLM paper's accounting (Kwon et al., SOSP 2023, Fig. 2): a request that
 ends with `final` tokens holds ctx + k of them k steps after its admission and finishes when it holds all.
 Work is bucketed by step: a step costs O(requests that start, need a new block or finish), not O(running).
+The memory terms are in the policy's slots: a token is one slot, except under a policy with `stored_slots`
+(a hybrid model's `lessons.sim.group_blocks.GroupBlocks`), which turns the tokens held into the slots they take.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.core.admission import may_admit, preempt_newest
+from engine.core.kv_groups import KVCacheGroup
 from lessons.sim.metrics import RequestOutcome, SimEvent, SimResult, summarize
 from lessons.sim.policies import ADMITTED, NEVER, NO_ROOM, RESERVATIONS, MemoryPolicy, SimRequest
 from lessons.sim.traces import Request
@@ -39,7 +42,9 @@ class SimConfig:
     step_time(num_decode, context_tokens, prefill_tokens, prefill_pairs) -> seconds prices a step (e.g. an
     `engine.memory.roofline.StepTimeModel`); None charges a flat 20 ms. watermark is the fraction of blocks the
     paged policy keeps free when admitting (vLLM's default 1%). max_steps bounds a run; what is left is
-    "unfinished". reservation sizes a static server's regions; a paged server ignores it.
+    "unfinished". reservation sizes a static server's regions; a paged server ignores it. groups: the KV-cache
+    groups of a hybrid model (engine.core.kv_groups; two or more), whose paged server holds blocks per group over
+    one pool of capacity_tokens // block_size blocks (lessons.sim.group_blocks); () for one group.
     """
 
     policy: str
@@ -52,6 +57,7 @@ class SimConfig:
     watermark: float = 0.01
     step_time: Callable[..., float] | None = None
     max_steps: int = 1_000_000
+    groups: tuple[KVCacheGroup, ...] = ()
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -65,6 +71,11 @@ class SimConfig:
         for name in ("capacity_tokens", "max_model_len", "max_num_seqs", "block_size", "max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.groups and (self.policy != "paged" or len(self.groups) < 2):
+            raise ValueError(
+                f"groups are the KV-cache groups of a paged server's hybrid model: two or more with policy 'paged', "
+                f"got {len(self.groups)} with policy {self.policy!r} (leave groups empty for one group)"
+            )
         if self.policy == "paged" and self.capacity_tokens < self.block_size:
             raise ValueError(
                 f"capacity_tokens={self.capacity_tokens} holds no whole {self.block_size}-token block; "
@@ -106,6 +117,8 @@ class ServingLoop:
         self.step, self.clock, self.num_arrived, self.num_admissions = 0, 0.0, 0, 0
         self.stored = self.num_finished = 0
         self.num_releases = 0  # memory can only free up when this moves
+        # a policy whose growth can give memory back (a hybrid's sliding windows) counts it in num_gave_back
+        self.windows = hasattr(policy, "num_gave_back")
         # the head request whose admission last waited for memory, and num_releases then: until a release it waits
         self.blocked: SimRequest | None = None
         self.blocked_at = -1
@@ -115,6 +128,7 @@ class ServingLoop:
         t_start = time.perf_counter()
         step_time = self.config.step_time or _flat_step_time
         growth_at, finish_at, records, terms = self.growth_at, self.finish_at, self.records, self.policy.terms
+        to_slots = getattr(self.policy, "stored_slots", None)  # tokens -> slots, for a policy whose slots differ
         waiting, running = self.waiting, self.running
         num_requests, max_steps = len(self.arrivals), self.config.max_steps
         while (self.num_arrived < num_requests or waiting or running) and self.step < max_steps:
@@ -131,6 +145,8 @@ class ServingLoop:
             num_running = len(running)
             num_decode = num_running - admitted
             stored = self.stored = self.stored + num_decode
+            if to_slots is not None:  # a hybrid's pool: each token takes a slot in every group that holds it
+                stored = to_slots(stored)
             reserved, internal, external, free = terms(stored, waiting[0] if waiting else None)
             dt = step_time(num_decode, context, prefill, pairs)
             start = self.clock
@@ -179,6 +195,7 @@ class ServingLoop:
         if len(due) > 1:
             due.sort()  # by admission number (unique, so requests are never compared): the running order
         preempted, grow, growth_at = False, self.policy.grow, self.growth_at
+        gave_back = self.policy.num_gave_back if self.windows else 0
         for order, req in due:
             if req.order != order:
                 continue  # stopped since this was scheduled (perhaps by an older request, earlier in this step)
@@ -193,6 +210,8 @@ class ServingLoop:
             else:
                 if next_step <= req.finish_step:
                     growth_at[next_step].append((order, req))
+        if self.windows and self.policy.num_gave_back != gave_back:
+            self.num_releases += 1  # a window gave blocks back: the head of the queue may fit now
         return preempted
 
     def _admit(self, step: int, preempted: bool) -> tuple[int, int, float]:

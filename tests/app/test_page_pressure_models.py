@@ -63,3 +63,12 @@ def test_the_pasted_config_is_simulated(at):
     at.selectbox(key=MODEL_KEY).set_value(OWN).run()
     assert not at.exception and not at.error
     assert f"Simulated: {OWN_NAME} on" in rendered(at)
+
+
+def test_a_hybrid_is_simulated_per_kv_cache_group(at):
+    at.selectbox(key="pr_gpu").set_value("a100-80gb").run()
+    at.selectbox(key=MODEL_KEY).set_value("gemma-3-27b").run()
+    assert not at.exception and not at.error
+    text = rendered(at)
+    assert f"Simulated: {MODELS['gemma-3-27b'].name} on" in text
+    assert "KV slots shared by 7 KV-cache groups" in text  # the pool's slots, not vLLM's token figure

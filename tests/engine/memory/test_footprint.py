@@ -251,6 +251,7 @@ def test_vllm_10517_full_startup_arithmetic():
         max_model_len=20000,
         max_num_batched_tokens=20000,
         total_bytes=int(23.58 * GiB),
+        block_size=16,  # that release's default (v0.34.0 made it 64)
     )
     assert fp.weights_bytes / GiB == pytest.approx(14.99, abs=0.05)  # "Loading model weights took 14.9888 GB"
     assert (fp.weights_bytes + fp.activation_bytes) / GiB == pytest.approx(17.06, abs=0.1)  # peak_torch_memory
@@ -265,6 +266,7 @@ def test_vllm_10517_full_startup_arithmetic():
         max_model_len=29000,
         max_num_batched_tokens=29000,
         total_bytes=int(23.58 * GiB),
+        block_size=16,
     )
     assert longer.kv_token_capacity == pytest.approx(23648, rel=0.03)  # longer profile, less KV
     assert "max seq len (29000), (3.54 GiB KV cache is needed" in longer.startup_error  # V1's wording
@@ -288,7 +290,7 @@ def test_cuda_graphs_and_kv_cache_memory_bytes():
     rows = {r["part"]: r["bytes"] for r in graphs.breakdown()}
     assert rows["CUDA graphs"] == 2 * GiB and sum(rows.values()) == pytest.approx(graphs.capacity_bytes)
     fixed = serving_footprint("llama-3-8b", "l4", max_model_len=8192, kv_cache_memory_bytes=3 * GiB)
-    assert fixed.kv_budget_bytes == 3 * GiB and fixed.num_blocks == 3 * GiB // (16 * 128 * KiB)
+    assert fixed.kv_budget_bytes == 3 * GiB and fixed.num_blocks == 3 * GiB // (64 * 128 * KiB)
     with pytest.raises(ValueError, match="must be >= 0"):
         serving_footprint("llama-3-8b", "l4", cuda_graph_bytes=-1)
 
@@ -346,7 +348,8 @@ def test_token_counts_must_be_whole_and_not_negative():
 
 def test_max_concurrency_of_none_is_max_model_len_and_zero_is_an_error():
     fp = serving_footprint("llama-3-8b", "h100-sxm", max_model_len=4096)
-    assert fp.max_concurrency() == fp.max_concurrency(None) == fp.max_concurrency(4096) == fp.num_blocks // 256
+    assert fp.block_size == 64  # vLLM v0.34.0's default block (16 before)
+    assert fp.max_concurrency() == fp.max_concurrency(None) == fp.max_concurrency(4096) == fp.num_blocks // 64
     assert fp.vllm_concurrency() == fp.vllm_concurrency(4096) == fp.kv_token_capacity / 4096
     assert fp.max_concurrency(1) == fp.num_blocks  # one token still takes a whole block
     for bad in (0, -16, 1.5, False):

@@ -407,7 +407,9 @@ def test_the_hybrid_pool_and_its_concurrency_line_follow_vllms_groups():
     from engine.memory import serving_footprint
 
     cfg = GPT_OSS_120B
-    fp = serving_footprint(model_from_config(cfg), "h100-sxm", max_model_len=32768, max_num_batched_tokens=2048)
+    fp = serving_footprint(
+        model_from_config(cfg), "h100-sxm", max_model_len=32768, max_num_batched_tokens=2048, block_size=16
+    )
     page = 16 * full_layer_bytes(cfg)
     assert fp.pool_block_bytes == 18 * page  # the larger group: 18 layers
     assert fp.num_blocks == fp.kv_budget_bytes // (18 * page)
@@ -467,7 +469,9 @@ def test_a_hybrids_startup_error_estimates_the_longest_length_that_fits():
     from engine.memory import serving_footprint
 
     cfg = GPT_OSS_120B
-    fp = serving_footprint(model_from_config(cfg), "h100-sxm", max_model_len=131072, kv_cache_memory_bytes=1 << 30)
+    fp = serving_footprint(
+        model_from_config(cfg), "h100-sxm", max_model_len=131072, kv_cache_memory_bytes=1 << 30, block_size=16
+    )
     usable = fp.num_blocks - 1
     # the longest n whose full-group blocks plus the sliding group's cap fit the usable blocks
     sliding = cdiv(min(128 - 1 + fp.max_num_batched_tokens, 131072), 16) + 1

@@ -12,11 +12,11 @@ from engine.memory.footprint import kv_bytes_per_token, serving_footprint
 
 
 def test_windowed_concurrency_uses_the_window_cap():
-    fp = serving_footprint("mistral-7b", "a100-80gb", max_model_len=32768, max_num_batched_tokens=2048)
+    fp = serving_footprint("mistral-7b", "a100-80gb", max_model_len=32768, max_num_batched_tokens=2048, block_size=16)
     assert kv_blocks_per_seq(32768, 16, 4096, 2048) == 385
     assert fp.max_concurrency() == fp.num_blocks // 385
     assert fp.max_concurrency(1000) == fp.num_blocks // 63  # shorter than the window: its own blocks
-    full = serving_footprint("llama-2-7b", "a100-80gb", max_model_len=4096, max_num_batched_tokens=2048)
+    full = serving_footprint("llama-2-7b", "a100-80gb", max_model_len=4096, max_num_batched_tokens=2048, block_size=16)
     assert full.max_concurrency() == full.num_blocks // 256  # no window: ceil(4096 / 16)
 
 

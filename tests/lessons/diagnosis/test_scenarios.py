@@ -75,7 +75,11 @@ def test_chat_oom_numbers():
     assert before.summary.peak_concurrency == fp.kv_budget_bytes // reserve  # 1 GiB per session
     after = run_outcome(sc, {"policy": "paged"})
     assert after.summary.peak_concurrency >= 4 * before.summary.peak_concurrency  # up to max_num_seqs=32 at once
-    assert after.summary.avg_waste < 0.04
+    # paged: no reservation and no gaps, only each request's last block's tail: with vLLM v0.34.0's 64-token
+    # blocks about 7% of the slots here, under the paper's 4% with its 16-token blocks
+    assert after.summary.avg_reserved == after.summary.avg_external == 0
+    assert after.summary.avg_waste == after.summary.avg_internal < 0.1
+    assert run_outcome(sc, {"policy": "paged", "block_size": 16}).summary.avg_waste < 0.04
 
 
 def test_chat_oom_log_shows_what_pytorch_would_print():
@@ -106,10 +110,12 @@ def test_mha_rag_promises_what_the_grader_computes():
 def test_default_128k_any_length_up_to_the_pool_starts():
     sc = get_scenario("default-128k")
     pool = run_outcome(sc).footprint.kv_token_capacity
-    for n in (16384, 29000, 32768, (pool - 16) // 1024 * 1024, pool - 16):
+    block = run_outcome(sc).footprint.block_size
+    assert block == 64  # vLLM v0.34.0's default
+    for n in (16384, 29000, 32768, (pool - block) // 1024 * 1024, pool - block):
         assert run_outcome(sc, {"max_model_len": n}).startup_error is None, n  # V1: no V0-style dip below 32K
-    assert run_outcome(sc, {"max_model_len": pool - 15}).startup_error  # v0.34.0 keeps one null block back
-    assert f"up to {pool - 16:,} starts" in sc.diagnoses[0].explanation
+    assert run_outcome(sc, {"max_model_len": pool - block + 1}).startup_error  # v0.34.0 keeps one null block back
+    assert f"up to {pool - block:,} starts" in sc.diagnoses[0].explanation
 
 
 @pytest.mark.parametrize(
@@ -183,7 +189,7 @@ def test_vllm_command_renders_fixes():
     sc = get_scenario("default-128k")
     cmd = vllm_command(sc, {"max_model_len": 16384, "kv_cache_dtype": "fp8", "tensor_parallel_size": 2})
     assert cmd.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct")
-    for flag in ("--max-model-len 16384", "--kv-cache-dtype fp8", "--tensor-parallel-size 2", "--block-size 16"):
+    for flag in ("--max-model-len 16384", "--kv-cache-dtype fp8", "--tensor-parallel-size 2", "--block-size 64"):
         assert flag in cmd
     # every flag the course emits exists in current vLLM (checked against its engine-argument docs)
     every = {
@@ -314,20 +320,31 @@ def test_mla_tp_numbers_follow_the_latent_not_the_gpu_count():
     assert "--tensor-parallel-size 8" in vllm_command(sc)
 
 
-def test_the_metrics_line_counts_the_10_s_before_the_longest_queue():
+def test_the_metrics_lines_count_their_10_s_intervals():
     from lessons.diagnosis.logs import incident_logs
 
     sc = get_scenario("mha-rag")
     out = run_outcome(sc)
     rows = out.result.to_rows()
-    worst = max(rows, key=lambda r: r["waiting"])
-    end = worst["time_s"] + worst["step_s"]
-    preempted = sum(1 for e in out.result.events if e.kind == "preempt" and end - 10 < e.time_s <= end)
-    decoded = sum(r["generated"] for r in rows if end - 10 < r["time_s"] + r["step_s"] <= end)
-    line = next(x for x in incident_logs(sc, out) if "Waiting: " in x)
-    assert f"Avg generation throughput: {decoded / 10:.1f} tokens/s" in line
-    assert preempted > 0 and f", Preemptions: {preempted}, GPU KV cache usage" in line
-    assert f"Running: {int(worst['running'])} reqs, Waiting: {int(worst['waiting'])} reqs" in line
+
+    def interval(t: float) -> int:
+        return int(t // 10)
+
+    last = {interval(r["time_s"] + r["step_s"]): r for r in rows}  # the state at each interval's last step
+    preempts = [interval(e.time_s) for e in out.result.events if e.kind == "preempt"]
+    queue = max(last, key=lambda k: last[k]["waiting"])
+    busiest = max(set(preempts), key=preempts.count)
+    lines = [x for x in incident_logs(sc, out) if "Waiting: " in x]
+    assert len(lines) == (1 if busiest == queue else 2)  # vLLM prints one line per interval: two are shown
+    by_waiting = {int(last[k]["waiting"]): k for k in (queue, busiest)}
+    for line in lines:
+        k = by_waiting[int(line.split("Waiting: ")[1].split()[0])]
+        decoded = sum(r["generated"] for r in rows if interval(r["time_s"] + r["step_s"]) == k)
+        assert f"Avg generation throughput: {decoded / 10:.1f} tokens/s" in line
+        assert f"Running: {int(last[k]['running'])} reqs" in line
+        n = preempts.count(k)
+        assert (f", Preemptions: {n}, GPU KV cache usage" in line) if n else ("Preemptions" not in line)
+    assert any("Preemptions: " in line for line in lines)  # the run preempted, and a line says so
 
 
 def test_max_model_len_auto_fits_what_vllm_says_fits():

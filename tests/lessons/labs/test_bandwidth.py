@@ -20,7 +20,7 @@ def test_fit_boundary_is_vllms_kv_budget_at_the_context():
     fp = serving_footprint("llama-3-8b", "h100-sxm", max_model_len=4096, gpu_memory_utilization=0.92)
     per_seq = 4096 * 128 * 1024  # Llama-3-8B: 128 KiB of KV per token (8 KV heads x 128 x 32 layers x 2 x 2 B)
     assert fit.kv_bytes_per_token == 128 * 1024 and fit.kv_bytes(1) == per_seq
-    assert fit.max_batch == fp.num_blocks // (4096 // 16)  # whole 16-token blocks per sequence
+    assert fit.max_batch == fp.num_blocks // (4096 // 64)  # whole 64-token blocks (vLLM v0.34.0's default) each
     assert fit.kv_bytes(fit.max_batch) <= fit.kv_budget_bytes < fit.kv_bytes(fit.max_batch + 1)
     assert fit.fits(fit.max_batch) and not fit.fits(fit.max_batch + 1)
     assert fit.kv_bytes(256) == 128 * GiB and not fit.fits(256)  # the issue's 256 x 4096 x 128 KiB = 128 GiB

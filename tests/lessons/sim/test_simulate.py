@@ -176,8 +176,9 @@ def test_unchecked_admission_ooms_and_rejections():
 
 def test_paper_waste_gap_on_sharegpt():
     trace = generate_trace("sharegpt", 300, seed=0)
-    paged = simulate_model(trace, "llama-2-13b", "a100-40gb", "paged", max_model_len=2048)
-    static = simulate_model(trace, "llama-2-13b", "a100-40gb", "static", max_model_len=2048)
+    # the paper's setting: 16-token blocks (vLLM's default then; 64 since v0.34.0)
+    paged = simulate_model(trace, "llama-2-13b", "a100-40gb", "paged", max_model_len=2048, block_size=16)
+    static = simulate_model(trace, "llama-2-13b", "a100-40gb", "static", max_model_len=2048, block_size=16)
     assert paged.summary.avg_waste <= 0.04  # vLLM: under 4%
     assert static.summary.avg_waste >= 0.5  # vLLM paper Fig. 2: Orca (Max) 20.4% of slots hold tokens
     parts = static.summary.avg_reserved + static.summary.avg_internal + static.summary.avg_external
@@ -267,16 +268,20 @@ def test_kv_read_factor_charges_only_the_kv_reads():
     assert charged.summary.duration_s > fast.duration_s and charged.summary.generated_tokens == fast.generated_tokens
 
 
-def test_a_hybrid_model_gets_the_token_capacity_vllm_reports_for_its_budget():
+def test_a_hybrid_model_holds_its_pool_per_kv_cache_group():
     from engine.memory import serving_footprint
 
     trace = generate_trace("sharegpt", 50, seed=3)
     n = 65536
     fp = serving_footprint("gpt-oss-120b", "h100-sxm", max_model_len=n, block_size=16)
     res = simulate_model(trace, "gpt-oss-120b", "h100-sxm", "paged", max_model_len=n, footprint=fp)
-    # vLLM: pool blocks / (full blocks + sliding blocks) per n-token request, times n tokens
-    per_request = n // 16 + (-(-min(128 - 1 + fp.max_num_batched_tokens, n) // 16) + 1)
-    assert res.extra["capacity_tokens"] == int(fp.num_blocks / per_request * n)
-    # the all-36-layers formula would give the budget over 73,728 bytes per token: far less at long context
-    assert res.extra["capacity_tokens"] > 1.5 * fp.kv_budget_bytes // (2 * 36 * 8 * 64 * 2)
+    # the paged server: the pool's blocks (each one page of 18 layers: the largest group's) in 2 groups' tables
+    assert fp.pool_block_bytes == 16 * 18 * (2 * 8 * 64 * 2)
+    assert res.extra["capacity_tokens"] == fp.num_blocks * 16 and len(res.config.groups) == 2
     assert res.summary.num_finished == 50
+    # a static server keeps vLLM's figure: pool blocks / (full blocks + sliding blocks) per n-token request, times n
+    static = simulate_model(trace, "gpt-oss-120b", "h100-sxm", "static", max_model_len=n, footprint=fp)
+    per_request = n // 16 + (-(-min(128 - 1 + fp.max_num_batched_tokens, n) // 16) + 1)
+    assert static.extra["capacity_tokens"] == int(fp.num_blocks / per_request * n) and static.config.groups == ()
+    # the all-36-layers formula would give the budget over 73,728 bytes per token: far less at long context
+    assert static.extra["capacity_tokens"] > 1.5 * fp.kv_budget_bytes // (2 * 36 * 8 * 64 * 2)
