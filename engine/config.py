@@ -63,8 +63,13 @@ def model_spec(config: ModelConfig) -> ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """An engine's arguments (vLLM's names and defaults), validated when built; `device`, `backend` and
-    `dtype` are stored resolved (a torch.device, "torch" or "triton", a torch.dtype or None)."""
+    """An engine's arguments (vLLM's names), validated when built; `device`, `backend` and `dtype` are stored
+    resolved (a torch.device, "torch" or "triton", a torch.dtype or None).
+
+    The defaults suit this small engine; only gpu_memory_utilization is vLLM's (its estimate-based 0.92). vLLM
+    v0.34.0's others differ: 64-token blocks (`CacheConfig.DEFAULT_BLOCK_SIZE`), prefix caching on, and for `vllm
+    serve` 256 or 1,024 sequences and 2,048 to 16,384 batched tokens by device (`EngineArgs.get_batch_defaults`).
+    """
 
     block_size: int = 16
     num_gpu_blocks: int | None = None
@@ -75,7 +80,7 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     dtype: torch.dtype | str | None = None
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's default (0.92 since v0.21)
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's default (0.92 since v0.20)
     kv_cache_dtype: str = "auto"
     kv_cache_memory_bytes: int | None = None
 

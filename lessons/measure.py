@@ -201,10 +201,27 @@ def measure_machine(weight_bytes: int | None = None, prefill_batch: int = 256, r
 
 
 def model_weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of every parameter and buffer of a torch module (what one decode step streams)."""
+    """Bytes of every parameter and buffer of a torch module (a tied matrix counted once)."""
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     return params + buffers
+
+
+def decode_weight_bytes(model: torch.nn.Module) -> int:
+    """Weight bytes one batch-1 decode step streams: every parameter and buffer, but of an embedding table that no
+    other layer uses only the one row the step gathers. A table tied to the lm_head is read whole by the lm_head."""
+    used_elsewhere = {
+        id(p)
+        for module in model.modules()
+        if not isinstance(module, torch.nn.Embedding)
+        for p in module.parameters(recurse=False)
+    }
+    gathered_only = sum(
+        (m.weight.numel() - m.weight.shape[-1]) * m.weight.element_size()
+        for m in model.modules()
+        if isinstance(m, torch.nn.Embedding) and id(m.weight) not in used_elsewhere
+    )
+    return model_weight_bytes(model) - gathered_only
 
 
 def decode_kv_read_bytes(kv_bytes_per_token: int, prompt_len: int, new_tokens: int) -> float:
@@ -258,8 +275,9 @@ def measure_llm_decode(
     length's fastest run kept (noise only ever adds time), and the seconds-per-token is the least-squares
     slope over the lengths, so prefill cost cancels. A slope that is not positive, or a step that would move
     its bytes faster than `max_bytes_per_s` (this machine's best measured bandwidth), is no measurement: it is
-    timed again, up to `attempts` rounds, then TooNoisy. Bytes moved per step are every weight plus the KV
-    cache the step reads (`decode_kv_read_bytes`, from the LLM's `kv_bytes_per_token` when it has one).
+    timed again, up to `attempts` rounds, then TooNoisy. Bytes moved per step are the weights it reads
+    (`decode_weight_bytes`: of an untied embedding table one row) plus the KV cache the step reads
+    (`decode_kv_read_bytes`, from the LLM's `kv_bytes_per_token` when it has one).
     """
     lengths = decode_lengths(new_tokens)
     if attempts < 1:
@@ -269,7 +287,7 @@ def measure_llm_decode(
         raise ValueError("llm has no torch `model` attribute to count weight bytes of; pass an engine.llm.LLM")
     prompt = [[(7 * i + 3) % 100 + 1 for i in range(prompt_len)]]
     device = next(model.parameters()).device
-    weights = model_weight_bytes(model)
+    weights = decode_weight_bytes(model)
     kv = decode_kv_read_bytes(int(getattr(llm, "kv_bytes_per_token", 0)), prompt_len, new_tokens)
     fastest = (weights + kv) / max_bytes_per_s if max_bytes_per_s else 0.0  # the shortest step physics allows
 

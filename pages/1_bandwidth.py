@@ -115,8 +115,9 @@ def _calculator() -> None:
             "Bytes moved per generated token",
             "MB per token",
         ),
-        "Every decode step streams all weights once (shared by the batch) plus each sequence's whole KV cache "
-        "('attention'). Raising the batch shares the weight bytes; the KV bytes grow with it.",
+        "Every decode step streams every weight matrix once (shared by the batch; of the input embedding table only "
+        "each token's row) plus each sequence's whole KV cache ('attention'). Raising the batch shares the weight "
+        "bytes; the KV bytes grow with it.",
         result.bytes_per_token_rows(),
         f"bytes-per-token-{model}",
         "bw_bytes",

@@ -12,6 +12,7 @@ from ui import charts_memory
 from ui.chart_view import show_chart
 from ui.downloads import download_rows, show_table
 from ui.errors import run_or_stop
+from ui.extensible_section import extensible_section
 from ui.figure_cache import frozen_figure
 from ui.inert import prose_md
 from ui.kv_precision import kv_precision_section
@@ -223,11 +224,16 @@ def _kv_precision() -> None:
     kv_precision_section(PAGE)
 
 
-# Three fragments: the paste box and the KV-precision section take none of the incident's settings, so a move
-# in one re-runs it alone.
+def _extensible() -> None:
+    extensible_section(PAGE)
+
+
+# Four fragments: the paste box and the two sections take none of the incident's settings, so a move in one
+# re-runs it alone.
 lesson_section(_calculator)
 lesson_section(_own_server)
 lesson_section(_kv_precision)
+lesson_section(_extensible)
 
 sources(PAGE)
 lesson_check(PAGE)

@@ -14,7 +14,7 @@ from engine.memory.parallel import kv_head_replicas, kv_heads_per_gpu
 from engine.memory.specs import ModelSpec
 from engine.memory.units import GiB
 from lessons.diagnosis.replay import run_outcome
-from lessons.diagnosis.scenarios import Grade, Outcome, Scenario, vllm_command
+from lessons.diagnosis.scenarios import AUTO_MAX_MODEL_LEN, Grade, Outcome, Scenario, vllm_command
 
 
 def tp_kv_note(model: ModelSpec, before_tp: int, after_tp: int) -> str:
@@ -97,6 +97,17 @@ def _costs(before: Outcome, after: Outcome) -> list[str]:
     return costs
 
 
+def _auto_note(fixes: dict[str, Any], after: Outcome) -> list[str]:
+    """What --max-model-len auto settled on (vLLM logs it at start-up and warns below 8,192 tokens)."""
+    if fixes.get("max_model_len") != AUTO_MAX_MODEL_LEN:
+        return []
+    n = after.config.context_len
+    return [
+        f"--max-model-len auto settled on {n:,} tokens at start-up: a longer request is rejected, and the length "
+        f"moves whenever the memory left for the KV cache does"
+    ]
+
+
 def grade(scenario: Scenario, diagnosis_ids: list[str] | tuple[str, ...], fixes: dict[str, Any]) -> Grade:
     """Grade a diagnosis and re-run the incident with the fixes; explain, with numbers, the verdict and cost."""
     by_id = {d.id: d for d in scenario.diagnoses}
@@ -130,7 +141,7 @@ def grade(scenario: Scenario, diagnosis_ids: list[str] | tuple[str, ...], fixes:
         bool(chosen) and chosen <= right,
         feedback,
         lines,
-        _costs(before, after),
+        _auto_note(fixes, after) + _costs(before, after),
         vllm_command(scenario, fixes),
         before,
         after,

@@ -1,9 +1,12 @@
 """The lesson-6 incident "CUDA graphs eat the headroom": vLLM V1 profiles its CUDA graphs and the KV cache shrinks.
 
-Since v0.21.0 vLLM estimates the memory of the CUDA graphs it will capture before it sizes the KV cache (vLLM PR
+Since v0.20.0 vLLM estimates the memory of the CUDA graphs it will capture before it sizes the KV cache (vLLM PR
 #38284 made the estimate of PR #30515 the default and raised the default gpu_memory_utilization from 0.9 to 0.92
-to pay for it). A launch command that pins the old 0.9 keeps 0.9 of the card and now also pays for the graphs:
-"Estimated CUDA graph memory: X GiB total" comes off the KV budget. With an 8B model at 32K context on a 24 GB L4
+to pay for it; the notice vLLM prints still says "default since v0.21.0"). A launch command that pins the old 0.9
+keeps 0.9 of the card and now also pays for the graphs: the estimate comes off the KV budget (releases before
+v0.34.0 logged it as "Estimated CUDA graph memory: X GiB total"; v0.34.0's notice gives it as a share of the card,
+"--gpu-memory-utilization=0.9000 is equivalent to --gpu-memory-utilization=U without CUDA graph memory
+profiling"). With an 8B model at 32K context on a 24 GB L4
 that is the difference between a pool that holds one request and one that does not. The start-up log says how
 to get the old layout back: "To maintain the same effective KV cache size as before, increase
 --gpu-memory-utilization to U" (gpustack/runner#251); raising the utilization to the log's value (0.93 is the
@@ -19,7 +22,7 @@ import math
 import random
 from dataclasses import replace
 
-from engine.memory.startup import PRE_V021_GPU_MEMORY_UTILIZATION
+from engine.memory.startup import PRE_V020_GPU_MEMORY_UTILIZATION
 from engine.memory.units import GiB
 from lessons.diagnosis.replay import footprint_for
 from lessons.diagnosis.scenarios import FIX_PARAMS, Diagnosis, Scenario, ServeConfig, Traffic
@@ -28,9 +31,9 @@ SEVEN_B_CLASS = ("llama-2-7b", "llama-3-8b", "llama-3.1-8b", "mistral-7b", "qwen
 
 
 def suggested_utilization(scenario: Scenario) -> float:
-    """The --gpu-memory-utilization the start-up log suggests to keep the old KV size (its 4 decimals)."""
+    """The --gpu-memory-utilization the start-up log suggests to keep the old KV size (its 4 decimals, at most 1)."""
     fp, util = footprint_for(scenario, scenario.config), scenario.config.gpu_memory_utilization
-    return round(util + fp.cuda_graph_bytes / fp.capacity_bytes, 4)
+    return min(round(util + fp.cuda_graph_bytes / fp.capacity_bytes, 4), 1.0)  # vLLM caps it at 1.0
 
 
 def offered_utilization(suggested: float) -> float:
@@ -47,7 +50,7 @@ def cuda_graphs(rng: random.Random | None, seed: int | None) -> Scenario:
         "l4",
         "meta-llama/Llama-3.1-8B-Instruct",
         max_model_len=32768,
-        gpu_memory_utilization=PRE_V021_GPU_MEMORY_UTILIZATION,
+        gpu_memory_utilization=PRE_V020_GPU_MEMORY_UTILIZATION,
     )
     sc = Scenario(
         id="cuda-graphs",

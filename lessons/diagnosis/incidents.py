@@ -224,8 +224,9 @@ def util_neighbour(rng: random.Random | None, seed: int | None) -> Scenario:
         story=(
             f"To save money, a team moves its embedding service ({other / GiB:.1f} GiB of GPU memory) onto the "
             f"A100 40GB that already runs vLLM with Llama-3-8B-Instruct at the default "
-            f"gpu_memory_utilization={cfg.gpu_memory_utilization:g}. After the next restart vLLM will not come up "
-            f"again."
+            f"gpu_memory_utilization={cfg.gpu_memory_utilization:g}, its KV cache sized from vLLM's start-up "
+            f"estimate (--no-enable-extensible-kv-cache, as every release before v0.34.0 sized it). After the next "
+            f"restart vLLM will not come up again."
         ),
         config=cfg,
         traffic=Traffic(

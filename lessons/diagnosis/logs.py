@@ -1,20 +1,26 @@
 """The log lines an incident's server prints: PyTorch's OOM message, or vLLM V1's start-up and metrics lines.
 
-The formats follow PyTorch's `torch.OutOfMemoryError` text and vLLM v0.29's start-up lines in the order it prints
-them (model loading; "Profiling CUDA graph memory", "Estimated CUDA graph memory"; "Available KV cache memory";
-the CUDA graph profiling notice; "GPU KV cache size: N tokens, Maximum concurrency for L tokens per request",
-one line in v0.29, two before) and its periodic metrics line, as real logs in public issues show them
-(tests/lessons/diagnosis/fixtures/, gpustack/runner#251, LMCache/LMCache#3430) and vllm/v1/core/kv_cache_utils.py
-at v0.29.0 prints them; every number in them comes from the memory model and the simulator's outcome, not from a
-template.
+The formats follow PyTorch's `torch.OutOfMemoryError` text and vLLM v0.34.0's start-up lines in the order it
+prints them: "Model loading took X GiB memory and N seconds" (vllm/v1/worker/gpu/model_runner.py); "Available KV
+cache memory" and the CUDA graph profiling notice, which still says "default since v0.21.0" although the default
+changed in v0.20.0 (vllm/v1/worker/gpu_worker.py); "GPU KV cache size: N tokens, Maximum concurrency for L tokens
+per request" (vllm/v1/core/kv_cache_utils.py); and its periodic metrics line ("Avg prompt throughput", "Avg
+generation throughput", "Running", "Waiting", "Preemptions" when there were any, "GPU KV cache usage", "Prefix
+cache hit rate"; vllm/v1/metrics/loggers.py). Older releases also printed "Profiling CUDA graph memory" and
+"Estimated CUDA graph memory" lines (gpustack/runner#251, LMCache/LMCache#3430); v0.34.0 does not. Every number
+comes from the memory model and the simulator's outcome, not from a template. The loading time is the weights read
+at `LOAD_BYTES_PER_S`, an assumption (a local NVMe copy of the checkpoint); nothing in the incident depends on it.
 """
 
 from __future__ import annotations
 
 from engine.memory.catalog import MODELS
-from engine.memory.startup import cudagraph_capture_sizes
+from engine.memory.startup import format_gib
 from engine.memory.units import GiB
 from lessons.diagnosis.scenarios import Outcome, Scenario
+
+LOAD_BYTES_PER_S = 2 * GiB  # the checkpoint read from a local NVMe drive: an assumption, for the loading line only
+LOG_STATS_INTERVAL_S = 10.0  # vLLM's VLLM_LOG_STATS_INTERVAL default (vllm/envs.py): the metrics line's window
 
 
 def _static_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
@@ -50,18 +56,51 @@ def _static_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
 
 
 def _serving_logs(outcome: Outcome) -> list[str]:
-    """vLLM V1 while serving: its periodic metrics line at the longest queue (V1 preempts by recompute, silently)."""
-    s, lines = outcome.summary, []
-    if outcome.result and s:
-        rows = outcome.result.to_rows()
-        worst = max(rows, key=lambda r: r["waiting"])
-        used = 100 * (1 - worst["free"] / outcome.result.capacity_tokens)
-        lines.append(
-            f"INFO  [loggers.py] Engine 000: Avg generation throughput: {s.tokens_per_s:.1f} tokens/s, Running: "
-            f"{int(worst['running'])} reqs, Waiting: {int(worst['waiting'])} reqs, GPU KV cache usage: {used:.1f}%, "
-            f"Prefix cache hit rate: 0.0%"
-        )
-    return lines
+    """vLLM V1 while serving: its periodic metrics lines, one per 10 s interval, at the longest queue and (when
+    there were any) at the most preemptions, in time order.
+
+    Each line counts its interval as vLLM's `LoggingStatLogger` does between two lines: prompt tokens are the
+    prefills admitted in it (a request preempted by recompute prefills its prompt and generated tokens again),
+    generation tokens the decode steps' tokens, preemptions the requests preempted; running, waiting and the KV
+    cache usage are the scheduler's state at the interval's last step.
+    """
+    if not (outcome.result and outcome.summary):
+        return []
+    result = outcome.result
+    intervals: dict[int, dict[str, float]] = {}
+    for r in result.to_rows():
+        k = int((r["time_s"] + r["step_s"]) // LOG_STATS_INTERVAL_S)
+        acc = intervals.setdefault(k, {"generated": 0.0, "prompt": 0.0, "preempted": 0.0})
+        acc["generated"] += r["generated"]
+        acc.update(running=r["running"], waiting=r["waiting"], free=r["free"])
+    for e in result.events:
+        acc = intervals.get(int(e.time_s // LOG_STATS_INTERVAL_S))
+        if acc is None:
+            continue
+        if e.kind == "admit":
+            acc["prompt"] += int(e.detail.split()[0])
+        elif e.kind == "preempt":
+            acc["preempted"] += 1
+    shown = {max(intervals, key=lambda k: intervals[k]["waiting"])}
+    busiest = max(intervals, key=lambda k: intervals[k]["preempted"])
+    if intervals[busiest]["preempted"]:
+        shown.add(busiest)
+    return [_metrics_line(intervals[k], result.capacity_tokens) for k in sorted(shown)]
+
+
+def _metrics_line(acc: dict[str, float], capacity_tokens: int) -> str:
+    """One periodic metrics line in vllm/v1/metrics/loggers.py's format ("Preemptions" only when there were any)."""
+    parts = [
+        f"Avg prompt throughput: {acc['prompt'] / LOG_STATS_INTERVAL_S:.1f} tokens/s",
+        f"Avg generation throughput: {acc['generated'] / LOG_STATS_INTERVAL_S:.1f} tokens/s",
+        f"Running: {int(acc['running'])} reqs",
+        f"Waiting: {int(acc['waiting'])} reqs",
+    ]
+    if acc["preempted"]:
+        parts.append(f"Preemptions: {int(acc['preempted'])}")
+    used = 100 * (1 - acc["free"] / capacity_tokens)
+    parts += [f"GPU KV cache usage: {used:.1f}%", "Prefix cache hit rate: 0.0%"]
+    return "INFO  [loggers.py] Engine 000: " + ", ".join(parts)
 
 
 def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
@@ -77,25 +116,20 @@ def incident_logs(scenario: Scenario, outcome: Outcome) -> list[str]:
         )
     if outcome.startup_error and "Free memory" in outcome.startup_error:
         return [*lines, f"ERROR {outcome.startup_error}"]
-    lines.append(f"INFO  [gpu_model_runner.py] Model loading took {fp.weights_bytes / GiB:.4f} GiB")
-    if fp.cuda_graph_bytes:
-        sizes = cudagraph_capture_sizes(cfg.max_num_seqs, fp.max_num_batched_tokens)
-        full = [s for s in sizes if s <= cfg.max_num_seqs]  # FULL graphs: decode-only batches
-        lines += [
-            f"INFO  [gpu_model_runner.py] Profiling CUDA graph memory: PIECEWISE={len(sizes)} "
-            f"(largest={sizes[-1]}), FULL={len(full)} (largest={full[-1]})",
-            f"INFO  [gpu_model_runner.py] Estimated CUDA graph memory: {fp.cuda_graph_bytes / GiB:.2f} GiB total",
-        ]
+    lines.append(
+        f"INFO  [model_runner.py] Model loading took {format_gib(fp.weights_bytes)} GiB memory and "
+        f"{fp.weights_bytes / LOAD_BYTES_PER_S:.6f} seconds"
+    )
     if fp.num_blocks > 0:
-        lines.append(f"INFO  [gpu_worker.py] Available KV cache memory: {max(fp.kv_budget_bytes, 0) / GiB:.2f} GiB")
+        lines.append(f"INFO  [gpu_worker.py] Available KV cache memory: {format_gib(max(fp.kv_budget_bytes, 0))} GiB")
     if fp.cuda_graph_bytes:
         share, util = fp.cuda_graph_bytes / fp.capacity_bytes, cfg.gpu_memory_utilization
+        equivalent, suggested = round(util - share, 4), min(round(util + share, 4), 1.0)  # as gpu_worker.py rounds
         lines.append(
             f"INFO  [gpu_worker.py] CUDA graph memory profiling is enabled (default since v0.21.0). The current "
-            f"--gpu-memory-utilization={util:.4f} is equivalent to --gpu-memory-utilization={util - share:.4f} without "
+            f"--gpu-memory-utilization={util:.4f} is equivalent to --gpu-memory-utilization={equivalent:.4f} without "
             f"CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase "
-            f"--gpu-memory-utilization to {util + share:.4f}. To disable, set "
-            f"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."
+            f"--gpu-memory-utilization to {suggested:.4f}. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."
         )
     if fp.num_blocks > 0 and not outcome.startup_error:  # V1 checks max_model_len before it reports the pool
         lines.append(

@@ -1,11 +1,10 @@
 """Page 7's "Diagnose your own server": a learner's pasted vLLM log -> memory bar, room for requests, flag changes.
 
 `memory_parts` turns a `VllmLog` (lessons/diagnosis/readlog.py) into the GPU memory bar's parts (`memory_rows`: its
-table); `kv_pool` finds how
-many KV tokens the server holds and what one token costs; `room_for` says how many requests of a given length fit
-at once (whole 16-token blocks each, vLLM's default block size); `suggestions` recomputes vLLM V1's start-up
-arithmetic (engine/memory/startup.py) for each flag change that applies to this log: a `FlagChange` each, with
-the new pool and its table row.
+table); `kv_pool` finds how many KV tokens the server holds and what one token costs; `room_for` says how many
+requests of a given length fit at once (whole 16-token blocks each, vLLM's default block size up to v0.33; v0.34.0's
+is 64); `suggestions` recomputes vLLM V1's start-up arithmetic (engine/memory/startup.py) for each flag change that
+applies to this log: a `FlagChange` each, with the new pool and its table row.
 No Streamlit here.
 """
 
@@ -22,7 +21,9 @@ from kernels.validate import is_whole
 from lessons.diagnosis.readlog import MAX_BYTES_PER_TOKEN, MAX_TOKENS, MIN_BYTES_PER_TOKEN, VllmLog, read_vllm_log
 from lessons.diagnosis.scenarios import CHAT_REPOS, MemoryPart
 
-BLOCK = 16  # vLLM's default block size on CUDA
+# vLLM's default block size on CUDA up to v0.33, which the "# GPU blocks" of older logs count in. v0.34.0's default
+# (CacheConfig.DEFAULT_BLOCK_SIZE) is 64: whole 64-token blocks fit at most 48 tokens per request fewer.
+BLOCK = 16
 MAX_OOM_CHARS = 20_000  # the OOM box: a PyTorch out-of-memory message is a few hundred characters
 MAX_REQUEST_LEN = 10_000_000  # the longest request the room question takes (tokens)
 DEFAULT_REQUEST_LEN = 4096  # the request length asked about when the log states no max_model_len
@@ -46,7 +47,7 @@ __all__ = [
     "suggestions",
 ]
 _LABELS = {
-    "weights_gb": "weights (GiB; vLLM prints 'GB')",
+    "weights_gb": "weights (GiB; older releases print 'GB')",
     "kv_cache_gib": "KV cache (GiB)",
     "kv_cache_tokens": "KV cache (tokens)",
     "num_gpu_blocks": "GPU blocks",
@@ -55,7 +56,7 @@ _LABELS = {
     "cuda_graph_gib": "CUDA graphs (GiB)",
     "total_gib": "total GPU memory (GiB)",
     "gpu_memory_utilization": "gpu_memory_utilization",
-    "suggested_utilization": "suggested gpu_memory_utilization (same KV as before v0.21)",
+    "suggested_utilization": "suggested gpu_memory_utilization (same KV as before v0.20)",
     "peak_torch_gib": "peak torch memory (GiB)",
     "non_torch_gib": "non-torch memory (GiB)",
     "activation_gib": "activation peak (GiB)",
@@ -63,6 +64,10 @@ _LABELS = {
     "oom_total_gib": "OOM: total capacity (GiB)",
     "oom_free_gib": "OOM: free (GiB)",
     "oom_allocated_gib": "OOM: allocated by PyTorch (GiB)",
+    "running_reqs": "running requests (last metrics line)",
+    "waiting_reqs": "waiting requests (last metrics line)",
+    "preemptions": "preemptions (last metrics line; vLLM prints none when 0)",
+    "kv_cache_usage_pct": "GPU KV cache usage (%, last metrics line)",
 }
 
 
@@ -242,7 +247,13 @@ def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> lis
                 request_len,
             )
         )
-    if log.cuda_graph_gib and log.suggested_utilization and log.suggested_utilization <= 1:
+    # the notice caps its suggestion at 1.0: at the extensible KV cache's default of 1.0 it suggests no change
+    raises = (
+        log.gpu_memory_utilization is None
+        or log.suggested_utilization is None
+        or (log.suggested_utilization > log.gpu_memory_utilization)
+    )
+    if log.cuda_graph_gib and log.suggested_utilization and log.suggested_utilization <= 1 and raises:
         rows.append(
             _row(
                 f"--gpu-memory-utilization {log.suggested_utilization:g}",
@@ -315,6 +326,17 @@ def suggestions(log: VllmLog, request_len: int, model: str | None = None) -> lis
             )
         )
     if log.errors and any("max seq len" in e for e in log.errors):
+        rows.append(
+            _row(
+                "--max-model-len auto",
+                "vLLM (v0.34.0) picks the longest context the pool holds, the model's own if it fits; longer "
+                "requests are rejected",
+                kv,
+                per,
+                request_len,
+                pool.tokens,
+            )
+        )
         fit = pool.tokens // 1024 * 1024
         rows.append(
             _row(

@@ -2,7 +2,11 @@
 
 `read_vllm_log(text)` returns a `VllmLog`: the weights, KV cache (GiB, tokens, blocks), max_model_len, the
 "Maximum concurrency" figure, CUDA graph memory, the profiling fields (total, utilization, peak torch,
-non-torch) and the recognised error lines, each None when the log does not say it. When several start-ups are
+non-torch), the last periodic metrics line's running and waiting requests, preemptions and KV cache usage, and the
+recognised error lines, each None when the log does not say it. The formats of vLLM v0.34.0 are read ("Model
+loading took X GiB memory and N seconds"; "CUDA graph pool memory: X GiB (actual)"; "Avg prompt throughput: …,
+Running: N reqs, Waiting: N reqs, Preemptions: N, GPU KV cache usage: P%"; "--max-model-len auto reduced
+max_model_len from A to B"), and those of older releases. When several start-ups are
 pasted, the last value of each field wins. Nothing here raises on what a learner can paste: garbage, binary
 bytes or a huge file give a `VllmLog` whose `message` says what was (not) found. A figure beyond any GPU
 (`LIMITS`; e.g. 10^14 KV tokens, 10^9 GiB of weights, a negative size, a utilization above 1) is left out with a
@@ -45,18 +49,24 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"max_seq_len=" + _NUM,
         r"max seq len \(" + _NUM + r"\)",
         r"Maximum concurrency for " + _NUM + r" tokens per request",
+        # v0.34.0's --max-model-len auto (`_auto_fit_max_model_len`): the length it settled on
+        r"reduced max_model_len from [\d,]+ to " + _NUM,
+        r"Auto-fit max_model_len: reduced from [\d,]+ to " + _NUM,
+        r"Auto-fit max_model_len: using max_model_len=" + _NUM,
+        r"Auto-fit max_model_len: full model context length " + _NUM,
     ),
     "max_concurrency": (r"Maximum concurrency for [\d,]+ tokens per request:\s*" + _NUM + r"x",),
     "cuda_graph_gib": (
         r"Estimated CUDA graph memory:\s*" + _SIZE,
         r"Graph capturing finished in [\d.]+ secs?, took " + _SIZE,
+        r"CUDA graph pool memory:\s*" + _SIZE + r" \(actual\)",  # v0.34.0, after capture
     ),
     "total_gib": (r"total_gpu_memory[=\s(]*" + _SIZE,),
     "gpu_memory_utilization": (
         r"gpu_memory_utilization[=\s(]*(\d?\.\d+)",
         r"current --gpu-memory-utilization=(\d?\.\d+)",
     ),
-    # v0.21+'s CUDA graph profiling notice: the utilization that gives the KV cache of a release without it
+    # v0.20+'s CUDA graph profiling notice: the utilization that gives the KV cache of a release without it
     "suggested_utilization": (r"increase --gpu-memory-utilization to (\d?\.\d+)",),
     "peak_torch_gib": (r"peak_torch_memory=" + _SIZE,),
     "non_torch_gib": (r"non_torch_memory(?: takes)?[=\s]*" + _SIZE,),
@@ -66,7 +76,15 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
     "oom_free_gib": (r"total capac\w* of [\d.]+ \w+ of which " + _SIZE + r" is free", r"; " + _SIZE + r" free;"),
     "oom_allocated_gib": (r"Of the allocated memory " + _SIZE, r"; " + _SIZE + r" already allocated"),
 }
-_INTS = ("kv_cache_tokens", "num_gpu_blocks", "max_model_len")
+# the periodic metrics line (vllm/v1/metrics/loggers.py), read from the last such line only: it prints
+# "Preemptions: N" only when there were any in its interval, so a last line without it means none
+_METRICS_PATTERNS: dict[str, tuple[str, ...]] = {
+    "running_reqs": (r"Running:\s*" + _NUM + r" reqs",),
+    "waiting_reqs": (r"Waiting:\s*" + _NUM + r" reqs",),
+    "preemptions": (r"Preemptions:\s*" + _NUM,),
+    "kv_cache_usage_pct": (r"KV cache usage:\s*" + _NUM + r"%",),
+}
+_INTS = ("kv_cache_tokens", "num_gpu_blocks", "max_model_len", "running_reqs", "waiting_reqs", "preemptions")
 
 # What a real server can print, per figure: (lowest, highest, what the highest stands for). Beyond it the line
 # is misread, edited or made up, and the page would compute nonsense (or overflow a table) from it.
@@ -93,6 +111,10 @@ LIMITS: dict[str, tuple[float, float, str]] = {
     "oom_total_gib": (1 / 1024, MAX_GPU_GIB, _GPU[2]),
     "oom_free_gib": _GPU,
     "oom_allocated_gib": _GPU,
+    "running_reqs": (0, MAX_TOKENS, f"the requests any GPU holds ({MAX_TOKENS:,})"),
+    "waiting_reqs": (0, MAX_TOKENS, f"the requests any server queues ({MAX_TOKENS:,})"),
+    "preemptions": (0, MAX_TOKENS, f"the preemptions of any log interval ({MAX_TOKENS:,})"),
+    "kv_cache_usage_pct": (0.0, 100.0, "all of the KV cache (100%)"),
 }
 _WORDS = {
     "weights_gb": "the weights",
@@ -112,6 +134,10 @@ _WORDS = {
     "oom_total_gib": "the OOM's total capacity",
     "oom_free_gib": "the OOM's free memory",
     "oom_allocated_gib": "the OOM's allocated memory",
+    "running_reqs": "the running requests",
+    "waiting_reqs": "the waiting requests",
+    "preemptions": "the preemptions",
+    "kv_cache_usage_pct": "the KV cache usage",
 }
 _UNIT_WORDS = {
     "kv_cache_tokens": "tokens",
@@ -120,6 +146,10 @@ _UNIT_WORDS = {
     "max_concurrency": "x",
     "gpu_memory_utilization": "",
     "suggested_utilization": "",
+    "running_reqs": "requests",
+    "waiting_reqs": "requests",
+    "preemptions": "",
+    "kv_cache_usage_pct": "%",
 }
 MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 16.0, float(2**30)  # K and V of one token: a tiny model .. beyond any
 _ERRORS = (  # anchors; the whole line around each is the error reported
@@ -130,6 +160,7 @@ _ERRORS = (  # anchors; the whole line around each is the error reported
     "CUDA out of memory. Tried to allocate",
 )
 MAX_ERROR_CHARS = 2000
+MAX_METRICS_LINE = 2000  # characters of the metrics line read on either side of its "Running:"
 _MODEL_PATTERNS = (r"model='([\w./-]{1,200})'", r"vllm serve ([\w./-]{1,200})", r"model=([\w./-]{1,200}),")
 _V1_MARKS = (
     "Available KV cache memory",
@@ -138,8 +169,11 @@ _V1_MARKS = (
     "EngineCore",
     "KV cache is needed",
     "Estimated CUDA graph memory",
+    "CUDA graph pool memory",
+    "Avg prompt throughput",
     "gpu_worker.py",
     "kv_cache_utils.py",
+    "kv_cache_planning.py",
 )
 _V0_MARKS = (
     "# CPU blocks",
@@ -164,7 +198,7 @@ class VllmLog:
     cuda_graph_gib: float | None = None
     total_gib: float | None = None
     gpu_memory_utilization: float | None = None
-    suggested_utilization: float | None = None  # "increase --gpu-memory-utilization to U" (v0.21+)
+    suggested_utilization: float | None = None  # "increase --gpu-memory-utilization to U" (v0.20+)
     peak_torch_gib: float | None = None
     non_torch_gib: float | None = None
     activation_gib: float | None = None
@@ -172,6 +206,10 @@ class VllmLog:
     oom_total_gib: float | None = None
     oom_free_gib: float | None = None
     oom_allocated_gib: float | None = None
+    running_reqs: int | None = None  # the last metrics line's "Running: N reqs"
+    waiting_reqs: int | None = None
+    preemptions: int | None = None  # "Preemptions: N" (vLLM leaves it out when there were none)
+    kv_cache_usage_pct: float | None = None  # "GPU KV cache usage: P%"
     errors: tuple[str, ...] = ()
     model: str | None = None  # the served model as the log names it (e.g. a Hugging Face repo id)
     version: str | None = None  # "V0", "V1" or None (not recognisable)
@@ -316,12 +354,31 @@ def _contradictions(v: dict[str, float | int | None]) -> list[str]:
     return notes
 
 
+def _last_metrics_line(text: str) -> str | None:
+    """The last periodic metrics line ("… Running: N reqs, Waiting: …"), cut to MAX_METRICS_LINE a side, or None."""
+    at = text.rfind("Running:")
+    while at >= 0:
+        if re.match(r"Running:\s*\d", text[at : at + 40], re.ASCII):
+            start = max(text.rfind("\n", 0, at) + 1, at - MAX_METRICS_LINE)
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            return text[start : min(end, at + MAX_METRICS_LINE)]
+        at = text.rfind("Running:", 0, at)
+    return None
+
+
 def read_vllm_log(text: object) -> VllmLog:
     """Parse a vLLM start-up log and/or a PyTorch OOM message; never raises on what a learner pastes."""
     body, note = _as_text(text)
     values: dict[str, float | int | None] = {name: _last(body, patterns) for name, patterns in _PATTERNS.items()}
+    values.update(dict.fromkeys(_METRICS_PATTERNS))
+    line = _last_metrics_line(body)
+    if line is not None:
+        values.update({name: _last(line, patterns) for name, patterns in _METRICS_PATTERNS.items()})
+        if values["preemptions"] is None:
+            values["preemptions"] = 0
     doubts = _implausible(values)  # before int(): int(inf) raises, and 10^25 tokens would overflow a table
-    values.update({name: int(v) for name in _INTS if (v := values[name]) is not None})
+    values.update({name: int(v) for name in _INTS if (v := values.get(name)) is not None})
     doubts += _contradictions(values)
     errors = _errors(body)
     models = [m.group(1) for pattern in _MODEL_PATTERNS for m in [re.search(pattern, body)] if m]

@@ -7,6 +7,7 @@ every requirement still unmet; `symptoms` is what the on-call engineer sees of t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from engine.memory.catalog import GPUS, MODELS
@@ -16,6 +17,7 @@ from engine.memory.startup import cuda_graph_bytes, default_max_num_batched_toke
 from engine.memory.units import GiB
 from lessons.diagnosis.logs import incident_logs
 from lessons.diagnosis.scenarios import (
+    AUTO_MAX_MODEL_LEN,
     MemoryPart,
     Outcome,
     Scenario,
@@ -39,7 +41,11 @@ def footprint_for(scenario: Scenario, cfg: ServeConfig) -> ServingFootprint:
         util = (total - scenario.other_process_bytes) / total
     tokens = cfg.max_num_batched_tokens or default_max_num_batched_tokens(GPUS[cfg.gpu])
     try:
-        graphs = 0 if static else cuda_graph_bytes(MODELS[cfg.model], cfg.max_num_seqs, tokens, cfg.enforce_eager)
+        graphs = (
+            0
+            if static
+            else cuda_graph_bytes(MODELS[cfg.model], cfg.max_num_seqs, tokens, cfg.enforce_eager, GPUS[cfg.gpu])
+        )
         return serving_footprint(
             cfg.model,
             cfg.gpu,
@@ -125,9 +131,32 @@ def _service_problems(s: SimSummary, tr: Traffic) -> list[str]:
     return problems
 
 
+def auto_max_model_len(scenario: Scenario, cfg: ServeConfig) -> int:
+    """The max_model_len vLLM's --max-model-len auto settles on: the checkpoint's context if its KV fits the pool
+    (less the null block), else the longest that does (vLLM binary-searches it, `_auto_fit_max_model_len`).
+
+    When no length fits, or the server fails for another reason (free memory), the checkpoint's context is kept
+    and the start-up error stands.
+    """
+    longest = cfg.checkpoint_max_context
+
+    def starts(length: int) -> bool:
+        return _startup_error(cfg, footprint_for(scenario, replace(cfg, max_model_len=length))) is None
+
+    if starts(longest) or not starts(1):
+        return longest
+    low, high = 1, longest  # starts(low), not starts(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if starts(mid) else (low, mid)
+    return low
+
+
 def run_outcome(scenario: Scenario, fixes: dict[str, Any] | None = None) -> Outcome:
     """Apply fixes, compute memory, replay the scenario's trace, and list every unmet requirement."""
     cfg = apply_fixes(scenario.config, fixes or {})
+    if cfg.max_model_len == AUTO_MAX_MODEL_LEN:
+        cfg = replace(cfg, max_model_len=auto_max_model_len(scenario, cfg))
     tr = scenario.traffic
     problems = _requirement_problems(scenario, cfg)
     fp = footprint_for(scenario, cfg)

@@ -22,6 +22,7 @@ from engine.memory.units import GiB
 from kernels.validate import is_whole
 from lessons.sim.metrics import SimResult, SimSummary
 
+AUTO_MAX_MODEL_LEN = "auto"  # --max-model-len auto: vLLM fits the context to the KV cache at start-up
 # The knobs a learner may turn, with the values the page offers (ints in between are accepted too).
 # block_size: vLLM's CacheConfig.block_size takes any positive integer, but each attention backend limits the kernel's
 # block sizes and FlashAttention, the default on these CUDA GPUs, needs a multiple of 16
@@ -34,7 +35,9 @@ FIX_PARAMS: dict[str, tuple[Any, ...]] = {
     "model": tuple(k for k in MODELS if k != "demo"),
     "quantization": ("none", "fp8"),
     "kv_cache_dtype": ("auto", "fp8"),
-    "max_model_len": (2048, 4096, 8192, 16384, 32768, 131072),
+    # "auto": vLLM v0.34.0's --max-model-len auto (ModelConfig.max_model_len -1): the model's own context if its KV
+    # fits, else the longest that does (`_auto_fit_max_model_len` in vllm/v1/core/kv_cache_planning.py)
+    "max_model_len": (2048, 4096, 8192, 16384, 32768, 131072, AUTO_MAX_MODEL_LEN),
     "max_num_seqs": (4, 8, 16, 32, 64, 128, 256),
     "max_num_batched_tokens": (512, 1024, 2048, 4096, 8192),
     "enforce_eager": (False, True),
@@ -74,9 +77,9 @@ class ServeConfig:
     hf_repo: str
     policy: str = "paged"
     block_size: int = DEFAULT_BLOCK_SIZE
-    max_model_len: int | None = None  # None: the model's max context, as vLLM defaults
+    max_model_len: int | str | None = None  # None: the model's max context, as vLLM defaults; "auto": fitted
     max_num_seqs: int = 256
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's default since v0.21.0
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM's estimate-based default since v0.20.0
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
     quantization: str = "none"  # "fp8": vLLM's --quantization fp8 (weights in fp8 from a bf16 checkpoint)
@@ -93,8 +96,14 @@ class ServeConfig:
 
     @property
     def context_len(self) -> int:
-        """The effective max_model_len (vLLM's default: the checkpoint's max_position_embeddings)."""
-        return self.max_model_len or self.checkpoint_max_context
+        """The effective max_model_len (vLLM's default: the checkpoint's max_position_embeddings).
+
+        With "auto" this is the checkpoint's context, the most vLLM tries; `replay.run_outcome` resolves "auto" to
+        the length vLLM fits before it runs anything.
+        """
+        if self.max_model_len == AUTO_MAX_MODEL_LEN or not self.max_model_len:
+            return self.checkpoint_max_context
+        return int(self.max_model_len)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +219,9 @@ def apply_fixes(config: ServeConfig, fixes: dict[str, Any]) -> ServeConfig:
         if key not in FIX_PARAMS:
             raise ValueError(f"unknown fix {key!r}; fixes are parameter changes among {list(FIX_PARAMS)}")
         options = FIX_PARAMS[key]
-        if key in _WHOLE:
+        if key == "max_model_len" and value == AUTO_MAX_MODEL_LEN:
+            ok = True
+        elif key in _WHOLE:
             ok = is_whole(value) and value >= 1
         elif key == "kv_cache_memory_bytes":
             ok = is_whole(value) and value >= 0
@@ -231,7 +242,7 @@ def vllm_command(scenario: Scenario, fixes: dict[str, Any] | None = None) -> str
     cfg = apply_fixes(scenario.config, fixes or {})
     parts = [
         f"vllm serve {cfg.hf_repo}",
-        f"--max-model-len {cfg.context_len}",
+        f"--max-model-len {cfg.max_model_len if cfg.max_model_len == AUTO_MAX_MODEL_LEN else cfg.context_len}",
         f"--gpu-memory-utilization {cfg.gpu_memory_utilization:g}",
         f"--max-num-seqs {cfg.max_num_seqs}",
         f"--block-size {cfg.block_size}",
@@ -243,6 +254,11 @@ def vllm_command(scenario: Scenario, fixes: dict[str, Any] | None = None) -> str
         (cfg.enforce_eager, "--enforce-eager"),
         (cfg.kv_cache_memory_bytes > 0, f"--kv-cache-memory-bytes {cfg.kv_cache_memory_bytes}"),
         (cfg.tensor_parallel_size > 1, f"--tensor-parallel-size {cfg.tensor_parallel_size}"),
+        # The incidents' numbers are the estimate-based sizing (total x utilization less the profile), which
+        # v0.34.0 uses only with this flag or --kv-cache-memory-bytes: its default on CUDA and ROCm, the extensible
+        # KV cache, measures the memory left after warm-up (lessons/sections/extensible_kv.md) and skips the
+        # free-memory check a shared card fails
+        (cfg.policy == "paged" and not cfg.kv_cache_memory_bytes, "--no-enable-extensible-kv-cache"),
     ]
     parts += [flag for wanted, flag in optional if wanted]
     cmd = " \\\n    ".join(parts)

@@ -1,12 +1,13 @@
 """Page 1's arithmetic: decode vs prefill on the roofline for a catalog model and GPU (no Streamlit).
 
 The step costs come from `engine.memory.roofline.roofline` (Williams et al., CACM 2009): a step takes at least
-max(FLOPs / peak FLOP/s, bytes / HBM bandwidth). Decode streams every weight and the batch's KV cache for
-one token per sequence, so its weight matmuls do ~batch FLOP/byte while attention stays at the GQA group size
-(every sequence's KV is read each step, whatever the batch); prefill reuses each weight for every prompt token.
+max(FLOPs / peak FLOP/s, bytes / HBM bandwidth). Decode streams every weight matrix (of an untied input embedding
+table only each token's row; the lm_head whole) and the batch's KV cache for one token per sequence, so its
+weight matmuls do ~batch FLOP/byte while attention stays at the GQA group size (every sequence's KV is read each
+step, whatever the batch); prefill reuses each weight for every prompt token.
 Which batches fit comes from `engine.memory.footprint.serving_footprint` (weights + activation peak + KV at the
-chosen context against the total CUDA reports for the GPU at gpu_memory_utilization 0.92, vLLM's default since
-v0.21.0). The live part is model
+chosen context against the total CUDA reports for the GPU at gpu_memory_utilization 0.92, vLLM's default for
+estimate-based KV sizing since v0.20.0). The live part is model
 bandwidth utilization (MBU): bytes a real decode step of the demo model moves (weights + KV read) per second,
 over this machine's measured memory bandwidth (`measure_here`, `measure_demo`: the engine's timings of a
 GEMV, a GEMM and the demo model's decode step). This module packages those numbers into dataclasses with the
@@ -52,7 +53,7 @@ class BatchFit:
     weights_bytes: int
     kv_budget_bytes: int  # what is left for KV after weights, activation peak and overhead (may be < 0)
     kv_bytes_per_token: int
-    max_batch: int  # whole 16-token blocks per sequence, as vLLM's "maximum concurrency"
+    max_batch: int  # whole blocks (vLLM's default size) per sequence, as vLLM's "maximum concurrency"
 
     def kv_bytes(self, batch: int) -> int:
         """KV cache of `batch` sequences at the context length."""

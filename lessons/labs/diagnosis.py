@@ -27,7 +27,7 @@ FIX_LABELS: dict[str, str] = {
     "model": "Model",
     "quantization": "--quantization (weights)",
     "kv_cache_dtype": "--kv-cache-dtype",
-    "max_model_len": "--max-model-len",
+    "max_model_len": "--max-model-len (auto: the longest the KV cache holds)",
     "max_num_seqs": "--max-num-seqs",
     "max_num_batched_tokens": "--max-num-batched-tokens (tokens per step)",
     "enforce_eager": "--enforce-eager (no CUDA graphs)",
@@ -69,8 +69,10 @@ def options_for(param: str, current: Any) -> list[Any]:
     opts = list(FIX_PARAMS[param])
     if current not in opts:
         opts.append(current)
+    words = [o for o in opts if isinstance(o, str) and param == "max_model_len"]  # "auto" goes last
+    opts = [o for o in opts if o not in words]
     numeric = all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in opts)
-    return sorted(opts) if numeric else opts
+    return (sorted(opts) if numeric else opts) + words
 
 
 def changed_fixes(config: ServeConfig, chosen: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.memory.catalog import GPUS, MODELS
 from engine.memory.footprint import serving_footprint
+from engine.memory.startup import DEFAULT_BLOCK_SIZE
 from engine.memory.units import GiB, KiB, MiB
 from kernels.validate import is_whole
 from lessons.labs.choices import MODEL_KEYS
@@ -170,7 +171,11 @@ class PolicyShare:
 
 def policy_share(key: str, s: SimSummary) -> PolicyShare:
     """One policy's run summary as shares of held memory (`key`: a STATIC_POLICIES key or "paged")."""
-    server = f"static {key} ({STATIC_POLICIES[key][1]})" if key in STATIC_POLICIES else "paged (16-token blocks)"
+    server = (
+        f"static {key} ({STATIC_POLICIES[key][1]})"
+        if key in STATIC_POLICIES
+        else f"paged ({DEFAULT_BLOCK_SIZE}-token blocks)"
+    )
     return PolicyShare(
         key,
         server,

@@ -194,7 +194,8 @@ class KernelFit:
             f"outweigh the last block's waste, so the peak lands at {best.block_size}-token blocks and block sizes "
             f"{min(near)}–{max(near)} all stay within {1 - NEAR_PEAK:.0%} of its tokens/s. The effect appears on a "
             "GPU, where each block is a unit of the kernel's parallel work: Kwon et al. (SOSP 2023, §7.2, Fig. 18b) "
-            "measured block sizes below 16 serving ShareGPT-like traffic more slowly and made 16 vLLM's default; "
+            "measured block sizes below 16 serving ShareGPT-like traffic more slowly and made 16 vLLM's default "
+            "(64 since vLLM v0.34.0); "
             "bench/gpu_check.sh times this project's Triton kernel per block size on one."
         )
 

@@ -93,7 +93,7 @@ SCRAPE_BINDING: dict[str, str] = {
 GPU_MODEL = "llama-2-13b"  # no GQA: 800 KiB of KV per token, so the pool binds on a 40 GB card
 GPU_MAX_MODEL_LEN = 2048
 # vLLM's gpu_memory_utilization when the KV cache is sized from a profiling estimate (CacheConfig's
-# DEFAULT_GPU_MEMORY_UTILIZATION, the default since v0.21; v0.34.0 keeps it for that sizing and defaults to 1.0 with
+# DEFAULT_GPU_MEMORY_UTILIZATION, the default since v0.20; v0.34.0 keeps it for that sizing and defaults to 1.0 with
 # its extensible KV cache, on by default on CUDA and ROCm, which measures the free memory after CUDA graph capture)
 GPU_UTILIZATION = 0.92
 GPU_RATES: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)  # requests per second

@@ -49,3 +49,14 @@ def test_every_gpu_and_a_model_too_large_for_it(at):
         at.selectbox(key="diag_ext_gpu").set_value(gpu).run()
         assert not at.exception and not at.error, gpu
         assert _metrics(at)["KV difference"].startswith("+"), gpu
+
+
+def test_lesson_7_shows_the_section_and_its_widgets_move_there(app_test):
+    page = app_test("diagnosis", timeout=60)
+    page.run()
+    assert not page.exception and not page.error
+    title = content.load_section("extensible_kv").title
+    assert title in [h.value for h in page.subheader]
+    page.selectbox(key="diagnosis_ext_gpu").set_value("l4").run()
+    assert not page.exception and not page.error
+    assert any("Extended KV cache to" in c.value for c in page.code)

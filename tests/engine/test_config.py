@@ -33,7 +33,7 @@ def test_defaults_are_vllms_and_resolved_once():
         16,
         64,
         2048,
-        0.92,  # vLLM v0.21+ (PR #38284)
+        0.92,  # vLLM v0.20+ (PR #38284), still the default at v0.34.0
     )
     assert cfg.device == torch.device("cpu") and cfg.backend == "torch" and cfg.dtype is None
     assert EngineConfig(device="cpu", dtype="bfloat16").dtype == torch.bfloat16

@@ -386,10 +386,6 @@ def test_the_saved_runs_cover_every_fact(version: str) -> None:
     assert lines[-1] == f"{held} of {len(FACTS)} facts hold at vLLM {version}"
 
 
-# The course disagreed with v0.34.0 on two constants when the table was written: own_log.BLOCK (16; v0.34.0's default
-# block is 64 tokens) and startup's batch defaults for >= 160 GiB GPUs (8192; v0.34.0 gives 16,384). Once the
-# course's fixes are in and the run is saved again, this test passes, and strict xfail then asks to drop the mark.
-@pytest.mark.xfail(strict=True, reason="the course's block size and >= 160 GiB batch defaults await their fixes")
 def test_the_saved_run_at_the_stated_release_shows_every_fact_pass() -> None:
     lines = _saved(facts.STATED_RELEASE)
     failing = [line for line in lines[:-1] if not line.startswith("PASS ")]

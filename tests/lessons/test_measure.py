@@ -191,3 +191,19 @@ def test_a_call_that_took_no_measurable_time_is_not_a_measurement(clock):
         time_interleaved({"free": free, "costly": costly}, repeats=3, statistic="min")
     assert isinstance(measure.TooNoisy("x"), ValueError)  # pages show it through their ValueError path
     assert time_interleaved({"costly": costly}, repeats=2) == {"costly": 1.0}
+
+
+def test_decode_reads_one_row_of_an_untied_embedding_table_and_all_of_a_tied_one():
+    class Tiny(torch.nn.Module):
+        def __init__(self, tied: bool) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(100, 8)  # 800 fp32 values
+            self.mlp = torch.nn.Linear(8, 8, bias=False)  # 64
+            self.lm_head = torch.nn.Linear(8, 100, bias=False)  # 800, or the embedding's own table
+            if tied:
+                self.lm_head.weight = self.embed.weight
+
+    untied, tied = Tiny(False), Tiny(True)
+    assert measure.model_weight_bytes(untied) == (800 + 64 + 800) * 4
+    assert measure.decode_weight_bytes(untied) == (8 + 64 + 800) * 4  # one gathered row, the lm_head whole
+    assert measure.model_weight_bytes(tied) == measure.decode_weight_bytes(tied) == (800 + 64) * 4

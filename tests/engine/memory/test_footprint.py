@@ -270,7 +270,7 @@ def test_vllm_10517_full_startup_arithmetic():
     )
     assert longer.kv_token_capacity == pytest.approx(23648, rel=0.03)  # longer profile, less KV
     assert "max seq len (29000), (3.54 GiB KV cache is needed" in longer.startup_error  # V1's wording
-    # v0.29 keeps one null block back from the check: the estimate is what the other blocks hold
+    # v0.34.0 keeps one null block back from the check: the estimate is what the other blocks hold
     assert f"estimated maximum model length is {longer.kv_token_capacity - 16}." in longer.startup_error
 
 

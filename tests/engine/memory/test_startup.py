@@ -1,5 +1,7 @@
 """vLLM V1's start-up arithmetic against the figures real vLLM logs print (vllm#10517, vLLM's own defaults)."""
 
+from dataclasses import replace
+
 import pytest
 
 from engine.memory.catalog import GPUS, MODELS
@@ -8,7 +10,8 @@ from engine.memory.specs import custom_model
 from engine.memory.startup import (
     CUDA_GRAPH_BYTES_PER_LAYER,
     DEFAULT_GPU_MEMORY_UTILIZATION,
-    PRE_V021_GPU_MEMORY_UTILIZATION,
+    EXTENSIBLE_KV_CACHE_GPU_MEMORY_UTILIZATION,
+    PRE_V020_GPU_MEMORY_UTILIZATION,
     cuda_graph_bytes,
     cudagraph_capture_sizes,
     default_max_num_batched_tokens,
@@ -50,9 +53,20 @@ def test_cuda_graph_estimate_comes_off_the_kv_budget():
 
 
 def test_default_batch_limits_follow_vllm_get_batch_defaults():
+    # EngineArgs.get_batch_defaults at v0.34.0, `vllm serve` (OPENAI_API_SERVER): >= 160 GiB 16384 / 1024,
+    # >= 70 GiB and not an A100 (nor a GB10) 8192 / 1024, otherwise 2048 / 256; the CPU backend 2048 / 128
     assert default_max_num_batched_tokens(GPUS["rtx-3090"]) == 2048 and default_max_num_seqs(GPUS["l4"]) == 256
     assert default_max_num_batched_tokens(GPUS["h100-sxm"]) == 8192 and default_max_num_seqs(GPUS["h200"]) == 1024
+    assert default_max_num_batched_tokens(GPUS["h200"]) == 8192  # 140 GiB: below the 160 GiB tier
     assert default_max_num_batched_tokens(GPUS["a100-80gb"]) == 2048  # A100s are excluded (vLLM PR #17885)
+    assert default_max_num_seqs(GPUS["a100-80gb"]) == 256
+    for big in ("b200", "mi300x"):  # >= 160 GiB: the largest defaults, A100 test or not
+        assert default_max_num_batched_tokens(GPUS[big]) == 16384 and default_max_num_seqs(GPUS[big]) == 1024
+    assert default_max_num_batched_tokens(GPUS["cpu"]) == 2048 and default_max_num_seqs(GPUS["cpu"]) == 128
+    gb10 = replace(GPUS["h100-sxm"], name="NVIDIA GB10")  # DGX Spark: the memory, not the compute
+    assert default_max_num_batched_tokens(gb10) == 2048 and default_max_num_seqs(gb10) == 256
+    exactly_160 = replace(GPUS["h200"], cuda_memory_bytes=None, memory_bytes=160 * GiB)
+    assert default_max_num_batched_tokens(exactly_160) == 16384  # ">= 160 GiB"
 
 
 def test_capture_sizes_and_graph_memory():
@@ -60,6 +74,21 @@ def test_capture_sizes_and_graph_memory():
     assert sizes[:5] == [1, 2, 4, 8, 16] and sizes[-1] == 512 and len(sizes) == 3 + 31 + 17
     assert cudagraph_capture_sizes(8, 8192) == [1, 2, 4, 8, 16]  # min(2 * max_num_seqs, 512)
     assert cudagraph_capture_sizes(256, 64)[-1] == 64  # never above max_num_batched_tokens
+    # v0.34.0 appends max_num_batched_tokens and max_num_seqs when they are within the ceiling, off the stride too
+    assert cudagraph_capture_sizes(256, 300)[-3:] == [272, 288, 300]
+    assert cudagraph_capture_sizes(100, 8192)[-3:] == [184, 192, 200] and 100 in cudagraph_capture_sizes(100, 8192)
+    assert 100 not in cudagraph_capture_sizes(100, 96)  # not above max_num_batched_tokens
+    assert cudagraph_capture_sizes(3, 8192) == [1, 2, 3, 4]  # ceiling 2 * 3 = 6: the grid up to 6, plus 3
+    assert cudagraph_capture_sizes(3, 6) == [1, 2, 3, 4, 6]  # a 6-token budget is captured too
+    # compute capability 10.x (B200) raises the ceiling to 1024; an RTX 5090 (Blackwell, 12.0) keeps 512
+    b200 = cudagraph_capture_sizes(1024, 16384, GPUS["b200"])
+    assert b200[-1] == 1024 and len(b200) == 3 + 31 + 49
+    assert cudagraph_capture_sizes(1024, 16384, GPUS["rtx-5090"])[-1] == 512
+    assert cudagraph_capture_sizes(1024, 16384, GPUS["h200"]) == cudagraph_capture_sizes(1024, 16384)
+    assert cudagraph_capture_sizes(256, 16384, GPUS["b200"])[-1] == 512  # still at most 2 * max_num_seqs
+    assert cuda_graph_bytes(MODELS["llama-3.1-8b"], 1024, 16384, False, GPUS["b200"]) == 83 * 32 * (
+        CUDA_GRAPH_BYTES_PER_LAYER
+    )
     m = MODELS["llama-3.1-8b"]
     assert cuda_graph_bytes(m, 256, 2048, enforce_eager=True) == 0
     full = cuda_graph_bytes(m, 256, 2048, enforce_eager=False)
@@ -69,8 +98,8 @@ def test_capture_sizes_and_graph_memory():
         cudagraph_capture_sizes(0, 2048)
 
 
-def test_cuda_graph_estimate_matches_the_v021_logs_it_is_calibrated_on():
-    # LMCache/LMCache#3430 (vLLM >= 0.21, 24 GB card): Qwen3-8B, 36 layers, the default capture sizes
+def test_cuda_graph_estimate_matches_the_v020_logs_it_is_calibrated_on():
+    # LMCache/LMCache#3430 (vLLM >= 0.20, 24 GB card): Qwen3-8B, 36 layers, the default capture sizes
     # "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)"
     # "Estimated CUDA graph memory: 0.52 GiB total"
     qwen3_8b = custom_model(
@@ -86,15 +115,17 @@ def test_cuda_graph_estimate_matches_the_v021_logs_it_is_calibrated_on():
     )
     assert len(cudagraph_capture_sizes(256, 2048)) == 51
     assert cuda_graph_bytes(qwen3_8b, 256, 2048, enforce_eager=False) / GiB == pytest.approx(0.52, abs=0.005)
-    # an 8B Llama with the full default sizes lands inside the 0.36-0.76 GiB public v0.21+ logs show, far
-    # below the 1.54 GiB the pre-v0.21 capture log (vllm#14286's 2.02 GiB for 67 sizes) implied
+    # an 8B Llama with the full default sizes lands inside the 0.36-0.76 GiB public v0.20+ logs show, far
+    # below the 1.54 GiB the pre-v0.20 capture log (vllm#14286's 2.02 GiB for 67 sizes) implied
     llama = cuda_graph_bytes(MODELS["llama-3.1-8b"], 256, 2048, enforce_eager=False) / GiB
     assert 0.36 <= llama <= 0.76 and llama == pytest.approx(0.46, abs=0.01)
 
 
 def test_vllm_defaults_of_the_release_the_course_follows():
-    # vLLM PR #38284 (v0.21.0): CUDA graph profiling on by default, gpu_memory_utilization 0.9 -> 0.92
-    assert DEFAULT_GPU_MEMORY_UTILIZATION == 0.92 and PRE_V021_GPU_MEMORY_UTILIZATION == 0.9
+    # v0.20.0 (vLLM PR #38284): CUDA graph profiling on by default, gpu_memory_utilization 0.9 -> 0.92; v0.34.0's
+    # CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION is still 0.92 (1.0 when the extensible KV cache is on)
+    assert DEFAULT_GPU_MEMORY_UTILIZATION == 0.92 and PRE_V020_GPU_MEMORY_UTILIZATION == 0.9
+    assert EXTENSIBLE_KV_CACHE_GPU_MEMORY_UTILIZATION == 1.0
     fp = serving_footprint("llama-3-8b", "a100-80gb", max_model_len=8192)
     assert fp.gpu_memory_utilization == 0.92
 
@@ -116,15 +147,17 @@ def test_token_budget_with_and_without_chunked_prefill():
         token_budget(l4, 0)
 
 
-def test_startup_errors_use_the_wording_of_vllm_v029():
+def test_startup_errors_use_the_wording_of_vllm_v034():
     per_token = 128 * 1024
     assert startup_error_text(24 * GiB, 0, 0.92, 100, 16, per_token, 1584) is None  # 99 usable blocks
     assert startup_error_text(24 * GiB, 0, 0.92, 100, 16, per_token, 1600) is not None  # the null block
     too_long = startup_error_text(24 * GiB, 0, 0.92, 1000, 16, per_token, 131072)
-    # _check_enough_kv_cache_memory at v0.29.0: "the model's" (no longer "models's"), the null block held back
-    assert "with the model's max seq len (131072), (16.00 GiB KV cache is needed" in too_long
+    # _check_enough_kv_cache_memory at v0.34.0 (vllm/v1/core/kv_cache_planning.py), the null block held back
+    # vLLM's format_gib rounds to 2 decimals and prints no trailing zero: "16.0", not "16.00"
+    assert "with the model's max seq len (131072), (16.0 GiB KV cache is needed" in too_long
     assert "available KV cache memory (1.95 GiB)" in too_long and "maximum model length is 15984." in too_long
-    assert "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend)" in too_long
+    assert "15984. Try increasing `gpu_memory_utilization` when initializing the engine (this flag also" in too_long
+    assert "despite its name). Decreasing `max_model_len` also reduces what is needed. See https://" in too_long
     assert too_long.endswith("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
     none = startup_error_text(24 * GiB, 0, 0.92, 0, 16, per_token, 16)
     assert none.startswith("ValueError: No available memory for the cache blocks. Try increasing")
@@ -134,8 +167,8 @@ def test_startup_errors_use_the_wording_of_vllm_v029():
     # pytorch/pytorch#175666 quotes vLLM's: "Free memory on device cuda:1 (19.77/22.05 GiB) on startup is less
     # than desired GPU memory utilization (0.9, 19.84 GiB). Decrease GPU memory utilization or reduce ..."
     assert busy == (
-        "ValueError: Free memory on device cuda:0 (32.00/40.00 GiB) on startup is less than desired GPU memory "
-        "utilization (0.92, 36.80 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
+        "ValueError: Free memory on device cuda:0 (32.0/40.0 GiB) on startup is less than desired GPU memory "
+        "utilization (0.92, 36.8 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
     )
 
 

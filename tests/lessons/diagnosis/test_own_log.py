@@ -74,7 +74,7 @@ def test_suggestions_recompute_the_pool_for_each_flag():
     graphs = {c.flag: c for c in own_log.suggestions(log("gpustack-runner-251-v1-cuda-graph.log"), 4096, "llama-3-8b")}
     assert graphs["--enforce-eager"].kv_gib == pytest.approx(6.87 + 0.36, abs=0.01)
     assert 6.87 < graphs["--max-num-seqs 64"].kv_gib < 6.87 + 0.36
-    # the v0.21+ profiling notice: "increase --gpu-memory-utilization to 0.8352" gives back the graphs' 0.36 GiB
+    # the v0.20+ profiling notice: "increase --gpu-memory-utilization to 0.8352" gives back the graphs' 0.36 GiB
     assert graphs["--gpu-memory-utilization 0.8352"].kv_gib == pytest.approx(6.87 + 0.36, abs=0.01)
     assert "--gpu-memory-utilization 0.8352" not in rows  # the V0 log has no such notice
     # with the model known, fp8 saves half of the linear layers only: Llama-3-8B's embedding and lm_head stay bf16
@@ -133,6 +133,14 @@ LINES = (  # the real line shapes read_vllm_log knows, with a number slot
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {f} GiB. GPU 0 has a total capacity of {f} GiB "
     "of which {f} GiB is free. Of the allocated memory {f} GiB is allocated by PyTorch",
     "INFO Initializing a V1 LLM engine with config: model='meta-llama/Meta-Llama-3-8B-Instruct', max_seq_len={i}",
+    # vLLM v0.34.0's shapes (vllm/v1/worker/gpu/model_runner.py, gpu_worker.py, vllm/v1/metrics/loggers.py,
+    # vllm/v1/core/kv_cache_planning.py)
+    "INFO [model_runner.py] Model loading took {f} GiB memory and {f} seconds",
+    "INFO [gpu_worker.py] CUDA graph pool memory: {f} GiB (actual), {f} GiB (estimated), difference: {f} GiB (1.0%).",
+    "INFO [loggers.py] Engine 000: Avg prompt throughput: {f} tokens/s, Avg generation throughput: {f} tokens/s, "
+    "Running: {i} reqs, Waiting: {i} reqs, Preemptions: {i}, GPU KV cache usage: {f}%, Prefix cache hit rate: 0.0%",
+    "WARNING [kv_cache_planning.py] --max-model-len auto reduced max_model_len from {i} to {i} (5.0 GiB GPU "
+    "available for the KV cache). Requests longer than 1 tokens will be rejected.",
 )
 NUMBER = st.one_of(
     st.integers(min_value=0, max_value=10**25).map(str),
@@ -245,4 +253,60 @@ def test_every_figure_the_reader_can_find_has_a_label_on_the_page():
     every = VllmLog(**{name: 1 for name in numeric}, found=tuple(numeric))
     assert len(own_log.found_rows(every)) == len(numeric)  # a label for each (no KeyError)
     rows = {r["figure"]: r["value"] for r in own_log.found_rows(log("gpustack-runner-251-v1-cuda-graph.log"))}
-    assert rows["suggested gpu_memory_utilization (same KV as before v0.21)"] == "0.8352"
+    assert rows["suggested gpu_memory_utilization (same KV as before v0.20)"] == "0.8352"
+
+
+V034_LOG = "\n".join(  # each line in vLLM v0.34.0's own format string, numbers made up
+    [
+        "(EngineCore pid=7) INFO 12-07 10:00:01 [model_runner.py:442] Model loading took 14.99 GiB memory and "
+        "5.123456 seconds",
+        "(EngineCore pid=7) INFO 12-07 10:00:10 [gpu_worker.py:796] Available KV cache memory: 5.21 GiB",
+        "(EngineCore pid=7) INFO 12-07 10:00:10 [gpu_worker.py:809] CUDA graph memory profiling is enabled (default "
+        "since v0.21.0). The current --gpu-memory-utilization=1.0000 is equivalent to --gpu-memory-utilization=0.9805 "
+        "without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase "
+        "--gpu-memory-utilization to 1.0000. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.",
+        "(EngineCore pid=7) INFO 12-07 10:00:31 [gpu_worker.py:1112] CUDA graph pool memory: 0.45 GiB (actual), "
+        "0.46 GiB (estimated), difference: 0.01 GiB (2.2%).",
+        "(EngineCore pid=7) INFO 12-07 10:00:31 [kv_cache_utils.py:1168] GPU KV cache size: 42,672 tokens, Maximum "
+        "concurrency for 8,192 tokens per request: 5.21x",
+        "(APIServer pid=1) INFO 12-07 10:05:00 [loggers.py:336] Engine 000: Avg prompt throughput: 1234.5 tokens/s, "
+        "Avg generation throughput: 456.7 tokens/s, Running: 12 reqs, Waiting: 3 reqs, Preemptions: 2, GPU KV cache "
+        "usage: 97.3%, Prefix cache hit rate: 12.5%",
+    ]
+)
+
+
+def test_a_v034_log_is_read_whole():
+    parsed = own_log.read_paste(V034_LOG, "")
+    assert parsed.version == "V1" and parsed.weights_gb == 14.99 and parsed.kv_cache_gib == 5.21
+    assert parsed.cuda_graph_gib == 0.45  # the measured pool, not the estimate
+    assert (parsed.kv_cache_tokens, parsed.max_model_len, parsed.max_concurrency) == (42672, 8192, 5.21)
+    assert (parsed.running_reqs, parsed.waiting_reqs, parsed.preemptions, parsed.kv_cache_usage_pct) == (12, 3, 2, 97.3)
+    # vLLM prints "Preemptions" only when there were any: a later line without it means none in its interval
+    quiet = V034_LOG + (
+        "\n(APIServer pid=1) INFO [loggers.py:336] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+        "throughput: 40.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 2.0%, Prefix cache hit "
+        "rate: 12.5%"
+    )
+    later = own_log.read_paste(quiet, "")
+    assert (later.running_reqs, later.waiting_reqs, later.preemptions, later.kv_cache_usage_pct) == (1, 0, 0, 2.0)
+    assert own_log.read_paste(V034_LOG.rsplit("\n", 1)[0], "").preemptions is None  # no metrics line: unknown
+
+
+def test_a_utilization_of_one_gets_no_raise_it_suggestion():
+    # the extensible KV cache's default 1.0: the notice suggests 1.0 (capped), which would change nothing
+    rows = own_log.suggestions(own_log.read_paste(V034_LOG, ""), 8192)
+    assert not any(r.flag.startswith("--gpu-memory-utilization") for r in rows)
+    assert any(r.flag == "--enforce-eager" for r in rows)
+
+
+def test_max_model_len_auto_is_offered_after_a_max_seq_len_error():
+    text = (
+        "ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (3.84 GiB). Based on the available memory, the "
+        "estimated maximum model length is 31424. Try increasing `gpu_memory_utilization` when initializing the engine."
+    )
+    rows = {r.flag: r for r in own_log.suggestions(own_log.read_paste(text, ""), 4096, "llama-3.1-8b")}
+    auto = rows["--max-model-len auto"]
+    assert auto.kv_tokens == 31424 and auto.requests == 31424 // 16 // 256
+    assert "--max-model-len 30720" in rows  # the explicit value, rounded down to 1024

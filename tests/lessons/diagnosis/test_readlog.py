@@ -28,6 +28,10 @@ FIELDS = (
     "oom_total_gib",
     "oom_free_gib",
     "oom_allocated_gib",
+    "running_reqs",
+    "waiting_reqs",
+    "preemptions",
+    "kv_cache_usage_pct",
 )
 
 # Every number below is read off the fixture's text by eye; fields not listed must come back None.
@@ -202,7 +206,7 @@ def test_figures_are_read_in_ascii_digits_only(digits):
 
 
 def test_v029_prints_the_kv_cache_size_and_the_concurrency_on_one_line():
-    # vllm/v1/core/kv_cache_utils.py at v0.29.0 (update_kv_cache_capacity) logs both figures in one message:
+    # vllm/v1/core/kv_cache_utils.py at v0.34.0 (update_kv_cache_capacity) logs both figures in one message:
     # "GPU KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx"
     log = read_vllm_log(
         "INFO [gpu_worker.py] Available KV cache memory: 3.84 GiB\n"

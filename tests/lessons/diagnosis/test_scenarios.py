@@ -30,7 +30,8 @@ LOG_SIGNATURES = {
     "mha-rag": "Waiting: ",
     "default-128k": "KV cache is needed, which is larger than the available KV cache memory",
     "util-neighbour": "less than desired GPU memory utilization",
-    "cuda-graphs": "Estimated CUDA graph memory: 0.46 GiB total",  # recalibrated on LMCache/LMCache#3430
+    # 0.46 GiB of graphs (recalibrated on LMCache/LMCache#3430) on the L4's 22.03 GiB: 0.9 - 0.0210 = 0.8790
+    "cuda-graphs": "--gpu-memory-utilization=0.9000 is equivalent to --gpu-memory-utilization=0.8790 without",
     "mla-tp": "the estimated maximum model length is",
 }
 
@@ -113,7 +114,7 @@ def test_default_128k_any_length_up_to_the_pool_starts():
     assert block == 64  # vLLM v0.34.0's default
     for n in (16384, 29000, 32768, (pool - block) // 1024 * 1024, pool - block):
         assert run_outcome(sc, {"max_model_len": n}).startup_error is None, n  # V1: no V0-style dip below 32K
-    assert run_outcome(sc, {"max_model_len": pool - block + 1}).startup_error  # one null block is kept back
+    assert run_outcome(sc, {"max_model_len": pool - block + 1}).startup_error  # v0.34.0 keeps one null block back
     assert f"up to {pool - block:,} starts" in sc.diagnoses[0].explanation
 
 
@@ -251,12 +252,12 @@ def test_cuda_graph_incident_fix_keeps_the_graphs_and_restores_the_old_layout():
     from lessons.diagnosis.replay import footprint_for
 
     sc = get_scenario("cuda-graphs")
-    assert sc.config.gpu_memory_utilization == 0.9  # the operator pinned the pre-v0.21 default
+    assert sc.config.gpu_memory_utilization == 0.9  # the operator pinned the pre-v0.20 default
     assert "--enforce-eager" not in vllm_command(sc, sc.reference_fix)  # the reference fix keeps the graphs
     suggested = suggested_utilization(sc)
     notice = next(line for line in symptoms(sc).logs if "CUDA graph memory profiling is enabled" in line)
     assert f"increase --gpu-memory-utilization to {suggested:.4f}" in notice  # the log prints the value
-    old = footprint_for(sc, replace(sc.config, enforce_eager=True))  # pre-v0.21: graphs not in the profile
+    old = footprint_for(sc, replace(sc.config, enforce_eager=True))  # pre-v0.20: graphs not in the profile
     at_suggested = footprint_for(sc, replace(sc.config, gpu_memory_utilization=suggested))
     assert at_suggested.cuda_graph_bytes > 0
     assert at_suggested.kv_budget_bytes == pytest.approx(old.kv_budget_bytes, abs=0.0001 * old.capacity_bytes)
@@ -264,12 +265,12 @@ def test_cuda_graph_incident_fix_keeps_the_graphs_and_restores_the_old_layout():
     assert grade(sc, ["cuda-graphs"], {"gpu_memory_utilization": 0.92}).resolved  # the new default also pays
 
 
-def test_startup_log_lines_come_in_vllm_v029_order():
+def test_startup_log_lines_come_in_vllm_v034_order():
     logs = symptoms(get_scenario("cuda-graphs")).logs
+    # v0.34.0 prints no "Profiling CUDA graph memory" / "Estimated CUDA graph memory" lines any more
+    assert not any("Estimated CUDA graph memory" in line or "Profiling CUDA graph" in line for line in logs)
     order = [
-        "Model loading took",
-        "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)",
-        "Estimated CUDA graph memory",
+        "[model_runner.py] Model loading took 14.96 GiB memory and ",
         "Available KV cache memory",
         "CUDA graph memory profiling is enabled (default since v0.21.0)",
         "ERROR ValueError: To serve at least one request with the model's max seq len",
@@ -278,6 +279,10 @@ def test_startup_log_lines_come_in_vllm_v029_order():
     assert where == sorted(where), logs
     served = symptoms(get_scenario("mha-rag")).logs
     assert any("GPU KV cache size: " in line and ", Maximum concurrency for 4,096 tokens" in line for line in served)
+    metrics = next(line for line in served if "Waiting: " in line)
+    # vllm/v1/metrics/loggers.py at v0.34.0: the line starts with the prompt throughput
+    assert metrics.startswith("INFO  [loggers.py] Engine 000: Avg prompt throughput: ")
+    assert ", Avg generation throughput: " in metrics and ", GPU KV cache usage: " in metrics
 
 
 def test_qwen25_instruct_checkpoints_advertise_32k():
@@ -313,3 +318,67 @@ def test_mla_tp_numbers_follow_the_latent_not_the_gpu_count():
     assert grade(sc, ["latent-replicated"], {"kv_cache_dtype": "fp8"}).resolved  # 35,136 B/token: 163,840 fit
     assert run_outcome(sc, {"kv_cache_dtype": "fp8"}).footprint.kv_bytes_per_token == 61 * 576
     assert "--tensor-parallel-size 8" in vllm_command(sc)
+
+
+def test_the_metrics_lines_count_their_10_s_intervals():
+    from lessons.diagnosis.logs import incident_logs
+
+    sc = get_scenario("mha-rag")
+    out = run_outcome(sc)
+    rows = out.result.to_rows()
+
+    def interval(t: float) -> int:
+        return int(t // 10)
+
+    last = {interval(r["time_s"] + r["step_s"]): r for r in rows}  # the state at each interval's last step
+    preempts = [interval(e.time_s) for e in out.result.events if e.kind == "preempt"]
+    queue = max(last, key=lambda k: last[k]["waiting"])
+    busiest = max(set(preempts), key=preempts.count)
+    lines = [x for x in incident_logs(sc, out) if "Waiting: " in x]
+    assert len(lines) == (1 if busiest == queue else 2)  # vLLM prints one line per interval: two are shown
+    by_waiting = {int(last[k]["waiting"]): k for k in (queue, busiest)}
+    for line in lines:
+        k = by_waiting[int(line.split("Waiting: ")[1].split()[0])]
+        decoded = sum(r["generated"] for r in rows if interval(r["time_s"] + r["step_s"]) == k)
+        assert f"Avg generation throughput: {decoded / 10:.1f} tokens/s" in line
+        assert f"Running: {int(last[k]['running'])} reqs" in line
+        n = preempts.count(k)
+        assert (f", Preemptions: {n}, GPU KV cache usage" in line) if n else ("Preemptions" not in line)
+    assert any("Preemptions: " in line for line in lines)  # the run preempted, and a line says so
+
+
+def test_max_model_len_auto_fits_what_vllm_says_fits():
+    import re
+
+    sc = get_scenario("default-128k")
+    error = run_outcome(sc).startup_error
+    estimate = int(re.search(r"estimated maximum model length is (\d+)", error).group(1))
+    g = grade(sc, [], {"max_model_len": "auto"})
+    # vLLM's auto-fit and its error's estimate search the same memory (the pool less the null block)
+    assert g.after.config.max_model_len == estimate and g.after.startup_error is None
+    assert "--max-model-len auto" in g.command and f"settled on {estimate:,} tokens" in g.costs[0]
+    assert run_outcome(sc, {"max_model_len": "auto"}).config.max_model_len == estimate
+    # one more token would not start
+    assert run_outcome(sc, {"max_model_len": estimate + 1}).startup_error is not None
+    # where the checkpoint's whole context fits, auto keeps it
+    rag = get_scenario("mha-rag")
+    assert run_outcome(rag, {"max_model_len": "auto"}).config.max_model_len == rag.config.checkpoint_max_context
+    # a server that fails for another reason still fails
+    assert run_outcome(get_scenario("util-neighbour"), {"max_model_len": "auto"}).startup_error is not None
+    with pytest.raises(ValueError, match="max_model_len='automatic'"):
+        apply_fixes(sc.config, {"max_model_len": "automatic"})
+
+
+def test_every_incident_runs_the_estimate_based_sizing_it_teaches():
+    # v0.34.0's extensible KV cache (default on CUDA) sizes the cache from measured memory and skips the
+    # free-memory check (request_memory in vllm/v1/worker/utils.py); the incidents compute the estimate-based
+    # sizing, so each paged server's command turns it off, and the shared card's story says why it matters there
+    sc = get_scenario("util-neighbour")
+    assert "--no-enable-extensible-kv-cache" in sc.story
+    assert "Free memory on device" in run_outcome(sc).startup_error
+    for s in all_scenarios():
+        cmd = vllm_command(s, {"policy": "paged"})  # the chat service's static server is no vLLM
+        assert "--no-enable-extensible-kv-cache" in cmd, s.id
+    # --kv-cache-memory-bytes sizes the cache itself: the extensible cache is off without the flag
+    fixed = vllm_command(sc, {"kv_cache_memory_bytes": 4 * 2**30})
+    assert "--kv-cache-memory-bytes" in fixed and "extensible" not in fixed

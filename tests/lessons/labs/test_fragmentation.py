@@ -155,7 +155,7 @@ def test_policy_shares_are_the_runs_step_averages_and_the_papers_figures(reports
         "tokens/s",
         "p95 wait s",
     ]
-    assert rows[0]["server"] == "static Max (max_model_len)" and rows[3]["server"] == "paged (16-token blocks)"
+    assert rows[0]["server"] == "static Max (max_model_len)" and rows[3]["server"] == "paged (64-token blocks)"
     assert rows[0]["stored %"] == round(shares[0].stored_pct, 1) and rows[0]["p95 wait s"] == round(
         shares[0].p95_wait_s, 2
     )
