@@ -42,9 +42,17 @@ _PATTERNS: dict[str, tuple[str, ...]] = {
         r"available_kv_cache_memory\s*" + _SIZE,
         r"Available KV cache memory:\s*" + _SIZE,
         r"larger than the available KV cache memory \(" + _SIZE,
+        # v0.34.0's extensible KV cache (its CUDA and ROCm default): the size committed after warm-up, logged after
+        # the "Available KV cache memory" of its first, estimate-based pass, so the last match is the real one
+        r"KV cache blocks \(" + _SIZE + r"\) fit within the requested",
+        r"Extended KV cache to [\d,]+ blocks \(" + _SIZE + r"\)",
     ),
     "kv_cache_tokens": (r"GPU KV cache size:\s*" + _NUM + r" tokens",),
-    "num_gpu_blocks": (r"GPU blocks:\s*" + _NUM, r"# cuda blocks:\s*" + _NUM),
+    "num_gpu_blocks": (
+        r"GPU blocks:\s*" + _NUM,
+        r"# cuda blocks:\s*" + _NUM,
+        r"Extended KV cache to " + _NUM + r" blocks",  # v0.34.0's extensible KV cache
+    ),
     "max_model_len": (
         r"max_seq_len=" + _NUM,
         r"max seq len \(" + _NUM + r"\)",

@@ -214,3 +214,20 @@ def test_v029_prints_the_kv_cache_size_and_the_concurrency_on_one_line():
         "request: 0.96x"
     )
     assert (log.kv_cache_tokens, log.max_model_len, log.max_concurrency) == (31440, 32768, 0.96)
+
+
+def test_the_extensible_kv_caches_measured_size_wins_over_its_first_estimate():
+    # vLLM v0.34.0's default on CUDA: the first pass logs an estimate at utilization 1.0 (the address range it
+    # reserves), then the warm-up measures and commits less (vllm/v1/worker/extensible_kv_cache.py)
+    text = (
+        "INFO 12-07 10:00:01 [gpu_worker.py:790] Available KV cache memory: 62.1 GiB\n"
+        "INFO 12-07 10:00:31 [extensible_kv_cache.py:693] Memory after warmup: 62.79 GiB free, 0.0 GiB committed to "
+        "the KV cache, 1.34 GiB kept for transient activations (1.34 GiB allocated at peak, 0.0 GiB of torch "
+        "reservation growth); 7794 KV cache blocks (60.89 GiB) fit within the requested 79.11 GiB. Torch may "
+        "reserve up to 17.89 GiB.\n"
+        "INFO 12-07 10:00:31 [extensible_kv_cache.py:536] Extended KV cache to 7794 blocks (60.89 GiB).\n"
+    )
+    log = read_vllm_log(text)
+    assert log.kv_cache_gib == pytest.approx(60.89) and log.num_gpu_blocks == 7794
+    # without the extensible lines the estimate is all the log says
+    assert read_vllm_log(text.splitlines()[0]).kv_cache_gib == pytest.approx(62.1)
