@@ -28,8 +28,8 @@ from lessons.sim.loop import ServingLoop, SimConfig
 from lessons.sim.policies import PagedBlocks
 from lessons.sim.simulate import make_policy, simulate, simulate_model
 from lessons.sim.traces import generate_trace, replay_trace
+from tests.lessons.sim.decisions import MAX_LEN, sim_decisions
 
-MAX_LEN = 64
 LAYER_WINDOWS = [(None, 8), (8, None, 8), (None, 4, 4, 12), (None, None, 16, 16)]
 
 
@@ -57,29 +57,6 @@ def engine_decisions(lens, groups, num_blocks, block_size, max_num_seqs, waterma
     return steps, False
 
 
-def sim_decisions(lens, groups, num_blocks, block_size, max_num_seqs, watermark):
-    cfg = SimConfig(
-        "paged",
-        num_blocks * block_size,
-        block_size=block_size,
-        max_model_len=MAX_LEN,
-        max_num_seqs=max_num_seqs,
-        watermark=watermark,
-        groups=groups,
-    )
-    res = simulate(replay_trace([(0.0, prompt, output) for prompt, output in lens]), cfg)
-    steps, preempted = [], set()
-    for row in res.to_rows():
-        events = [e for e in res.events if e.step == row["step"]]
-        admitted = sorted(e.request_id for e in events if e.kind == "admit")
-        if preempted & set(admitted):
-            return steps, True, res.summary.num_preemptions
-        now = sorted(e.request_id for e in events if e.kind == "preempt")
-        preempted |= set(now)
-        steps.append((admitted, now, (row["stored"] + row["internal"]) // block_size))
-    return steps, False, res.summary.num_preemptions
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     lens=st.lists(st.tuples(st.integers(1, 24), st.integers(1, 36)), min_size=1, max_size=10),
@@ -93,7 +70,7 @@ def sim_decisions(lens, groups, num_blocks, block_size, max_num_seqs, watermark)
 def test_group_policy_decides_as_the_engine_scheduler(lens, layers, block_size, extra, max_num_seqs, watermark):
     groups = kv_cache_groups(layers)
     num_blocks = blocks_per_seq(groups, MAX_LEN + 1, block_size, MAX_LEN) + extra  # max_model_len fits the pool
-    ours, we_readmitted, _ = sim_decisions(lens, groups, num_blocks, block_size, max_num_seqs, watermark)
+    ours, we_readmitted, _ = sim_decisions(lens, num_blocks, block_size, max_num_seqs, watermark, groups)
     theirs, they_readmitted = engine_decisions(lens, groups, num_blocks, block_size, max_num_seqs, watermark)
     n = min(len(ours), len(theirs))
     assert ours[:n] == theirs[:n]  # admissions, preemptions and blocks in use, step by step
@@ -104,7 +81,7 @@ def test_the_comparison_covers_windows_and_preemption():
     groups = kv_cache_groups((None, 8))
     lens = [(15, 34), (17, 36), (20, 35), (24, 25)]  # the example above: 66 blocks of 2, eight seats
     num_blocks = blocks_per_seq(groups, MAX_LEN + 1, 2, MAX_LEN)
-    ours, _, _ = sim_decisions(lens, groups, num_blocks, 2, 8, 0.0)
+    ours, _, _ = sim_decisions(lens, num_blocks, 2, 8, 0.0, groups)
     theirs, _ = engine_decisions(lens, groups, num_blocks, 2, 8, 0.0)
     assert num_blocks == 66 and len(ours) == len(theirs) > 30 and ours == theirs
     assert [i for i, (_, preempted, _) in enumerate(ours) if preempted] == [2, 18]  # compared past two preemptions

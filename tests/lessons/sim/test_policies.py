@@ -14,8 +14,7 @@ from lessons.sim.loop import SimConfig
 from lessons.sim.policies import MaxReservation, OracleReservation, PagedBlocks, Pow2Reservation
 from lessons.sim.simulate import make_policy, simulate
 from lessons.sim.traces import replay_trace
-
-MAX_LEN = 64  # the simulator's max_model_len in the scheduler comparison (prompt <= 20, output <= 30)
+from tests.lessons.sim.decisions import MAX_LEN, sim_decisions
 
 
 def test_first_fit_arena_places_releases_and_counts_gaps():
@@ -150,29 +149,6 @@ def engine_decisions(lens, num_blocks, block_size, max_num_seqs, watermark):
         steps.append((sorted(out.admitted), sorted(out.preempted), num_blocks - sched.block_manager.num_free_blocks))
         sched.update(out, [1] * len(sched.running))  # with this token budget every running sequence was scheduled
     return steps, False
-
-
-def sim_decisions(lens, num_blocks, block_size, max_num_seqs, watermark):
-    """The same from the simulator's paged policy, and its number of preemptions."""
-    cfg = SimConfig(
-        "paged",
-        num_blocks * block_size,
-        block_size=block_size,
-        max_model_len=MAX_LEN,
-        max_num_seqs=max_num_seqs,
-        watermark=watermark,
-    )
-    res = simulate(replay_trace([(0.0, prompt, output) for prompt, output in lens]), cfg)
-    steps, preempted = [], set()
-    for row in res.to_rows():
-        events = [e for e in res.events if e.step == row["step"]]
-        admitted = sorted(e.request_id for e in events if e.kind == "admit")
-        if preempted & set(admitted):
-            return steps, True, res.summary.num_preemptions
-        now = sorted(e.request_id for e in events if e.kind == "preempt")
-        preempted |= set(now)
-        steps.append((admitted, now, (row["stored"] + row["internal"]) // block_size))
-    return steps, False, res.summary.num_preemptions
 
 
 @settings(max_examples=80, deadline=None)
