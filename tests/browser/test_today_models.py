@@ -9,6 +9,7 @@ import json
 import pytest
 
 from engine.memory import published
+from lessons.labs import hybrid as hybrid_lab
 from tests.browser.helpers import error_texts, metric_value, press_and_wait, wait_for_app, wait_for_runs
 
 pytestmark = pytest.mark.browser
@@ -46,7 +47,8 @@ def test_the_paste_box_reads_a_config_back(page, shoot):
 
 def test_lesson_4_draws_the_hybrid_chart(page, shoot):
     open_view(page, "/fragmentation")
-    summary = page.get_by_text("gpt-oss-120b's per-kind line falls below the all-full one at 2,193 tokens")
+    parts_at = hybrid_lab.hybrid_curve("gpt-oss-120b").parts_at  # the lab's own figure (4,241 at v0.34.0)
+    summary = page.get_by_text(f"gpt-oss-120b's per-kind line falls below the all-full one at {parts_at:,} tokens")
     summary.wait_for(timeout=60_000)
     chart = page.locator('[data-testid="stPlotlyChart"]').last  # the page's last chart is the hybrid one
     # the chart's top (title, legend) under Streamlit's header: scroll it to the top, then back by the header
