@@ -366,7 +366,11 @@ class LiveBoard:
                             ).where(open_now)
                             cols = ["class_code", "learner_key", "round", "value", "answered_at"]
                             insert = answer_table.insert().from_select(cols, source)
-                            stored = conn.execute(insert).rowcount == 1
+                            # RETURNING, not rowcount: psycopg reports -1 for INSERT ... SELECT, which read as
+                            # "not stored" retried an answer already written and, with a reveal in between,
+                            # told the learner it was refused while it counted
+                            inserted = insert.returning(answer_table.c.learner_key)
+                            stored = conn.execute(inserted).first() is not None
                     if stored:
                         self._forget(code)  # after the commit
                         return state.round
