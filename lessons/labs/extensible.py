@@ -97,7 +97,7 @@ def compare(
     if gpu not in GPUS or gpu == "cpu":
         raise ValueError(f"unknown GPU {gpu!r}; pick one of {', '.join(k for k in GPUS if k != 'cpu')}")
     spec, card = MODELS[model], GPUS[gpu]
-    graphs = cuda_graph_bytes(spec, default_max_num_seqs(card), default_max_num_batched_tokens(card), False)
+    graphs = cuda_graph_bytes(spec, default_max_num_seqs(card), default_max_num_batched_tokens(card), False, card)
     estimate = serving_footprint(
         model,
         gpu,

@@ -43,6 +43,15 @@ def test_an_old_utilization_habit_gives_blocks_away_and_is_warned_about():
     assert not lab.compare(utilization=0.6).measured.warns  # a deliberate share, below 0.7
 
 
+def test_the_graphs_are_those_the_gpu_captures():
+    # a B200 (compute capability 10.x) captures batches up to 1024, other GPUs up to 512
+    from engine.memory.startup import cuda_graph_bytes
+
+    spec, b200 = MODELS["llama-3.1-8b"], GPUS["b200"]
+    graphs = lab.compare(gpu="b200").estimate.cuda_graph_bytes
+    assert graphs == cuda_graph_bytes(spec, 1024, 16384, False, b200) > cuda_graph_bytes(spec, 1024, 16384, False)
+
+
 def test_rocm_keeps_a_larger_margin():
     c = lab.compare("llama-3.1-8b", "mi300x")
     assert c.measured.platform == "rocm" and c.measured.margin_bytes >= 3 * GiB
