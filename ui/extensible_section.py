@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.memory.catalog import GPUS, MODELS
 from lessons import content
 from lessons.labs import extensible as lab
+from lessons.labs.choices import gpu_name, model_name
 from ui.errors import show_error
 from ui.memo import memo
 
@@ -34,22 +34,17 @@ def extensible_section(page_id: str) -> None:
     st.markdown(prose.sections[content.INTRO])
     with st.expander("Sources on the extensible KV cache", expanded=False):
         st.markdown(prose.sections["Sources"])
-    models = [k for k in MODELS if k != "demo"]
-    gpus = [k for k in GPUS if k != "cpu"]
+    models, gpus = lab.MODEL_CHOICES, lab.GPU_CHOICES
     c1, c2, c3 = st.columns(3)
     model = c1.selectbox(
         "Model",
         models,
         index=models.index(lab.DEFAULTS["model"]),
         key=f"{page_id}_ext_model",
-        format_func=lambda k: MODELS[k].name,
+        format_func=model_name,
     )
     gpu = c2.selectbox(
-        "GPU",
-        gpus,
-        index=gpus.index(lab.DEFAULTS["gpu"]),
-        key=f"{page_id}_ext_gpu",
-        format_func=lambda k: GPUS[k].name,
+        "GPU", gpus, index=gpus.index(lab.DEFAULTS["gpu"]), key=f"{page_id}_ext_gpu", format_func=gpu_name
     )
     utilization = c3.selectbox(
         "--gpu-memory-utilization (measured path)",
@@ -69,7 +64,7 @@ def extensible_section(page_id: str) -> None:
     cols[2].metric("KV difference", f"{result.gain_gib:+.2f} GiB")
     st.dataframe(result.rows(), hide_index=True, key=f"{page_id}_ext_table")
     st.caption(
-        f"{MODELS[model].name} on one {GPUS[gpu].name}, max_model_len {est.max_model_len:,}, "
+        f"{model_name(model)} on one {gpu_name(gpu)}, max_model_len {est.max_model_len:,}, "
         f"{est.max_num_batched_tokens:,} batched tokens, CUDA graphs on. Blocks of {est.block_size} tokens "
         "(vLLM v0.34.0's default)."
     )

@@ -21,8 +21,12 @@ from engine.memory.startup import (
     default_max_num_seqs,
 )
 from engine.memory.units import GiB
+from lessons.labs.choices import GPU_KEYS, MODEL_KEYS
 
-__all__ = ["DEFAULTS", "UTILIZATIONS", "SizingComparison", "compare"]
+__all__ = ["DEFAULTS", "GPU_CHOICES", "MODEL_CHOICES", "UTILIZATIONS", "SizingComparison", "compare"]
+
+MODEL_CHOICES: tuple[str, ...] = tuple(k for k in MODEL_KEYS if k != "demo")  # served models (the demo is a toy)
+GPU_CHOICES: tuple[str, ...] = tuple(k for k in GPU_KEYS if k != "cpu")  # devices vLLM sizes a KV cache on
 
 # The page's defaults: a chat server of today's size on the card most of them run on.
 DEFAULTS = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "max_model_len": 32768, "utilization": None}
@@ -92,10 +96,10 @@ def compare(
     """Both sizings for a default `vllm serve` of `model` on one `gpu` (CUDA graphs on, the GPU's default batch).
 
     utilization: what the measured path is given (None: unset). The estimate always uses vLLM's 0.92."""
-    if model not in MODELS or model == "demo":
-        raise ValueError(f"unknown model {model!r}; pick one of {', '.join(k for k in MODELS if k != 'demo')}")
-    if gpu not in GPUS or gpu == "cpu":
-        raise ValueError(f"unknown GPU {gpu!r}; pick one of {', '.join(k for k in GPUS if k != 'cpu')}")
+    if model not in MODEL_CHOICES:
+        raise ValueError(f"unknown model {model!r}; pick one of {', '.join(MODEL_CHOICES)}")
+    if gpu not in GPU_CHOICES:
+        raise ValueError(f"unknown GPU {gpu!r}; pick one of {', '.join(GPU_CHOICES)}")
     spec, card = MODELS[model], GPUS[gpu]
     graphs = cuda_graph_bytes(spec, default_max_num_seqs(card), default_max_num_batched_tokens(card), False, card)
     estimate = serving_footprint(
