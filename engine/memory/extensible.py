@@ -117,7 +117,6 @@ class MeasuredKV:
     init_free_bytes: int
     free_after_warmup_bytes: int
     transient_peak_bytes: int
-    margin_bytes: int
     kv_bytes: int  # what the measurement gives the cache
     capacity_blocks: int  # what the first (estimate-based) pass reserved address space for
     num_blocks: int
@@ -126,6 +125,11 @@ class MeasuredKV:
     @property
     def utilization(self) -> float:
         return UNSET_UTILIZATION if self.gpu_memory_utilization is None else self.gpu_memory_utilization
+
+    @property
+    def margin_bytes(self) -> int:
+        """The safety margin kept free beyond the transient peak."""
+        return margin_bytes(self.transient_peak_bytes, self.platform)
 
     @property
     def block_bytes(self) -> int:
@@ -232,7 +236,6 @@ def measured_kv(
         init_free_bytes=init_free,
         free_after_warmup_bytes=free_after,
         transient_peak_bytes=peak,
-        margin_bytes=margin_bytes(peak, platform),
         kv_bytes=kv,
         capacity_blocks=capacity,
         num_blocks=min(kv // block, capacity),
